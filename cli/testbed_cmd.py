@@ -1,0 +1,45 @@
+"""pycxl testbed: try pycxl against a real kernel with emulated CXL devices."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from pycxl.testbed import DEFAULT_TOPOLOGY, TOPOLOGIES, check_requirements, run_in_guest
+from pycxl.testbed.kernel import prepare_kernel
+
+
+@click.command("testbed", context_settings={"ignore_unknown_options": True})
+@click.option("-t", "--topology", default=DEFAULT_TOPOLOGY, show_default=True,
+              type=click.Choice(sorted(TOPOLOGIES)), help="Emulated CXL topology.")  # fmt: skip
+@click.option("--list-topologies", is_flag=True, help="Describe the topologies and exit.")
+@click.option("--setup", "setup_only", is_flag=True,
+              help="Check requirements and fetch the kernel, then exit.")  # fmt: skip
+@click.option("--timeout", default=1500, show_default=True, help="Seconds before giving up.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def testbed_command(
+    topology: str, list_topologies: bool, setup_only: bool, timeout: int, command: tuple[str, ...]
+) -> None:
+    """Boot a real Linux kernel under QEMU with emulated CXL memory and run COMMAND in it.
+
+    Example: pycxl testbed -t four-dev -- pycxl list -M -R
+    The host's file system is visible read-only in the guest; the exit status is
+    COMMAND's. With no COMMAND, runs 'pycxl list'.
+    """
+    if list_topologies:
+        for t in TOPOLOGIES.values():
+            click.echo(f"{t.name}: {t.description}")
+        return
+    check_requirements()
+    kernel = prepare_kernel()
+    if setup_only:
+        click.echo(f"testbed ready: kernel {kernel.version}")
+        return
+    cmd = shlex.join(command) if command else f"{shlex.quote(sys.executable)} -m pycxl.cli.main list"
+    if command and command[0] == "pycxl":
+        cmd = shlex.join([sys.executable, "-m", "pycxl.cli.main", *command[1:]])
+    result = run_in_guest(cmd, topology, timeout=timeout, on_output=click.echo)
+    if result.returncode:
+        raise SystemExit(result.returncode)

@@ -1,0 +1,1 @@
+"""Shared libraries, each loaded lazily on first use and once."""

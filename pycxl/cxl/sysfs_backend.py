@@ -1,0 +1,258 @@
+"""Build the CXL model from the kernel's sysfs ABI (Documentation/ABI/testing/sysfs-bus-cxl).
+
+Works on any kernel with the CXL drivers, needs no library, and takes a sysroot so the
+same code reads recorded trees in tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..sysfs import Sysfs
+from .model import Bus, DaxDevice, Decoder, Dport, Mapping, Memdev, Port, PortKind, Region
+from .topology import CxlTopology
+
+CXL_DEVICES = "/sys/bus/cxl/devices"
+DAX_DEVICES = "/sys/bus/dax/devices"
+MEMORY_BLOCKS = "/sys/devices/system/memory"
+
+_PORT_RE = re.compile(r"^(root|port|endpoint)\d+$")
+_DECODER_RE = re.compile(r"^decoder\d+\.\d+$")
+_DPORT_RE = re.compile(r"^dport(\d+)$")
+_REGION_RE = re.compile(r"^region\d+$")
+_MEMDEV_RE = re.compile(r"^mem\d+$")
+
+# Names the kernel gives a dax device's driver, and the mode daxctl reports for each.
+DAX_DRIVER_MODES = {"kmem": "system-ram", "device_dax": "devdax"}
+
+
+def bus_providers(host: str) -> str:
+    """ndctl's provider name for a root port's host device."""
+    if host.startswith("ACPI0017"):
+        return "ACPI.CXL"
+    if host.startswith("cxl_acpi"):
+        return "cxl_test"
+    return host
+
+
+def read_topology(sysfs: Sysfs | None = None) -> CxlTopology:
+    """Read every CXL object the kernel exposes. No CXL bus: ``present`` is False."""
+    fs = sysfs or Sysfs()
+    if not fs.is_dir(CXL_DEVICES):
+        dax = read_dax_devices(fs)
+        return CxlTopology(present=False, dax_devices=tuple(dax))
+    names = fs.listdir(CXL_DEVICES)
+    ports = [_read_port(fs, n) for n in names if _PORT_RE.match(n)]
+    decoders = [_read_decoder(fs, n) for n in names if _DECODER_RE.match(n)]
+    memdevs = [_read_memdev(fs, n) for n in names if _MEMDEV_RE.match(n)]
+    endpoint_memdev = {p.name: p.host for p in ports if p.kind == "endpoint"}
+    decoder_port = {d.name: d.port for d in decoders}
+    regions = [
+        _read_region(fs, n, decoder_port, endpoint_memdev) for n in names if _REGION_RE.match(n)
+    ]
+    buses = [
+        Bus(name=p.name, provider=bus_providers(p.host), port=p.name)
+        for p in ports
+        if p.kind == "root"
+    ]
+    return CxlTopology.build(
+        buses=buses,
+        ports=[p for p in ports if p.kind != "endpoint"],
+        endpoints=[p for p in ports if p.kind == "endpoint"],
+        decoders=decoders,
+        memdevs=memdevs,
+        regions=regions,
+        dax_devices=read_dax_devices(fs),
+        source="sysfs",
+    )
+
+
+def _dev(name: str) -> str:
+    return f"{CXL_DEVICES}/{name}"
+
+
+def _parent_port(fs: Sysfs, dev: str) -> str | None:
+    parent = os.path.basename(os.path.dirname(fs.realpath(dev)))
+    return parent if _PORT_RE.match(parent) else None
+
+
+def _read_port(fs: Sysfs, name: str) -> Port:
+    dev = _dev(name)
+    kind: PortKind = (
+        "root" if name.startswith("root") else "endpoint" if name.startswith("endpoint") else "switch"
+    )
+    dports = []
+    for entry in fs.listdir(dev):
+        m = _DPORT_RE.match(entry)
+        if m:
+            target = fs.link_target_name(f"{dev}/{entry}") or entry
+            alias = fs.link_target_name(f"{dev}/{entry}/physical_node") or fs.link_target_name(
+                f"{dev}/{entry}/firmware_node"
+            )
+            dports.append(Dport(name=target, id=int(m.group(1)), alias=alias))
+    dports.sort(key=lambda d: d.id)
+    # Depth is the number of ports above this one: root 0, host bridge 1, ...
+    depth = sum(1 for part in fs.realpath(dev).split("/")[:-1] if _PORT_RE.match(part))
+    return Port(
+        name=name,
+        kind=kind,
+        host=fs.link_target_name(f"{dev}/uport") or "",
+        depth=depth,
+        parent=_parent_port(fs, dev),
+        dports=tuple(dports),
+        # The root port has no driver of its own; it is enabled while it exists.
+        enabled=kind == "root" or fs.exists(f"{dev}/driver"),
+    )
+
+
+def _kind_of_decoder(fs: Sysfs, dev: str) -> str:
+    devtype = fs.read(f"{dev}/devtype") or ""
+    for kind in ("root", "switch", "endpoint"):
+        if devtype == f"cxl_decoder_{kind}":
+            return kind
+    # Older kernels: infer from the port the decoder sits in.
+    port = os.path.basename(os.path.dirname(fs.realpath(dev)))
+    return "root" if port.startswith("root") else "endpoint" if port.startswith("endpoint") else "switch"
+
+
+def _read_decoder(fs: Sysfs, name: str) -> Decoder:
+    dev = _dev(name)
+    kind = _kind_of_decoder(fs, dev)
+    size = fs.read_int(f"{dev}/size") or 0
+    region = fs.read(f"{dev}/region") or None
+    return Decoder(
+        name=name,
+        kind=kind,  # type: ignore[arg-type]
+        port=os.path.basename(os.path.dirname(fs.realpath(dev))),
+        resource=fs.read_int(f"{dev}/start"),
+        size=size,
+        interleave_ways=fs.read_int(f"{dev}/interleave_ways") or 1,
+        interleave_granularity=fs.read_int(f"{dev}/interleave_granularity"),
+        locked=bool(fs.read_bool(f"{dev}/locked")),
+        target_type=fs.read(f"{dev}/target_type"),
+        target_list=fs.read_int_list(f"{dev}/target_list") or (),
+        pmem_capable=bool(fs.read_bool(f"{dev}/cap_pmem")),
+        volatile_capable=bool(fs.read_bool(f"{dev}/cap_ram")),
+        accelmem_capable=bool(fs.read_bool(f"{dev}/cap_type2")),
+        type3_capable=bool(fs.read_bool(f"{dev}/cap_type3")),
+        qos_class=fs.read_int(f"{dev}/qos_class") if kind == "root" else None,
+        mode=fs.read(f"{dev}/mode") if kind == "endpoint" else None,
+        dpa_resource=fs.read_int(f"{dev}/dpa_resource") if kind == "endpoint" else None,
+        dpa_size=fs.read_int(f"{dev}/dpa_size") if kind == "endpoint" else None,
+        region=region,
+    )
+
+
+def _read_memdev(fs: Sysfs, name: str) -> Memdev:
+    dev = _dev(name)
+    numa = fs.read_int(f"{dev}/numa_node")
+    return Memdev(
+        name=name,
+        serial=fs.read_int(f"{dev}/serial"),
+        host=os.path.basename(os.path.dirname(fs.realpath(dev))),
+        ram_size=fs.read_int(f"{dev}/ram/size") or 0,
+        pmem_size=fs.read_int(f"{dev}/pmem/size") or 0,
+        numa_node=numa if numa is not None and numa >= 0 else None,
+        firmware_version=fs.read(f"{dev}/firmware_version"),
+        payload_max=fs.read_int(f"{dev}/payload_max"),
+        label_storage_size=fs.read_int(f"{dev}/label_storage_size"),
+        ram_qos_class=_qos(fs.read_int(f"{dev}/ram/qos_class")),
+        pmem_qos_class=_qos(fs.read_int(f"{dev}/pmem/qos_class")),
+        enabled=fs.exists(f"{dev}/driver"),
+    )
+
+
+def _qos(v: int | None) -> int | None:
+    return v if v is not None and v >= 0 else None
+
+
+def _read_region(
+    fs: Sysfs, name: str, decoder_port: dict[str, str], endpoint_memdev: dict[str, str]
+) -> Region:
+    dev = _dev(name)
+    ways = fs.read_int(f"{dev}/interleave_ways") or 0
+    mappings = []
+    for pos in range(ways):
+        dec = fs.read(f"{dev}/target{pos}") or ""
+        if dec:
+            memdev = endpoint_memdev.get(decoder_port.get(dec, ""))
+            mappings.append(Mapping(position=pos, decoder=dec, memdev=memdev))
+    uuid = fs.read(f"{dev}/uuid") or None
+    if uuid is not None and set(uuid.replace("-", "")) <= {"0"}:
+        uuid = None
+    mode = fs.read(f"{dev}/mode")
+    if mode not in ("ram", "pmem"):
+        # Kernels before the 'mode' attribute show 'uuid' on pmem regions only.
+        mode = "pmem" if fs.exists(f"{dev}/uuid") else "ram"
+    resource = fs.read_int(f"{dev}/resource")
+    if resource is not None and resource >= 2**64 - 1:
+        resource = None
+    return Region(
+        name=name,
+        type=mode,
+        decoder=os.path.basename(os.path.dirname(fs.realpath(dev))),
+        resource=resource,
+        size=fs.read_int(f"{dev}/size") or 0,
+        interleave_ways=ways,
+        interleave_granularity=fs.read_int(f"{dev}/interleave_granularity") or 0,
+        committed=bool(fs.read_bool(f"{dev}/commit")),
+        enabled=fs.exists(f"{dev}/driver"),
+        uuid=uuid,
+        mappings=tuple(mappings),
+    )
+
+
+def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
+    """Device-dax instances, with the CXL region that feeds each (if any)."""
+    block = _memory_block_size(fs)
+    out = []
+    for name in fs.listdir(DAX_DEVICES):
+        dev = f"{DAX_DEVICES}/{name}"
+        parts = fs.realpath(dev).split("/")
+        region = None
+        for parent, part in zip(parts, parts[1:], strict=False):
+            if _REGION_RE.match(part) and _DECODER_RE.match(parent):
+                region = part
+        size = fs.read_int(f"{dev}/size") or 0
+        resource = fs.read_int(f"{dev}/resource")
+        driver = fs.link_target_name(f"{dev}/driver")
+        mode = DAX_DRIVER_MODES.get(driver or "", "unbound" if driver is None else driver)
+        online = total = 0
+        movable: bool | None = None
+        if mode == "system-ram" and block and resource is not None:
+            online, total, movable = _memblocks(fs, resource, size, block)
+        target = fs.read_int(f"{dev}/target_node")
+        out.append(
+            DaxDevice(
+                name=name,
+                region=region,
+                size=size,
+                resource=resource,
+                target_node=target if target is not None and target >= 0 else None,
+                mode=mode,
+                online_memblocks=online,
+                total_memblocks=total,
+                movable=movable,
+            )
+        )
+    return out
+
+
+def _memory_block_size(fs: Sysfs) -> int | None:
+    text = fs.read(f"{MEMORY_BLOCKS}/block_size_bytes")
+    return int(text, 16) if text else None  # hex without a 0x prefix
+
+
+def _memblocks(fs: Sysfs, start: int, size: int, block: int) -> tuple[int, int, bool | None]:
+    online = total = movable = 0
+    for idx in range(start // block, (start + size) // block):
+        state = fs.read(f"{MEMORY_BLOCKS}/memory{idx}/state")
+        if state is None:
+            continue
+        total += 1
+        if state == "online":
+            online += 1
+            zones = fs.read(f"{MEMORY_BLOCKS}/memory{idx}/valid_zones") or ""
+            movable += zones.split()[:1] == ["Movable"]
+    return online, total, (movable == online) if online else None

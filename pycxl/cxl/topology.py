@@ -1,0 +1,138 @@
+"""The container of one CXL snapshot, and navigation across its objects."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ..errors import NotFoundError
+from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CxlTopology:
+    """Everything the kernel reports about CXL at one moment.
+
+    ``present`` is False when the kernel has no CXL bus (drivers not loaded or no
+    hardware); every list is then empty.
+    """
+
+    present: bool
+    buses: tuple[Bus, ...] = ()
+    ports: tuple[Port, ...] = ()  # root and switch ports
+    endpoints: tuple[Port, ...] = ()
+    decoders: tuple[Decoder, ...] = ()
+    memdevs: tuple[Memdev, ...] = ()
+    regions: tuple[Region, ...] = ()
+    dax_devices: tuple[DaxDevice, ...] = ()
+    source: str = field(default="sysfs", compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        buses: Iterable[Bus] = (),
+        ports: Iterable[Port] = (),
+        endpoints: Iterable[Port] = (),
+        decoders: Iterable[Decoder] = (),
+        memdevs: Iterable[Memdev] = (),
+        regions: Iterable[Region] = (),
+        dax_devices: Iterable[DaxDevice] = (),
+        source: str = "sysfs",
+    ) -> CxlTopology:
+        """Assemble a topology and attach each object to it (sorted naturally)."""
+        topo = cls(present=True, source=source)
+        attach = _attacher(topo)
+        object.__setattr__(topo, "buses", tuple(_sorted(buses)))
+        object.__setattr__(topo, "ports", attach(ports))
+        object.__setattr__(topo, "endpoints", attach(endpoints))
+        object.__setattr__(topo, "decoders", attach(decoders))
+        object.__setattr__(topo, "memdevs", attach(memdevs))
+        object.__setattr__(topo, "regions", attach(regions))
+        object.__setattr__(topo, "dax_devices", attach(dax_devices))
+        return topo
+
+    # --- lookup --------------------------------------------------------------
+    @property
+    def all_ports(self) -> tuple[Port, ...]:
+        return self.ports + self.endpoints
+
+    def port(self, name: str) -> Port:
+        return _find(self.all_ports, name, "port")
+
+    def decoder(self, name: str) -> Decoder:
+        return _find(self.decoders, name, "decoder")
+
+    def memdev(self, name: str) -> Memdev:
+        return _find(self.memdevs, name, "memdev")
+
+    def memdev_or_none(self, name: str) -> Memdev | None:
+        return next((m for m in self.memdevs if m.name == name), None)
+
+    def region(self, name: str) -> Region:
+        return _find(self.regions, name, "region")
+
+    def root_decoders(self) -> list[Decoder]:
+        return [d for d in self.decoders if d.kind == "root"]
+
+    def find_memdev(self, ident: str) -> Memdev:
+        """A memdev by name ('mem0'), serial ('0x1' or '1') or host PCI address."""
+        for m in self.memdevs:
+            if ident in (m.name, m.host) or _serial_matches(m.serial, ident):
+                return m
+        known = [m.name for m in self.memdevs]
+        raise NotFoundError("memdev", ident, known)
+
+    def bus_of(self, port: Port) -> Bus | None:
+        p: Port | None = port
+        while p is not None and p.parent is not None:
+            p = self.port(p.parent)
+        return next((b for b in self.buses if p is not None and b.port == p.name), None)
+
+    def node_to_region(self) -> dict[int, str]:
+        """NUMA node id -> CXL region name, for nodes fed by a CXL region's dax device."""
+        out: dict[int, str] = {}
+        for d in self.dax_devices:
+            if d.region is not None and d.target_node is not None and d.mode == "system-ram":
+                out.setdefault(d.target_node, d.region)
+        return out
+
+
+def _serial_matches(serial: int | None, ident: str) -> bool:
+    if serial is None:
+        return False
+    try:
+        return int(ident, 0) == serial
+    except ValueError:
+        return False
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    from ..errors import _natural_key
+
+    return _natural_key(name)
+
+
+def _sorted(items: Iterable[T]) -> list[T]:
+    return sorted(items, key=lambda o: _natural(getattr(o, "name", "")))
+
+
+def _find(items: Sequence[T], name: str, kind: str) -> T:
+    for o in items:
+        if getattr(o, "name", None) == name:
+            return o
+    raise NotFoundError(kind, name, [getattr(o, "name", "") for o in items])
+
+
+def _attacher(topo: CxlTopology):  # type: ignore[no-untyped-def]
+    def attach(items: Iterable[T]) -> tuple[T, ...]:
+        out = []
+        for o in _sorted(items):
+            out.append(dataclasses.replace(o, topology=topo))  # type: ignore[type-var]
+        return tuple(out)
+
+    return attach

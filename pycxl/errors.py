@@ -1,0 +1,85 @@
+"""The one exception hierarchy of pycxl.
+
+Every error carries a message a person can act on: what failed, why, and what to do.
+The CLI maps each class to an exit code (see ``pycxl.cli.exit_codes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class PycxlError(Exception):
+    """Root of every error pycxl raises."""
+
+
+class OperationError(PycxlError):
+    """An operation was attempted and failed (exit code 1)."""
+
+
+class InvalidRequestError(PycxlError):
+    """The request is malformed or not allowed; nothing was changed."""
+
+
+class NeedsRootError(PycxlError):
+    """The operation needs root (or CAP_SYS_ADMIN)."""
+
+
+class NotAvailableError(PycxlError):
+    """Hardware, a kernel driver or a shared library is absent."""
+
+
+class LibraryNotFoundError(NotAvailableError):
+    """A shared library could not be loaded."""
+
+    def __init__(self, soname: str, package_hint: str, detail: str = "") -> None:
+        self.soname = soname
+        self.package_hint = package_hint
+        msg = f"{soname} could not be loaded; install {package_hint}"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+
+
+class NotFoundError(PycxlError):
+    """A named object (target, memdev, decoder, region, GPU...) does not exist."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str] = ()) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = sorted(set(known), key=_natural_key)
+        if self.known:
+            hint = "known: " + ", ".join(self.known)
+        else:
+            hint = f"there is no {kind} on this system"
+        super().__init__(f"unknown {kind} '{name}'; {hint}")
+
+
+class SysfsError(OperationError):
+    """A kernel attribute file is unreadable or holds a value pycxl cannot parse."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {problem}")
+
+
+class CudaError(OperationError):
+    """A CUDA driver call returned an error."""
+
+    def __init__(self, call: str, code: int, name: str, text: str) -> None:
+        self.call = call
+        self.code = code
+        super().__init__(f"{call} failed: {name} ({code}): {text}")
+
+
+class TestbedError(OperationError):
+    """The real-kernel testbed could not be prepared or booted."""
+
+    __test__ = False  # not a pytest test class
+
+
+def _natural_key(name: str) -> tuple[object, ...]:
+    """Sort 'mem10' after 'mem9'."""
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

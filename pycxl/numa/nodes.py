@@ -1,0 +1,64 @@
+"""NUMA nodes as the kernel reports them in /sys/devices/system/node."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..sysfs import Sysfs, parse_cpulist
+
+NODE_DIR = "/sys/devices/system/node"
+_MEMINFO_RE = re.compile(r"^Node\s+\d+\s+(\w+):\s+(\d+)(?:\s+kB)?$")
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node: its CPUs, memory and distances to the other online nodes."""
+
+    id: int
+    cpus: tuple[int, ...]
+    mem_total: int  # bytes
+    mem_free: int  # bytes
+    distances: dict[int, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def cpuless(self) -> bool:
+        return not self.cpus
+
+    @property
+    def has_memory(self) -> bool:
+        return self.mem_total > 0
+
+
+def read_nodes(sysfs: Sysfs | None = None) -> list[NumaNode]:
+    """Online nodes in id order. A kernel without NUMA shows one node, node 0."""
+    fs = sysfs or Sysfs()
+    online = fs.read(f"{NODE_DIR}/online")
+    if online is None:
+        return []
+    ids = parse_cpulist(online)
+    nodes = []
+    for nid in ids:
+        base = f"{NODE_DIR}/node{nid}"
+        meminfo = _meminfo(fs, f"{base}/meminfo")
+        dist = fs.read_int_list(f"{base}/distance") or ()
+        nodes.append(
+            NumaNode(
+                id=nid,
+                cpus=fs.read_cpulist(f"{base}/cpulist") or (),
+                mem_total=meminfo.get("MemTotal", 0) * 1024,
+                mem_free=meminfo.get("MemFree", 0) * 1024,
+                # The kernel prints distances to every online node, in id order.
+                distances=dict(zip(ids, dist, strict=False)),
+            )
+        )
+    return nodes
+
+
+def _meminfo(fs: Sysfs, rel: str) -> dict[str, int]:
+    out = {}
+    for line in fs.iter_lines(rel):
+        m = _MEMINFO_RE.match(line.strip())
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out

@@ -1,0 +1,151 @@
+"""The only code that reads or writes kernel attribute files (/sys, /proc).
+
+Every path is relative to a *sysroot*: '/' on a live system, a recorded tree in tests.
+The sysroot comes from the argument, else ``PYCXL_SYSROOT``, else '/'.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+
+from .errors import NeedsRootError, SysfsError
+
+
+class Sysfs:
+    """Typed access to attribute files under one sysroot."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        if root is None:
+            root = os.environ.get("PYCXL_SYSROOT") or "/"
+        self.root = os.path.abspath(os.fspath(root))
+
+    def __repr__(self) -> str:
+        return f"Sysfs({self.root!r})"
+
+    # --- paths -------------------------------------------------------------
+    def path(self, rel: str) -> str:
+        """Absolute path on this machine of a kernel path such as '/sys/bus/cxl'."""
+        return os.path.join(self.root, rel.lstrip("/"))
+
+    def rel(self, abspath: str) -> str:
+        """Inverse of path(): '/sys/...' for an absolute path inside the sysroot."""
+        r = os.path.relpath(abspath, self.root)
+        return "/" + r if r != "." else "/"
+
+    def exists(self, rel: str) -> bool:
+        return os.path.exists(self.path(rel))
+
+    def is_dir(self, rel: str) -> bool:
+        return os.path.isdir(self.path(rel))
+
+    def listdir(self, rel: str) -> list[str]:
+        """Entries of a directory, sorted; [] when it does not exist."""
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+        except PermissionError as e:
+            raise SysfsError(rel, f"cannot list ({e.strerror}); run as root") from e
+
+    def realpath(self, rel: str) -> str:
+        """Resolve links; returns a kernel path ('/sys/devices/...')."""
+        return self.rel(os.path.realpath(self.path(rel)))
+
+    def link_target_name(self, rel: str) -> str | None:
+        """Basename of what a symlink points to, or None when it is not there."""
+        try:
+            return os.path.basename(os.readlink(self.path(rel)).rstrip("/"))
+        except (FileNotFoundError, OSError):
+            return None
+
+    # --- reads -------------------------------------------------------------
+    def read(self, rel: str) -> str | None:
+        """Contents of an attribute without the trailing newline; None when absent."""
+        try:
+            with open(self.path(rel), encoding="utf-8", errors="replace") as f:
+                return f.read().rstrip("\n")
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError as e:
+            raise SysfsError(rel, "is a directory, expected an attribute file") from e
+        except PermissionError as e:
+            raise SysfsError(rel, "permission denied; run as root to read it") from e
+        except OSError as e:
+            # Some attributes fail to read on purpose (ENXIO, EINVAL) when they do
+            # not apply to the object's current state: treat them as absent.
+            if e.errno in (errno.ENXIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV):
+                return None
+            raise SysfsError(rel, f"cannot read ({e.strerror})") from e
+
+    def read_int(self, rel: str) -> int | None:
+        """An integer attribute in decimal or 0x-hex; None when absent or empty."""
+        text = self.read(rel)
+        if text is None or text.strip() == "":
+            return None
+        s = text.strip()
+        try:
+            return int(s, 16) if s.lower().startswith("0x") else int(s, 10)
+        except ValueError:
+            raise SysfsError(rel, f"expected an integer, found {s!r}") from None
+
+    def read_bool(self, rel: str) -> bool | None:
+        v = self.read_int(rel)
+        return None if v is None else v != 0
+
+    def read_int_list(self, rel: str) -> tuple[int, ...] | None:
+        """A comma- or space-separated list of integers ('12,222' or '10 20')."""
+        text = self.read(rel)
+        if text is None:
+            return None
+        parts = [p for p in text.replace(",", " ").split() if p]
+        try:
+            return tuple(int(p, 0) for p in parts)
+        except ValueError:
+            raise SysfsError(rel, f"expected a list of integers, found {text!r}") from None
+
+    def read_cpulist(self, rel: str) -> tuple[int, ...] | None:
+        """A kernel cpulist ('0-3,8,10-11')."""
+        text = self.read(rel)
+        if text is None:
+            return None
+        try:
+            return parse_cpulist(text)
+        except ValueError:
+            raise SysfsError(rel, f"expected a CPU list such as '0-3,8', found {text!r}") from None
+
+    def iter_lines(self, rel: str) -> Iterator[str]:
+        text = self.read(rel)
+        if text is not None:
+            yield from text.splitlines()
+
+    # --- writes ------------------------------------------------------------
+    def write(self, rel: str, value: str) -> None:
+        """Write one attribute; turns errno into an error naming the file."""
+        p = self.path(rel)
+        try:
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(value)
+        except PermissionError as e:
+            if os.geteuid() != 0:
+                raise NeedsRootError(f"writing {rel} needs root; run with sudo") from e
+            raise SysfsError(rel, f"write of {value!r} refused ({e.strerror})") from e
+        except OSError as e:
+            raise SysfsError(rel, f"write of {value!r} failed ({e.strerror})") from e
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.extend(range(int(lo), int(hi) + 1))
+        else:
+            cpus.append(int(part))
+    return tuple(cpus)

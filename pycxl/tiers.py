@@ -1,0 +1,126 @@
+"""One name space for memory targets and initiators: dram0, cxl0, gpu0, node3, cpu5.
+
+dramN: nodes with CPUs, in node-id order. cxlN: nodes fed by a CXL region's dax device
+(or named explicitly as CXL, for study on machines without CXL), in node-id order.
+gpuN: CUDA devices in PCI bus order. nodeN: any NUMA node. cpuN: one CPU (initiator).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import InvalidRequestError, NotFoundError
+from .gpu.devices import GpuDevice
+from .numa.nodes import NumaNode
+
+Tier = Literal["dram", "cxl", "cpuless"]
+_NAME_RE = re.compile(r"^(dram|cxl|gpu|node|cpu)(\d+)$")
+EXPLICIT_CXL_ENV = "PYCXL_CXL_NODES"
+
+
+@dataclass(frozen=True)
+class NodeTier:
+    """A NUMA node with its tier and its tier name (dram0, cxl0, or node<N> otherwise)."""
+
+    node: NumaNode
+    tier: Tier
+    name: str
+    region: str | None = None  # the CXL region feeding it
+    explicit: bool = False  # mapped to CXL by the user, not by the topology
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a target or initiator name resolved to."""
+
+    name: str
+    kind: Literal["node", "gpu", "cpu"]
+    node: int | None = None  # the NUMA node (for a GPU: its nearest host node)
+    tier: str | None = None  # 'dram', 'cxl', 'cpuless', 'gpu'
+    gpu: GpuDevice | None = None
+    cpu: int | None = None
+
+
+def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
+    """Nodes the user maps to CXL names (``PYCXL_CXL_NODES=2,3``); never guessed."""
+    text = value if value is not None else os.environ.get(EXPLICIT_CXL_ENV, "")
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise InvalidRequestError(
+            f"{EXPLICIT_CXL_ENV}={text!r}: expected NUMA node ids such as '2,3'"
+        ) from None
+
+
+def classify_nodes(
+    nodes: Iterable[NumaNode],
+    cxl_node_regions: dict[int, str],
+    explicit_cxl: Sequence[int] = (),
+) -> list[NodeTier]:
+    """Give each node its tier and tier name."""
+    out: list[NodeTier] = []
+    counters = {"dram": 0, "cxl": 0}
+    for n in sorted(nodes, key=lambda n: n.id):
+        region = cxl_node_regions.get(n.id)
+        if region is not None or n.id in explicit_cxl:
+            tier: Tier = "cxl"
+        elif n.cpus:
+            tier = "dram"
+        else:
+            tier = "cpuless"
+        if tier == "cpuless":
+            name = f"node{n.id}"
+        else:
+            name = f"{tier}{counters[tier]}"
+            counters[tier] += 1
+        out.append(NodeTier(n, tier, name, region, explicit=region is None and tier == "cxl"))
+    return out
+
+
+def resolve(
+    name: str,
+    node_tiers: Sequence[NodeTier],
+    gpus: Sequence[GpuDevice] = (),
+    *,
+    initiator: bool = False,
+) -> Target:
+    """Resolve a user-typed name; an unknown name lists the names that exist."""
+    text = name.strip().lower()
+    m = _NAME_RE.match(text)
+    if m and m.group(1) == "cpu":
+        if not initiator:
+            raise InvalidRequestError(f"'{name}' is a CPU: it can start accesses but holds no memory")
+        cpu = int(m.group(2))
+        for nt in node_tiers:
+            if cpu in nt.node.cpus:
+                return Target(text, "cpu", node=nt.node.id, tier=nt.tier, cpu=cpu)
+    elif m and m.group(1) == "gpu":
+        for g in gpus:
+            if g.target_name == text:
+                return Target(text, "gpu", node=g.numa_node, tier="gpu", gpu=g)
+    elif m and m.group(1) == "node":
+        for nt in node_tiers:
+            if nt.node.id == int(m.group(2)):
+                return Target(text, "node", node=nt.node.id, tier=nt.tier)
+    elif m:
+        for nt in node_tiers:
+            if nt.name == text:
+                return Target(text, "node", node=nt.node.id, tier=nt.tier)
+    elif text.isdigit():
+        return resolve(f"node{text}", node_tiers, gpus, initiator=initiator)
+    raise NotFoundError("target", name, known_names(node_tiers, gpus, initiator=initiator))
+
+
+def known_names(
+    node_tiers: Sequence[NodeTier], gpus: Sequence[GpuDevice] = (), *, initiator: bool = False
+) -> list[str]:
+    names = [nt.name for nt in node_tiers if nt.name.startswith(("dram", "cxl"))]
+    names += [f"node{nt.node.id}" for nt in node_tiers]
+    names += [g.target_name for g in gpus]
+    if initiator:
+        names += [f"cpu{c}" for nt in node_tiers for c in nt.node.cpus]
+    return names
