@@ -167,7 +167,7 @@ def _gpus(system: System, sel: Selection) -> None:
         "GPUs",
         ["gpu", "name", "pci", "memory", "SMs", "cc", "nearest node"],
         [[g.target_name, g.name, g.pci_bus_id, format_size(g.total_memory), g.sm_count,
-          "%d.%d" % g.compute_capability,
+          "{}.{}".format(*g.compute_capability),
           f"{dash(g.numa_node)} ({g.numa_node_source})"] for g in sel.gpus],
     )  # fmt: skip
 
@@ -176,7 +176,7 @@ def _cpus(cpus: tuple[int, ...]) -> str:
     if not cpus:
         return "-"
     ranges, start, prev = [], cpus[0], cpus[0]
-    for c in cpus[1:] + (-1,):
+    for c in (*cpus[1:], -1):
         if c != prev + 1:
             ranges.append(f"{start}-{prev}" if prev != start else f"{start}")
             start = c

@@ -37,7 +37,9 @@ def testbed_command(
     if setup_only:
         click.echo(f"testbed ready: kernel {kernel.version}")
         return
-    cmd = shlex.join(command) if command else f"{shlex.quote(sys.executable)} -m pycxl.cli.main list"
+    cmd = (
+        shlex.join(command) if command else f"{shlex.quote(sys.executable)} -m pycxl.cli.main list"
+    )
     if command and command[0] == "pycxl":
         cmd = shlex.join([sys.executable, "-m", "pycxl.cli.main", *command[1:]])
     result = run_in_guest(cmd, topology, timeout=timeout, on_output=click.echo)

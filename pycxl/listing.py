@@ -98,7 +98,9 @@ def select(system: System, req: ListRequest) -> Selection:
         regions = wanted_r
         members = {m for r in wanted_r for m in r.memdevs}
         memdevs = [m for m in memdevs if m.name in members]
-        decoders = [d for d in decoders if d.region in names or d.name in {r.decoder for r in wanted_r}]
+        decoders = [
+            d for d in decoders if d.region in names or d.name in {r.decoder for r in wanted_r}
+        ]
     if req.decoder_filter:
         kinds = {f for f in req.decoder_filter if f in DECODER_KINDS}
         named = tuple(f for f in req.decoder_filter if f not in DECODER_KINDS and f != "all")

@@ -93,7 +93,9 @@ def resolve(
     m = _NAME_RE.match(text)
     if m and m.group(1) == "cpu":
         if not initiator:
-            raise InvalidRequestError(f"'{name}' is a CPU: it can start accesses but holds no memory")
+            raise InvalidRequestError(
+                f"'{name}' is a CPU: it can start accesses but holds no memory"
+            )
         cpu = int(m.group(2))
         for nt in node_tiers:
             if cpu in nt.node.cpus:

@@ -42,10 +42,13 @@ class SharedLibrary:
             import cffi
         except ImportError as e:  # pragma: no cover - cffi is a dependency
             raise LibraryNotFoundError("cffi", "the Python package cffi") from e
-        from pycxl.native import cdef
+        import importlib
 
+        # native/ installs as pycxl.native; imported by name so type checkers of the
+        # source tree (where it sits at the top level) need not resolve it.
+        native = importlib.import_module("pycxl.native")
         ffi = cffi.FFI()
-        ffi.cdef(cdef(self.cdef_name))
+        ffi.cdef(native.cdef(self.cdef_name))
         errors = []
         for soname in self.sonames:
             try:

@@ -127,9 +127,9 @@ class _Reader:
             kind=kind,  # type: ignore[arg-type]
             host=self.s(lib.cxl_port_get_host(port)),
             depth=int(lib.cxl_port_get_depth(port)),
-            parent=None if kind == "root" or parent == ffi.NULL else self.s(
-                lib.cxl_port_get_devname(parent)
-            ),
+            parent=None
+            if kind == "root" or parent == ffi.NULL
+            else self.s(lib.cxl_port_get_devname(parent)),
             dports=tuple(sorted(dports, key=lambda d: d.id)),
             enabled=kind == "root" or bool(lib.cxl_port_is_enabled(port)),
         )
@@ -189,9 +189,9 @@ class _Reader:
                 Mapping(
                     position=int(lib.cxl_mapping_get_position(m)),
                     decoder=self.s(lib.cxl_decoder_get_devname(dec)),
-                    memdev=None if memdev == ffi.NULL else self.s(
-                        lib.cxl_memdev_get_devname(memdev)
-                    ),
+                    memdev=None
+                    if memdev == ffi.NULL
+                    else self.s(lib.cxl_memdev_get_devname(memdev)),
                 )
             )
         if has_symbol(lib, "cxl_region_get_mode"):

@@ -6,6 +6,7 @@ same code reads recorded trees in tests.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 
@@ -80,7 +81,11 @@ def _parent_port(fs: Sysfs, dev: str) -> str | None:
 def _read_port(fs: Sysfs, name: str) -> Port:
     dev = _dev(name)
     kind: PortKind = (
-        "root" if name.startswith("root") else "endpoint" if name.startswith("endpoint") else "switch"
+        "root"
+        if name.startswith("root")
+        else "endpoint"
+        if name.startswith("endpoint")
+        else "switch"
     )
     dports = []
     for entry in fs.listdir(dev):
@@ -113,7 +118,13 @@ def _kind_of_decoder(fs: Sysfs, dev: str) -> str:
             return kind
     # Older kernels: infer from the port the decoder sits in.
     port = os.path.basename(os.path.dirname(fs.realpath(dev)))
-    return "root" if port.startswith("root") else "endpoint" if port.startswith("endpoint") else "switch"
+    return (
+        "root"
+        if port.startswith("root")
+        else "endpoint"
+        if port.startswith("endpoint")
+        else "switch"
+    )
 
 
 def _read_decoder(fs: Sysfs, name: str) -> Decoder:
@@ -211,7 +222,7 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
         dev = f"{DAX_DEVICES}/{name}"
         parts = fs.realpath(dev).split("/")
         region = None
-        for parent, part in zip(parts, parts[1:], strict=False):
+        for parent, part in itertools.pairwise(parts):
             if _REGION_RE.match(part) and _DECODER_RE.match(parent):
                 region = part
         size = fs.read_int(f"{dev}/size") or 0

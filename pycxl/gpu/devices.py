@@ -61,9 +61,7 @@ def read_gpus(sysfs: Sysfs | None = None) -> GpuInventory:
     fs = sysfs or Sysfs()
     raw = [_read_device(ffi, lib, ordinal, fs) for ordinal in range(count_p[0])]
     raw.sort(key=lambda d: d.pci_bus_id)
-    devices = tuple(
-        GpuDevice(**{**d.__dict__, "index": i}) for i, d in enumerate(raw)
-    )
+    devices = tuple(GpuDevice(**{**d.__dict__, "index": i}) for i, d in enumerate(raw))
     return GpuInventory(devices, version, None if devices else "the CUDA driver reports no GPU")
 
 
@@ -98,7 +96,10 @@ def _read_device(ffi: Any, lib: Any, ordinal: int, fs: Sysfs) -> GpuDevice:
         source = "sysfs"
         if numa is None or numa < 0:
             numa, source = None, "none"
-    a = lambda attr: _attr(ffi, lib, dev, attr) or 0  # noqa: E731
+
+    def a(attr: int) -> int:
+        return _attr(ffi, lib, dev, attr) or 0
+
     return GpuDevice(
         index=ordinal,
         ordinal=ordinal,

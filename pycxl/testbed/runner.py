@@ -10,6 +10,7 @@ status last, and a boot that ends without it is booted again once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -150,7 +151,5 @@ def _boot(
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -1,0 +1,130 @@
+"""Test layers: unit tests on recorded trees run here; tests marked ``kernel`` run
+inside the real-kernel testbed (one boot per topology serves all of them) and report
+back; tests marked ``gpu`` need a CUDA driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TREES = Path(__file__).parent / "data" / "trees"
+IN_GUEST = os.environ.get("PYCXL_IN_TESTBED") == "1"
+REPORT = "guest-report.jsonl"
+
+
+@pytest.fixture
+def trees() -> Path:
+    return TREES
+
+
+def _topology_of(item: pytest.Item) -> str | None:
+    m = item.get_closest_marker("kernel")
+    if m is None:
+        return None
+    return str(m.kwargs.get("topology") or (m.args[0] if m.args else "two-dev"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    by_topology: dict[str, list[str]] = defaultdict(list)
+    for item in items:
+        topo = _topology_of(item)
+        if topo is not None:
+            by_topology[topo].append(item.nodeid)
+        elif item.get_closest_marker("gpu") and not _cuda_present():
+            item.add_marker(pytest.mark.skip(reason="no CUDA driver on this machine (GPU test)"))
+    config._pycxl_kernel_tests = dict(by_topology)  # type: ignore[attr-defined]
+    config._pycxl_guest_results = {}  # type: ignore[attr-defined]
+
+
+def _cuda_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# --- host side: run kernel tests in the guest, report their outcomes here -----------
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    topo = _topology_of(pyfuncitem)
+    if topo is None or IN_GUEST:
+        return None
+    results = _guest_results(pyfuncitem.config, topo)
+    res = results.get(pyfuncitem.nodeid)
+    if res is None:
+        pytest.fail(
+            f"the testbed guest did not report this test; guest output:\n"
+            f"{results.get('__output__', {}).get('text', '')[-3000:]}",
+            pytrace=False,
+        )
+    if res["outcome"] == "skipped":
+        pytest.skip(f"in the testbed: {res['text']}")
+    if res["outcome"] != "passed":
+        pytest.fail(f"in the testbed ({topo}):\n{res['text']}", pytrace=False)
+    return True
+
+
+def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
+    cache: dict[str, dict[str, Any]] = config._pycxl_guest_results  # type: ignore[attr-defined]
+    if topo in cache:
+        return cache[topo]
+    from pycxl.errors import TestbedError
+    from pycxl.testbed import check_requirements, run_in_guest
+
+    try:
+        check_requirements()
+    except TestbedError as e:
+        if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
+            pytest.fail(str(e), pytrace=False)
+        pytest.skip(f"testbed unavailable: {e}")
+    nodeids = config._pycxl_kernel_tests[topo]  # type: ignore[attr-defined]
+    cmd = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids])
+    result = run_in_guest(
+        cmd,
+        topo,
+        cwd=str(config.rootpath),
+        env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"},
+    )
+    out: dict[str, Any] = {"__output__": {"text": result.output}}
+    report = result.workdir / REPORT
+    if report.exists():
+        for line in report.read_text().splitlines():
+            rec = json.loads(line)
+            prev = out.get(rec["nodeid"])
+            # a failure in any phase (setup, call, teardown) fails the test
+            if prev is None or prev["outcome"] == "passed":
+                out[rec["nodeid"]] = rec
+    sys.stderr.write(
+        f"\n[testbed {topo}: {len(nodeids)} tests, {result.boots} boot(s), "
+        f"guest pytest exit {result.returncode}]\n"
+    )
+    cache[topo] = out
+    return out
+
+
+# --- guest side: record each test's outcome for the host ----------------------------
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not (IN_GUEST and os.environ.get("PYCXL_GUEST_REPORT") == "1"):
+        return
+    if report.when != "call" and report.outcome == "passed":
+        return
+    text = ""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        text = str(report.longrepr[2])
+    elif report.longrepr is not None:
+        text = str(report.longrepr)
+    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text}
+    path = Path(os.environ["PYCXL_TESTBED_WORKDIR"]) / REPORT
+    with path.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
