@@ -94,3 +94,4 @@ int cxl_decoder_get_qos_class(struct cxl_decoder *decoder);
 int cxl_memdev_get_ram_qos_class(struct cxl_memdev *memdev);
 int cxl_memdev_get_pmem_qos_class(struct cxl_memdev *memdev);
 struct cxl_region *cxl_decoder_create_ram_region(struct cxl_decoder *decoder);
+const char *cxl_dport_get_firmware_node(struct cxl_dport *dport);

@@ -118,7 +118,7 @@ class _Reader:
             Dport(
                 name=self.s(lib.cxl_dport_get_devname(d)),
                 id=int(lib.cxl_dport_get_id(d)),
-                alias=cstr(ffi, lib.cxl_dport_get_physical_node(d)),
+                alias=self._dport_alias(d),
             )
             for d in _iterate(lib.cxl_dport_get_first(port), lib.cxl_dport_get_next, ffi)
         )
@@ -135,13 +135,19 @@ class _Reader:
         )
         (self.endpoints if kind == "endpoint" else self.ports).append(obj)
         for dec in _iterate(lib.cxl_decoder_get_first(port), lib.cxl_decoder_get_next, ffi):
-            self.decoders.append(self._decoder(dec, kind))
+            self.decoders.append(self._decoder(dec, kind, name))
             if kind == "root":
                 for reg in _iterate(lib.cxl_region_get_first(dec), lib.cxl_region_get_next, ffi):
                     r = self._region(reg, self.decoders[-1].name)
                     self.regions[r.name] = r
 
-    def _decoder(self, dec: Any, kind: str) -> Decoder:
+    def _dport_alias(self, dport: Any) -> str | None:
+        """The dport's firmware (ACPI) node, as ndctl prints it in 'alias'."""
+        if not has_symbol(self.lib, "cxl_dport_get_firmware_node"):
+            return None
+        return cstr(self.ffi, self.lib.cxl_dport_get_firmware_node(dport))
+
+    def _decoder(self, dec: Any, kind: str, port_name: str) -> Decoder:
         ffi, lib = self.ffi, self.lib
         size = int(lib.cxl_decoder_get_size(dec))
         resource = int(lib.cxl_decoder_get_resource(dec))
@@ -152,13 +158,13 @@ class _Reader:
         region = lib.cxl_decoder_get_region(dec)
         granularity = int(lib.cxl_decoder_get_interleave_granularity(dec))
         endpoint = kind == "endpoint"
+        root = kind == "root"
         dpa_resource = int(lib.cxl_decoder_get_dpa_resource(dec)) if endpoint else None
         dpa_size = int(lib.cxl_decoder_get_dpa_size(dec)) if endpoint else None
-        port = lib.cxl_decoder_get_port(dec)
         return Decoder(
             name=self.s(lib.cxl_decoder_get_devname(dec)),
             kind=kind,  # type: ignore[arg-type]
-            port=self.s(lib.cxl_port_get_devname(port)),
+            port=port_name,
             resource=None if resource == ULLONG_MAX else resource,
             size=0 if size == ULLONG_MAX else size,
             interleave_ways=int(lib.cxl_decoder_get_interleave_ways(dec)),
@@ -168,9 +174,11 @@ class _Reader:
             if kind != "root"
             else None,
             target_list=tuple(i for _, i in targets),
-            pmem_capable=bool(lib.cxl_decoder_is_pmem_capable(dec)),
-            volatile_capable=bool(lib.cxl_decoder_is_volatile_capable(dec)),
-            accelmem_capable=bool(lib.cxl_decoder_is_accelmem_capable(dec)),
+            # The kernel publishes capabilities on root decoders only (cap_*); libcxl
+            # reports lower-level decoders as capable of everything.
+            pmem_capable=root and bool(lib.cxl_decoder_is_pmem_capable(dec)),
+            volatile_capable=root and bool(lib.cxl_decoder_is_volatile_capable(dec)),
+            accelmem_capable=root and bool(lib.cxl_decoder_is_accelmem_capable(dec)),
             mode=_MODES.get(int(lib.cxl_decoder_get_mode(dec)), "none") if endpoint else None,
             dpa_resource=None if dpa_resource == ULLONG_MAX else dpa_resource,
             dpa_size=None if dpa_size == ULLONG_MAX else dpa_size,

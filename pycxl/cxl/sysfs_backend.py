@@ -92,9 +92,8 @@ def _read_port(fs: Sysfs, name: str) -> Port:
         m = _DPORT_RE.match(entry)
         if m:
             target = fs.link_target_name(f"{dev}/{entry}") or entry
-            alias = fs.link_target_name(f"{dev}/{entry}/physical_node") or fs.link_target_name(
-                f"{dev}/{entry}/firmware_node"
-            )
+            # ndctl's 'alias': the dport's firmware (ACPI) node, e.g. ACPI0016:00
+            alias = fs.link_target_name(f"{dev}/{entry}/firmware_node")
             dports.append(Dport(name=target, id=int(m.group(1)), alias=alias))
     dports.sort(key=lambda d: d.id)
     # Depth is the number of ports above this one: root 0, host bridge 1, ...
@@ -136,7 +135,7 @@ def _read_decoder(fs: Sysfs, name: str) -> Decoder:
         name=name,
         kind=kind,  # type: ignore[arg-type]
         port=os.path.basename(os.path.dirname(fs.realpath(dev))),
-        resource=fs.read_int(f"{dev}/start"),
+        resource=_address(fs.read_int(f"{dev}/start")),
         size=size,
         interleave_ways=fs.read_int(f"{dev}/interleave_ways") or 1,
         interleave_granularity=fs.read_int(f"{dev}/interleave_granularity"),
@@ -149,7 +148,7 @@ def _read_decoder(fs: Sysfs, name: str) -> Decoder:
         type3_capable=bool(fs.read_bool(f"{dev}/cap_type3")),
         qos_class=fs.read_int(f"{dev}/qos_class") if kind == "root" else None,
         mode=fs.read(f"{dev}/mode") if kind == "endpoint" else None,
-        dpa_resource=fs.read_int(f"{dev}/dpa_resource") if kind == "endpoint" else None,
+        dpa_resource=_address(fs.read_int(f"{dev}/dpa_resource")) if kind == "endpoint" else None,
         dpa_size=fs.read_int(f"{dev}/dpa_size") if kind == "endpoint" else None,
         region=region,
     )
@@ -174,6 +173,11 @@ def _read_memdev(fs: Sysfs, name: str) -> Memdev:
     )
 
 
+def _address(v: int | None) -> int | None:
+    """The kernel prints an unset address as all ones (ULLONG_MAX)."""
+    return None if v is None or v >= 2**64 - 1 else v
+
+
 def _qos(v: int | None) -> int | None:
     return v if v is not None and v >= 0 else None
 
@@ -196,9 +200,7 @@ def _read_region(
     if mode not in ("ram", "pmem"):
         # Kernels before the 'mode' attribute show 'uuid' on pmem regions only.
         mode = "pmem" if fs.exists(f"{dev}/uuid") else "ram"
-    resource = fs.read_int(f"{dev}/resource")
-    if resource is not None and resource >= 2**64 - 1:
-        resource = None
+    resource = _address(fs.read_int(f"{dev}/resource"))
     return Region(
         name=name,
         type=mode,

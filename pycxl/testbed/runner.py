@@ -141,6 +141,9 @@ def _boot(
         proc.wait()
     finally:
         timer.cancel()
+        if proc.poll() is None:  # interrupted: never leave an emulator running
+            _kill_group(proc)
+            proc.wait()
     text = "".join(out)
     if guest_rc is None:
         if proc.returncode in (-signal.SIGKILL, -signal.SIGTERM):

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on Debian 12 (as root): QEMU with CXL
+# emulation and the 6.12 kernel from bookworm-backports, ndctl/daxctl (the oracle),
+# numactl, and the Python test dependencies; then fetch the testbed kernel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "setup-test-env.sh installs system packages: run it as root (sudo)" >&2
+    exit 3
+fi
+if ! grep -qs 'bookworm' /etc/os-release; then
+    echo "setup-test-env.sh supports Debian 12 (bookworm); install the equivalent packages" \
+         "by hand: QEMU >= 8.0, ndctl/daxctl, numactl, kmod, and a 6.12 kernel image" >&2
+    exit 4
+fi
+
+# bookworm-backports, derived from the machine's own Debian source entry.
+src=/etc/apt/sources.list.d/debian.sources
+bp=/etc/apt/sources.list.d/pycxl-backports.sources
+if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    if [ -f "$src" ]; then
+        awk 'BEGIN { RS = ""; ORS = "\n\n" } /Suites:.*bookworm( |$)/ {
+                 sub(/Suites:[^\n]*/, "Suites: bookworm-backports"); print; exit }' \
+            "$src" > "$bp"
+    else
+        line=$(grep -h '^deb .* bookworm main' /etc/apt/sources.list | head -n1)
+        echo "${line/ bookworm / bookworm-backports }" > /etc/apt/sources.list.d/pycxl-backports.list
+    fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q -t bookworm-backports qemu-system-x86
+apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static
+
+python3 -m pip install -q -e '.[test]'
+python3 -m pycxl.cli.main testbed --setup

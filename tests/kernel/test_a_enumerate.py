@@ -1,0 +1,67 @@
+"""Enumeration on the real kernel: both backends agree, JSON agrees with ndctl."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pycxl.cxl import libcxl_backend, sysfs_backend
+from pycxl.listing import ListRequest, list_json
+from pycxl.system import snapshot
+from pycxl.testbed import TOPOLOGIES
+from tests.kernel.kernel_helpers import backend_differences, ndctl, pycxl
+from tests.ndctl_compare import compare, flatten
+
+ALL_KINDS = ("bus", "port", "endpoint", "memdev", "decoder", "region")
+EVERYTHING = ListRequest(
+    buses=True, ports=True, endpoints=True, memdevs=True, decoders=True, regions=True,
+    targets=True, include_disabled=True,
+)  # fmt: skip
+
+
+def _check_backends_and_ndctl(topology: str) -> None:
+    by_sysfs = sysfs_backend.read_topology()
+    by_libcxl = libcxl_backend.read_topology()
+    assert len(by_sysfs.memdevs) == len(TOPOLOGIES[topology].serials)
+    diffs = backend_differences(by_sysfs, by_libcxl)
+    assert not diffs, "\n".join(diffs)
+    oracle = ndctl("-BPEMDRT", "-i", "-vvv")
+    n, diffs = compare(list_json(snapshot(gpus=False), EVERYTHING), oracle, ALL_KINDS)
+    assert diffs == []
+    assert n == sum(1 for k in flatten(oracle) if k[0] in ALL_KINDS) > 0
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_two_dev_backends_agree_and_match_ndctl() -> None:
+    _check_backends_and_ndctl("two-dev")
+
+
+@pytest.mark.kernel(topology="four-dev")
+def test_four_dev_backends_agree_and_match_ndctl() -> None:
+    _check_backends_and_ndctl("four-dev")
+
+
+@pytest.mark.kernel(topology="four-dev")
+def test_four_dev_devices_found_by_serial_under_their_bridge() -> None:
+    topo = sysfs_backend.read_topology()
+    root = next(d for d in topo.root_decoders() if d.interleave_ways == 2)
+    bridges = [t.name for t in root.targets]
+    assert len(bridges) == 2
+    for serial in TOPOLOGIES["four-dev"].serials:
+        m = topo.find_memdev(hex(serial))
+        ep = m.endpoint
+        assert ep is not None and ep.parent_port is not None
+        # QEMU puts serials 0x1x behind the first bridge (bus 12), 0x2x behind the second
+        assert ep.parent_port.host == bridges[0 if serial < 0x20 else 1]
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_cli_list_on_the_real_kernel() -> None:
+    p = pycxl("list")
+    assert p.returncode == 0, p.stderr
+    assert "mem0" in p.stdout and "mem1" in p.stdout and "dram0" in p.stdout
+    doc = json.loads(pycxl("list", "-M", "--json").stdout)
+    assert sorted(m["serial"] for m in doc) == [1, 2]
+    p = pycxl("list", "-m", "mem9")
+    assert p.returncode == 5 and "known: mem0, mem1" in p.stderr
