@@ -12,7 +12,7 @@ i=0
 for sn in ${SERIALS:-0x1 0x2}; do
     for m in mem*; do
         [ "$(cat $m/serial)" = "$sn" ] || continue
-        ep=$(basename $(dirname $(readlink -f endpoint*/uport | grep -l . /dev/null 2>/dev/null || true)) 2>/dev/null || true)
+        ep=""
         for e in endpoint*; do
             [ "$(basename $(readlink -f $e/uport))" = "$m" ] && ep=$e
         done

@@ -1,0 +1,62 @@
+"""Re-record the sysfs trees under tests/data/trees from the real-kernel testbed.
+
+    python3 scripts/record_trees.py
+
+For each topology: boot, record the fresh state with ndctl's JSON beside it; on
+two-dev also create and online a 2-way region (raw sysfs protocol) and record again.
+Hand-broken trees are made by the tests from copies of these; never edit them here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from pycxl.testbed import run_in_guest
+
+REPO = Path(__file__).resolve().parents[1]
+TREES = REPO / "tests" / "data" / "trees"
+PY = sys.executable
+
+RECORD = """
+set -e
+W=$PYCXL_TESTBED_WORKDIR
+rec() {{
+  {py} -m pycxl.testbed.record $W/$1
+  mkdir -p $W/$1/ndctl
+  cxl list -M > $W/$1/ndctl/M.json
+  cxl list -D {dflag} > $W/$1/ndctl/D.json
+  cxl list -BPET -vvv -i > $W/$1/ndctl/all.json
+}}
+rec fresh
+"""
+REGION = """
+sh {repo}/scripts/guest_region_raw.sh
+rec region
+cxl list -R -T > $W/region/ndctl/RT.json
+daxctl list > $W/region/ndctl/dax.json
+"""
+
+PLANS = {"two-dev": ("", True), "four-dev": ("-i", False)}
+
+
+def main() -> int:
+    for topo, (dflag, with_region) in PLANS.items():
+        script = RECORD.format(py=PY, dflag=dflag)
+        if with_region:
+            script += REGION.format(repo=REPO)
+        result = run_in_guest(script, topo, on_output=sys.stdout.write)
+        if result.returncode:
+            print(f"{topo}: recording failed ({result.returncode})", file=sys.stderr)
+            return 1
+        for state in ("fresh", "region") if with_region else ("fresh",):
+            dest = TREES / topo / state
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(result.workdir / state, dest, symlinks=True)
+            print(f"recorded {dest.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
