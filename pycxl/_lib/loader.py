@@ -38,6 +38,22 @@ class SharedLibrary:
         return True
 
     def _open(self) -> tuple[Any, Any]:
+        # Probe with a plain dlopen first: parsing the declarations costs tens of
+        # milliseconds, which 'pycxl list' should not pay for a library that is absent.
+        import ctypes
+
+        errors = []
+        for soname in self.sonames:
+            try:
+                ctypes.CDLL(soname)
+                break
+            except OSError as e:
+                errors.append(str(e))
+        else:
+            self._error = LibraryNotFoundError(
+                self.sonames[0], self.package_hint, "; ".join(errors)
+            )
+            raise self._error
         try:
             import cffi
         except ImportError as e:  # pragma: no cover - cffi is a dependency
