@@ -36,6 +36,10 @@ def record(dest: Path, root: str = "/") -> int:
     for tree in EXTRA_TREES:
         rec.tree(tree)
     rec.finish_links()
+    # git keeps no empty directory: mark link targets so a clone still resolves them
+    for path, dirs, files in os.walk(dest):
+        if not dirs and not files:
+            Path(path, ".keep").touch()
     return rec.files
 
 
