@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,8 @@ def test_real_libraries_load() -> None:
 
     _, numa = LIBNUMA.load()
     assert numa.numa_available() >= 0
+    if not LIBCXL.available() and os.environ.get("PYCXL_REQUIRE_TESTBED") != "1":
+        pytest.skip("libcxl1 is not installed here (scripts/setup-test-env.sh installs it)")
     _, cxl = LIBCXL.load()
     # Debian's libcxl 76.1 spells it 'verison' and lacks create_ram_region: feature-detect.
     assert has_symbol(cxl, "cxl_memdev_get_firmware_verison") or has_symbol(
