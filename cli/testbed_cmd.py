@@ -42,6 +42,8 @@ def testbed_command(
     )
     if command and command[0] == "pycxl":
         cmd = shlex.join([sys.executable, "-m", "pycxl.cli.main", *command[1:]])
-    result = run_in_guest(cmd, topology, timeout=timeout, on_output=click.echo)
+    result = run_in_guest(
+        cmd, topology, timeout=timeout, on_output=lambda line: click.echo(line, nl=False)
+    )
     if result.returncode:
         raise SystemExit(result.returncode)
