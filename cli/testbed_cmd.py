@@ -37,11 +37,10 @@ def testbed_command(
     if setup_only:
         click.echo(f"testbed ready: kernel {kernel.version}")
         return
-    cmd = (
-        shlex.join(command) if command else f"{shlex.quote(sys.executable)} -m pycxl.cli.main list"
-    )
-    if command and command[0] == "pycxl":
-        cmd = shlex.join([sys.executable, "-m", "pycxl.cli.main", *command[1:]])
+    argv = list(command) or ["pycxl", "list"]
+    if argv[0] == "pycxl":  # this interpreter's pycxl, whatever PATH the guest has
+        argv = [sys.executable, "-m", "pycxl.cli.main", *argv[1:]]
+    cmd = shlex.join(argv)
     result = run_in_guest(
         cmd, topology, timeout=timeout, on_output=lambda line: click.echo(line, nl=False)
     )

@@ -45,13 +45,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _cuda_present() -> bool:
-    import ctypes
+    from pycxl._lib.libs import LIBCUDA
 
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
+    return LIBCUDA.available()
 
 
 # --- host side: run kernel tests in the guest, report their outcomes here -----------

@@ -49,7 +49,7 @@ class SharedLibrary:
                 break
             except OSError as e:
                 errors.append(str(e))
-        else:
+        else:  # no soname opened
             self._error = LibraryNotFoundError(
                 self.sonames[0], self.package_hint, "; ".join(errors)
             )
@@ -65,14 +65,7 @@ class SharedLibrary:
         native = importlib.import_module("pycxl.native")
         ffi = cffi.FFI()
         ffi.cdef(native.cdef(self.cdef_name))
-        errors = []
-        for soname in self.sonames:
-            try:
-                return ffi, ffi.dlopen(soname)
-            except OSError as e:
-                errors.append(str(e))
-        self._error = LibraryNotFoundError(self.sonames[0], self.package_hint, "; ".join(errors))
-        raise self._error
+        return ffi, ffi.dlopen(soname)  # the soname the probe opened
 
 
 def has_symbol(lib: Any, name: str) -> bool:

@@ -28,7 +28,7 @@ _MEMDEV_RE = re.compile(r"^mem\d+$")
 DAX_DRIVER_MODES = {"kmem": "system-ram", "device_dax": "devdax"}
 
 
-def bus_providers(host: str) -> str:
+def bus_provider(host: str) -> str:
     """ndctl's provider name for a root port's host device."""
     if host.startswith("ACPI0017"):
         return "ACPI.CXL"
@@ -53,7 +53,7 @@ def read_topology(sysfs: Sysfs | None = None) -> CxlTopology:
         _read_region(fs, n, decoder_port, endpoint_memdev) for n in names if _REGION_RE.match(n)
     ]
     buses = [
-        Bus(name=p.name, provider=bus_providers(p.host), port=p.name)
+        Bus(name=p.name, provider=bus_provider(p.host), port=p.name)
         for p in ports
         if p.kind == "root"
     ]
@@ -80,13 +80,7 @@ def _parent_port(fs: Sysfs, dev: str) -> str | None:
 
 def _read_port(fs: Sysfs, name: str) -> Port:
     dev = _dev(name)
-    kind: PortKind = (
-        "root"
-        if name.startswith("root")
-        else "endpoint"
-        if name.startswith("endpoint")
-        else "switch"
-    )
+    kind = _port_kind(name)
     dports = []
     for entry in fs.listdir(dev):
         m = _DPORT_RE.match(entry)
@@ -116,14 +110,14 @@ def _kind_of_decoder(fs: Sysfs, dev: str) -> str:
         if devtype == f"cxl_decoder_{kind}":
             return kind
     # Older kernels: infer from the port the decoder sits in.
-    port = os.path.basename(os.path.dirname(fs.realpath(dev)))
-    return (
-        "root"
-        if port.startswith("root")
-        else "endpoint"
-        if port.startswith("endpoint")
-        else "switch"
-    )
+    return _port_kind(os.path.basename(os.path.dirname(fs.realpath(dev))))
+
+
+def _port_kind(port_name: str) -> PortKind:
+    """root0 -> root, endpoint3 -> endpoint, port1 (host bridge or switch) -> switch."""
+    if port_name.startswith("root"):
+        return "root"
+    return "endpoint" if port_name.startswith("endpoint") else "switch"
 
 
 def _read_decoder(fs: Sysfs, name: str) -> Decoder:

@@ -7,10 +7,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..errors import NotFoundError
-from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+from ..errors import NotFoundError, _natural_key
+from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region, _Linked
 
 T = TypeVar("T")
+L = TypeVar("L", bound=_Linked)
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,14 @@ class CxlTopology:
     ) -> CxlTopology:
         """Assemble a topology and attach each object to it (sorted naturally)."""
         topo = cls(present=True, source=source)
-        attach = _attacher(topo)
+        # Frozen, so filled in place once, before anyone else sees the object.
         object.__setattr__(topo, "buses", tuple(_sorted(buses)))
-        object.__setattr__(topo, "ports", attach(ports))
-        object.__setattr__(topo, "endpoints", attach(endpoints))
-        object.__setattr__(topo, "decoders", attach(decoders))
-        object.__setattr__(topo, "memdevs", attach(memdevs))
-        object.__setattr__(topo, "regions", attach(regions))
-        object.__setattr__(topo, "dax_devices", attach(dax_devices))
+        object.__setattr__(topo, "ports", _attach(ports, topo))
+        object.__setattr__(topo, "endpoints", _attach(endpoints, topo))
+        object.__setattr__(topo, "decoders", _attach(decoders, topo))
+        object.__setattr__(topo, "memdevs", _attach(memdevs, topo))
+        object.__setattr__(topo, "regions", _attach(regions, topo))
+        object.__setattr__(topo, "dax_devices", _attach(dax_devices, topo))
         return topo
 
     # --- lookup --------------------------------------------------------------
@@ -111,14 +112,8 @@ def _serial_matches(serial: int | None, ident: str) -> bool:
         return False
 
 
-def _natural(name: str) -> tuple[object, ...]:
-    from ..errors import _natural_key
-
-    return _natural_key(name)
-
-
 def _sorted(items: Iterable[T]) -> list[T]:
-    return sorted(items, key=lambda o: _natural(getattr(o, "name", "")))
+    return sorted(items, key=lambda o: _natural_key(getattr(o, "name", "")))
 
 
 def _find(items: Sequence[T], name: str, kind: str) -> T:
@@ -128,11 +123,6 @@ def _find(items: Sequence[T], name: str, kind: str) -> T:
     raise NotFoundError(kind, name, [getattr(o, "name", "") for o in items])
 
 
-def _attacher(topo: CxlTopology):  # type: ignore[no-untyped-def]
-    def attach(items: Iterable[T]) -> tuple[T, ...]:
-        out = []
-        for o in _sorted(items):
-            out.append(dataclasses.replace(o, topology=topo))  # type: ignore[type-var]
-        return tuple(out)
-
-    return attach
+def _attach(items: Iterable[L], topo: CxlTopology) -> tuple[L, ...]:
+    """Copies of the objects, sorted by name, each knowing its topology."""
+    return tuple(dataclasses.replace(o, topology=topo) for o in _sorted(items))

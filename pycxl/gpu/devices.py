@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,7 @@ def read_gpus(sysfs: Sysfs | None = None) -> GpuInventory:
     fs = sysfs or Sysfs()
     raw = [_read_device(ffi, lib, ordinal, fs) for ordinal in range(count_p[0])]
     raw.sort(key=lambda d: d.pci_bus_id)
-    devices = tuple(GpuDevice(**{**d.__dict__, "index": i}) for i, d in enumerate(raw))
+    devices = tuple(dataclasses.replace(d, index=i) for i, d in enumerate(raw))
     return GpuInventory(devices, version, None if devices else "the CUDA driver reports no GPU")
 
 
