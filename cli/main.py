@@ -12,6 +12,7 @@ from pycxl.errors import PycxlError
 
 from .exit_codes import exit_code_for
 from .list_cmd import list_command
+from .region_cmd import region_group
 from .testbed_cmd import testbed_command
 
 
@@ -28,6 +29,7 @@ def cli(verbose: bool) -> None:
 
 
 cli.add_command(list_command)
+cli.add_command(region_group)
 cli.add_command(testbed_command)
 
 

@@ -6,6 +6,7 @@ Importing pycxl loads no shared library and no numpy; each binding loads on firs
     >>> system = pycxl.snapshot()
     >>> [n.name for n in system.nodes]          # ['dram0', 'cxl0']
     >>> system.resolve("cxl0").node             # NUMA node id of the first CXL tier
+    >>> pycxl.create_region(pycxl.RegionRequest(ways=2)).tier   # 'cxl0' (as root)
 """
 
 from __future__ import annotations
@@ -28,9 +29,27 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from .cxl.region_layout import RegionRequest
+    from .cxl.regions import (
+        RegionResult,
+        create_region,
+        destroy_region,
+        disable_region,
+        enable_region,
+    )
     from .system import System, read_cxl, snapshot
 
-_LAZY = {"snapshot": "system", "read_cxl": "system", "System": "system"}
+_LAZY = {
+    "snapshot": "system",
+    "read_cxl": "system",
+    "System": "system",
+    "RegionRequest": "cxl.region_layout",
+    "RegionResult": "cxl.regions",
+    "create_region": "cxl.regions",
+    "destroy_region": "cxl.regions",
+    "disable_region": "cxl.regions",
+    "enable_region": "cxl.regions",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -51,10 +70,16 @@ __all__ = [
     "NotFoundError",
     "OperationError",
     "PycxlError",
+    "RegionRequest",
+    "RegionResult",
     "SysfsError",
     "System",
     "TestbedError",
     "__version__",
+    "create_region",
+    "destroy_region",
+    "disable_region",
+    "enable_region",
     "read_cxl",
     "snapshot",
 ]

@@ -58,8 +58,9 @@ class NotFoundError(PycxlError):
 class SysfsError(OperationError):
     """A kernel attribute file is unreadable or holds a value pycxl cannot parse."""
 
-    def __init__(self, path: str, problem: str) -> None:
+    def __init__(self, path: str, problem: str, errno: int | None = None) -> None:
         self.path = path
+        self.errno = errno  # the kernel's answer to a refused write (EBUSY, EINVAL...)
         super().__init__(f"{path}: {problem}")
 
 

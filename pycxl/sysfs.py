@@ -132,9 +132,9 @@ class Sysfs:
         except PermissionError as e:
             if os.geteuid() != 0:
                 raise NeedsRootError(f"writing {rel} needs root; run with sudo") from e
-            raise SysfsError(rel, f"write of {value!r} refused ({e.strerror})") from e
+            raise SysfsError(rel, f"write of {value!r} refused ({e.strerror})", e.errno) from e
         except OSError as e:
-            raise SysfsError(rel, f"write of {value!r} failed ({e.strerror})") from e
+            raise SysfsError(rel, f"write of {value!r} failed ({e.strerror})", e.errno) from e
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:

@@ -3,7 +3,7 @@
     python3 scripts/record_trees.py
 
 For each topology: boot, record the fresh state with ndctl's JSON beside it; on
-two-dev also create and online a 2-way region (raw sysfs protocol) and record again.
+two-dev also create and online a 2-way region (pycxl region create) and record again.
 Hand-broken trees are made by the tests from copies of these; never edit them here.
 """
 
@@ -32,7 +32,7 @@ rec() {{
 rec fresh
 """
 REGION = """
-sh {repo}/scripts/guest_region_raw.sh
+{py} -m pycxl.cli.main region create --interleave 2 0x1 0x2
 rec region
 cxl list -R -T > $W/region/ndctl/RT.json
 daxctl list > $W/region/ndctl/dax.json
@@ -45,7 +45,7 @@ def main() -> int:
     for topo, (dflag, with_region) in PLANS.items():
         script = RECORD.format(py=PY, dflag=dflag)
         if with_region:
-            script += REGION.format(repo=REPO)
+            script += REGION.format(py=PY)
         result = run_in_guest(script, topo, on_output=sys.stdout.write)
         if result.returncode:
             print(f"{topo}: recording failed ({result.returncode})", file=sys.stderr)

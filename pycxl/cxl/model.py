@@ -49,6 +49,20 @@ class Port(_Linked):
     parent: str | None
     dports: tuple[Dport, ...] = ()
     enabled: bool = True
+    parent_dport: str | None = None  # the parent port's dport this port hangs off
+
+    @property
+    def route(self) -> list[tuple[Port, str]]:
+        """(port, dport name) from the root down to this port: the path decode follows."""
+        hops: list[tuple[Port, str]] = []
+        port: Port | None = self
+        while port is not None and port.parent is not None and port.parent_dport:
+            parent = port.parent_port
+            if parent is None:
+                break
+            hops.append((parent, port.parent_dport))
+            port = parent
+        return hops[::-1]
 
     @property
     def decoders(self) -> list[Decoder]:

@@ -11,12 +11,12 @@ import os
 import re
 
 from ..sysfs import Sysfs
+from . import memory_blocks
 from .model import Bus, DaxDevice, Decoder, Dport, Mapping, Memdev, Port, PortKind, Region
 from .topology import CxlTopology
 
 CXL_DEVICES = "/sys/bus/cxl/devices"
 DAX_DEVICES = "/sys/bus/dax/devices"
-MEMORY_BLOCKS = "/sys/devices/system/memory"
 
 _PORT_RE = re.compile(r"^(root|port|endpoint)\d+$")
 _DECODER_RE = re.compile(r"^decoder\d+\.\d+$")
@@ -101,6 +101,7 @@ def _read_port(fs: Sysfs, name: str) -> Port:
         dports=tuple(dports),
         # The root port has no driver of its own; it is enabled while it exists.
         enabled=kind == "root" or fs.exists(f"{dev}/driver"),
+        parent_dport=fs.link_target_name(f"{dev}/parent_dport"),
     )
 
 
@@ -212,7 +213,6 @@ def _read_region(
 
 def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
     """Device-dax instances, with the CXL region that feeds each (if any)."""
-    block = _memory_block_size(fs)
     out = []
     for name in fs.listdir(DAX_DEVICES):
         dev = f"{DAX_DEVICES}/{name}"
@@ -227,8 +227,11 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
         mode = DAX_DRIVER_MODES.get(driver or "", "unbound" if driver is None else driver)
         online = total = 0
         movable: bool | None = None
-        if mode == "system-ram" and block and resource is not None:
-            online, total, movable = _memblocks(fs, resource, size, block)
+        if mode == "system-ram" and resource is not None:
+            blocks = memory_blocks.blocks_in_range(fs, resource, size)
+            total = len(blocks)
+            online = sum(b.online for b in blocks)
+            movable = all(b.movable for b in blocks if b.online) if online else None
         target = fs.read_int(f"{dev}/target_node")
         out.append(
             DaxDevice(
@@ -244,22 +247,3 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
             )
         )
     return out
-
-
-def _memory_block_size(fs: Sysfs) -> int | None:
-    text = fs.read(f"{MEMORY_BLOCKS}/block_size_bytes")
-    return int(text, 16) if text else None  # hex without a 0x prefix
-
-
-def _memblocks(fs: Sysfs, start: int, size: int, block: int) -> tuple[int, int, bool | None]:
-    online = total = movable = 0
-    for idx in range(start // block, (start + size) // block):
-        state = fs.read(f"{MEMORY_BLOCKS}/memory{idx}/state")
-        if state is None:
-            continue
-        total += 1
-        if state == "online":
-            online += 1
-            zones = fs.read(f"{MEMORY_BLOCKS}/memory{idx}/valid_zones") or ""
-            movable += zones.split()[:1] == ["Movable"]
-    return online, total, (movable == online) if online else None

@@ -21,7 +21,7 @@ def ndctl(*args: str) -> Any:
     return json.loads(out.stdout) if out.stdout.strip() else []
 
 
-def pycxl(*args: str) -> subprocess.CompletedProcess[str]:
+def pycxl_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pycxl.cli.main", *args], capture_output=True, text=True, check=False
     )
@@ -56,8 +56,42 @@ def backend_differences(a: CxlTopology, b: CxlTopology) -> list[str]:
     return diffs
 
 
-def create_raw_region(serials: str) -> None:
-    """A 2-way ram region through the kernel's sysfs protocol, onlined (test set-up)."""
-    script = os.path.join(REPO, "scripts", "guest_region_raw.sh")
-    env = {**os.environ, "SERIALS": serials}
-    subprocess.run(["sh", script], check=True, env=env, capture_output=True, text=True)
+# Attributes the kernel leaves stale on a decoder after its decode is reset (size 0):
+# the programmed ways, granularity and target list of switch and endpoint decoders, and
+# an endpoint decoder's mode (it accepts only 'ram' or 'pmem', never 'none' again).
+# sysfs offers no way to clear them, and they do not decode anything.
+STALE_WHEN_RESET = ("interleave_ways", "interleave_granularity", "target_list", "mode")
+
+
+def cxl_state() -> dict[str, Any]:
+    """Every CXL object's fields, flattened, as the state an operation must restore."""
+    from pycxl.cxl.sysfs_backend import read_topology
+
+    topo = read_topology()
+    out: dict[str, Any] = {}
+    for kind in ("buses", "ports", "endpoints", "decoders", "memdevs", "regions", "dax_devices"):
+        for obj in getattr(topo, kind):
+            reset = kind == "decoders" and obj.kind != "root" and obj.size == 0
+            for f in dataclasses.fields(obj):
+                if f.compare and not (reset and f.name in STALE_WHEN_RESET):
+                    out[f"{obj.name}.{f.name}"] = getattr(obj, f.name)
+    return out
+
+
+def state_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return [
+        f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
+        for k in sorted(before.keys() | after.keys())
+        if before.get(k) != after.get(k)
+    ]
+
+
+def pages_by_node(mib: int, *policy: str) -> dict[int, int]:
+    """Touch a fresh buffer in a child run under ``numactl *policy``; count its pages
+    per node as the kernel reports them (move_pages with no target: a status query)."""
+    script = os.path.join(REPO, "tests", "kernel", "page_nodes.py")
+    out = subprocess.run(
+        ["numactl", *policy, sys.executable, script, str(mib)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return {int(k): v for k, v in json.loads(out.stdout).items()}

@@ -10,7 +10,7 @@ from pycxl.cxl import libcxl_backend, sysfs_backend
 from pycxl.listing import ListRequest, list_json
 from pycxl.system import snapshot
 from pycxl.testbed import TOPOLOGIES
-from tests.kernel.kernel_helpers import backend_differences, ndctl, pycxl
+from tests.kernel.kernel_helpers import backend_differences, ndctl, pycxl_cli
 from tests.ndctl_compare import compare, flatten
 
 ALL_KINDS = ("bus", "port", "endpoint", "memdev", "decoder", "region")
@@ -58,10 +58,10 @@ def test_four_dev_devices_found_by_serial_under_their_bridge() -> None:
 
 @pytest.mark.kernel(topology="two-dev")
 def test_cli_list_on_the_real_kernel() -> None:
-    p = pycxl("list")
+    p = pycxl_cli("list")
     assert p.returncode == 0, p.stderr
     assert "mem0" in p.stdout and "mem1" in p.stdout and "dram0" in p.stdout
-    doc = json.loads(pycxl("list", "-M", "--json").stdout)
+    doc = json.loads(pycxl_cli("list", "-M", "--json").stdout)
     assert sorted(m["serial"] for m in doc) == [1, 2]
-    p = pycxl("list", "-m", "mem9")
+    p = pycxl_cli("list", "-m", "mem9")
     assert p.returncode == 5 and "known: mem0, mem1" in p.stderr

@@ -1,0 +1,70 @@
+"""Memory hotplug blocks (/sys/devices/system/memory): how dax memory becomes a node's.
+
+A dax device in system-ram mode (kmem) adds its range as memory blocks; each block is
+onlined into a zone by writing its ``state``: ``online_movable`` (ZONE_MOVABLE: the
+kernel keeps its own allocations out, so the block can be offlined again) or
+``online_kernel`` (ZONE_NORMAL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..sysfs import Sysfs
+
+MEMORY_BLOCKS = "/sys/devices/system/memory"
+
+Zone = Literal["movable", "normal"]
+ONLINE_STATE: dict[Zone, str] = {"movable": "online_movable", "normal": "online_kernel"}
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    index: int
+    state: str  # 'online', 'offline', 'going-offline'
+    zone: str | None  # 'Movable', 'Normal'... for an online block
+
+    @property
+    def path(self) -> str:
+        return state_path(self.index)
+
+    @property
+    def online(self) -> bool:
+        return self.state == "online"
+
+    @property
+    def movable(self) -> bool:
+        return self.zone == "Movable"
+
+
+def state_path(index: int) -> str:
+    return f"{MEMORY_BLOCKS}/memory{index}/state"
+
+
+def block_size(fs: Sysfs) -> int | None:
+    text = fs.read(f"{MEMORY_BLOCKS}/block_size_bytes")
+    return int(text, 16) if text else None  # hex without a 0x prefix
+
+
+def blocks_in_range(fs: Sysfs, start: int, size: int) -> list[MemoryBlock]:
+    """The memory blocks that exist for [start, start + size)."""
+    bs = block_size(fs)
+    if not bs:
+        return []
+    out = []
+    for idx in range(start // bs, (start + size + bs - 1) // bs):
+        state = fs.read(state_path(idx))
+        if state is None:
+            continue
+        zone = None
+        if state == "online":
+            # valid_zones of an online block names the zone it is in
+            zone = (fs.read(f"{MEMORY_BLOCKS}/memory{idx}/valid_zones") or "").split()[:1]
+        out.append(MemoryBlock(idx, state, zone[0] if zone else None))
+    return out
+
+
+def online_state_of(block: MemoryBlock) -> str:
+    """The state to write to put an online block back into its zone."""
+    return "online_movable" if block.movable else "online_kernel"

@@ -1,0 +1,230 @@
+"""The kernel's region protocol (Documentation/ABI/testing/sysfs-bus-cxl) as plans.
+
+Create: claim a name from the root decoder (``create_ram_region``; a racing creator
+makes the write fail with EBUSY), set granularity, ways and size, give each endpoint
+decoder its mode and DPA share and attach it at its position, commit the decode, bind
+the region driver, wait for the dax device, online its memory blocks.
+Teardown reverses it: offline the memory, unbind, reset decode, detach targets, free
+DPA, delete.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterable
+
+from ..errors import OperationError, SysfsError
+from ..plan import Plan, Step, Undo, action, write
+from ..sysfs import Sysfs
+from ..waiting import wait_until
+from . import memory_blocks
+from .memory_blocks import ONLINE_STATE, Zone
+from .model import DaxDevice, Region
+from .region_layout import RegionLayout
+from .sysfs_backend import CXL_DEVICES, read_dax_devices
+
+REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
+DAX_WAIT_S = 60.0  # the dax device appears after the region driver probes (slow under TCG)
+
+
+def _dev(name: str) -> str:
+    return f"{CXL_DEVICES}/{name}"
+
+
+def next_region_name(fs: Sysfs, layout: RegionLayout) -> str:
+    """The name the root decoder offers for the next region of this type."""
+    attr = f"{_dev(layout.root.name)}/create_{layout.type}_region"
+    name = fs.read(attr)
+    if not name:
+        raise OperationError(
+            f"{attr} is missing or empty: this kernel cannot create {layout.type} regions "
+            "from user space (CONFIG_CXL_REGION, Linux 6.3+ for ram)"
+        )
+    return name
+
+
+def create_plan(fs: Sysfs, layout: RegionLayout, name: str, *, online: bool, zone: Zone) -> Plan:
+    root = _dev(layout.root.name)
+    reg = _dev(name)
+    steps = [
+        write(
+            f"claim {name} from root decoder {layout.root.name}",
+            f"{root}/create_{layout.type}_region",
+            name,
+            (f"{root}/delete_region", name),
+        )
+    ]
+    if layout.uuid:
+        steps.append(write("set the pmem region's uuid", f"{reg}/uuid", layout.uuid))
+    steps += [
+        write("set interleave granularity", f"{reg}/interleave_granularity",
+              str(layout.granularity)),
+        write("set interleave ways", f"{reg}/interleave_ways", str(layout.ways)),
+        write("allocate host address space", f"{reg}/size", str(layout.size),
+              (f"{reg}/size", "0")),
+    ]  # fmt: skip
+    for t in layout.targets:
+        ep = _dev(t.decoder.name)
+        undo_mode = (
+            ((f"{ep}/mode", t.decoder.mode),)
+            if t.decoder.mode in ("ram", "pmem") and t.decoder.mode != layout.type
+            else ()
+        )
+        steps += [
+            write(f"{t.decoder.name} ({t.memdev.name}) decodes {layout.type}",
+                  f"{ep}/mode", layout.type, *undo_mode),
+            write(f"allocate {layout.dpa_size >> 20} MiB of {t.memdev.name}'s DPA",
+                  f"{ep}/dpa_size", str(layout.dpa_size), (f"{ep}/dpa_size", "0")),
+            write(f"{t.memdev.name} at position {t.position}", f"{reg}/target{t.position}",
+                  t.decoder.name, (f"{reg}/target{t.position}", "\n")),
+        ]  # fmt: skip
+    steps += [
+        write("commit the decoders", f"{reg}/commit", "1", (f"{reg}/commit", "0")),
+        bind_step(name),
+    ]
+    if layout.type == "ram" and online:
+        steps += online_steps(fs, name, zone)
+    return Plan(f"create {name}", tuple(steps))
+
+
+def bind_step(name: str) -> Step:
+    return write(
+        "bind the region driver",
+        f"{REGION_DRIVER}/bind",
+        name,
+        (f"{REGION_DRIVER}/unbind", name),
+    )
+
+
+def online_steps(fs: Sysfs, name: str, zone: Zone) -> list[Step]:
+    state = ONLINE_STATE[zone]
+    return [
+        action(f"wait for {name}'s dax device in system-ram mode", lambda f: _wait_dax(f, name)),
+        action(
+            f"online {name}'s memory blocks ({state})",
+            lambda f: _online_blocks(f, name, state),
+        ),
+    ]
+
+
+def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[str]) -> Plan:
+    """Disable (offline + unbind) and, with ``delete``, destroy a region."""
+    reg = _dev(region.name)
+    steps: list[Step] = []
+    for dax in region.dax_devices:
+        if dax.online_memblocks:
+            steps.append(
+                action(
+                    f"offline {dax.name}'s memory blocks (node {dax.target_node})",
+                    _offliner(dax, force, warnings),
+                )
+            )
+    if region.enabled:
+        steps.append(
+            write("unbind the region driver", f"{REGION_DRIVER}/unbind", region.name,
+                  (f"{REGION_DRIVER}/bind", region.name))
+        )  # fmt: skip
+    if not delete:
+        return Plan(f"disable {region.name}", tuple(steps))
+    if region.committed:
+        steps.append(write("reset the decoders", f"{reg}/commit", "0", (f"{reg}/commit", "1")))
+    topo = region._topo()
+    for m in sorted(region.mappings, key=lambda m: m.position, reverse=True):
+        ep = _dev(m.decoder)
+        dpa = topo.decoder(m.decoder).dpa_size or 0
+        steps += [
+            write(f"detach {m.decoder} from position {m.position}", f"{reg}/target{m.position}",
+                  "\n", (f"{reg}/target{m.position}", m.decoder)),
+            write(f"free {m.memdev or m.decoder}'s DPA", f"{ep}/dpa_size", "0",
+                  (f"{ep}/dpa_size", str(dpa))),
+        ]  # fmt: skip
+    root = _dev(region.decoder)
+    steps.append(write(f"delete {region.name}", f"{root}/delete_region", region.name))
+    return Plan(f"destroy {region.name}", tuple(steps))
+
+
+# --- actions -------------------------------------------------------------------------
+def region_dax(fs: Sysfs, name: str) -> list[DaxDevice]:
+    return [d for d in read_dax_devices(fs) if d.region == name]
+
+
+def _wait_dax(fs: Sysfs, name: str) -> None:
+    def ready() -> list[DaxDevice] | None:
+        devs = region_dax(fs, name)
+        return devs if devs and all(d.mode != "unbound" for d in devs) else None
+
+    devs = wait_until(
+        ready,
+        what=f"the dax device of {name}",
+        timeout=DAX_WAIT_S,
+        subsystem="dax",
+        live=fs.root == os.sep,
+    )
+    for d in devs:
+        if d.mode != "system-ram":
+            raise OperationError(
+                f"{d.name} came up in {d.mode} mode, not system-ram; switch it with "
+                f"'daxctl reconfigure-device --mode=system-ram {d.name}', or load kmem "
+                "(modprobe kmem) before creating the region"
+            )
+
+
+def _online_blocks(fs: Sysfs, name: str, state: str) -> Undo:
+    done: list[int] = []
+    try:
+        for dax in region_dax(fs, name):
+            assert dax.resource is not None
+            for block in memory_blocks.blocks_in_range(fs, dax.resource, dax.size):
+                if not block.online:
+                    fs.write(block.path, state)
+                    done.append(block.index)
+    except Exception:
+        _set_blocks(fs, reversed(done), "offline")
+        raise
+    return lambda f: _set_blocks(f, reversed(done), "offline")
+
+
+def _offliner(dax: DaxDevice, force: bool, warnings: list[str]) -> Callable[[Sysfs], Undo]:
+    def offline(fs: Sysfs) -> Undo:
+        assert dax.resource is not None
+        blocks = [b for b in memory_blocks.blocks_in_range(fs, dax.resource, dax.size) if b.online]
+        done: list[memory_blocks.MemoryBlock] = []
+        for b in reversed(blocks):
+            try:
+                fs.write(b.path, "offline")
+                done.append(b)
+            except SysfsError as e:
+                why = _offline_refusal(dax, b, e)
+                if not force:
+                    for d in reversed(done):
+                        fs.write(d.path, memory_blocks.online_state_of(d))
+                    raise OperationError(why) from e
+                warnings.append(why + "; --force: going on, that range stays online and is "
+                                "lost to the system until reboot")  # fmt: skip
+
+        def reonline(f: Sysfs) -> None:
+            for d in reversed(done):
+                f.write(d.path, memory_blocks.online_state_of(d))
+
+        return reonline
+
+    return offline
+
+
+def _offline_refusal(dax: DaxDevice, block: memory_blocks.MemoryBlock, e: SysfsError) -> str:
+    busy = e.errno == errno.EBUSY
+    reason = (
+        "it holds pages the kernel cannot move (pinned, or kernel memory in ZONE_NORMAL)"
+        if busy
+        else str(e)
+    )
+    return (
+        f"memory{block.index} of {dax.name} (node {dax.target_node}) cannot be offlined: "
+        f"{reason}; stop what uses node {dax.target_node} and retry, or pass --force"
+    )
+
+
+def _set_blocks(fs: Sysfs, indexes: Iterable[int], state: str) -> None:
+    for idx in indexes:
+        fs.write(memory_blocks.state_path(idx), state)

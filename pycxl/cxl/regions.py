@@ -1,0 +1,188 @@
+"""Region operations: create, destroy, enable, disable. Library API of ``pycxl region``.
+
+Each call reads the topology, validates, builds a plan and (unless ``dry_run``)
+executes it; a failed step undoes the ones before it. The result carries the region as
+the kernel reports it afterwards, with its NUMA node and tier name once online.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from ..errors import InvalidRequestError, NeedsRootError, OperationError, SysfsError
+from ..plan import Plan, PlanFailed, StepHook
+from ..sysfs import Sysfs
+from . import region_plan
+from .memory_blocks import Zone
+from .model import Region
+from .region_layout import RegionLayout, RegionRequest, layout_region
+from .sysfs_backend import read_topology
+
+log = logging.getLogger(__name__)
+
+# A concurrent creator makes our writes fail with EBUSY at two points: claiming the
+# region name (it took the name first) and commit (decoders of one port must commit in
+# id order, and it holds a lower one, not yet committed). Both are undone and retried.
+RACE_RETRIES = 5
+RACE_BACKOFF_S = 0.5
+
+
+@dataclass(frozen=True)
+class RegionResult:
+    """What an operation did (or, in a dry run, would do)."""
+
+    name: str
+    plan: Plan
+    executed: bool
+    region: Region | None = None  # as read back afterwards; None once destroyed
+    layout: RegionLayout | None = None  # create only
+    numa_node: int | None = None
+    tier: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def create_region(
+    request: RegionRequest,
+    *,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+    before_step: StepHook | None = None,
+) -> RegionResult:
+    """Create, commit, bind and (by default) online a region. See ``RegionRequest``."""
+    fs = Sysfs(sysroot)
+    if not dry_run:
+        _require_root(fs, "creating a region")
+    for attempt in range(RACE_RETRIES):
+        layout = layout_region(read_topology(fs), request)
+        name = region_plan.next_region_name(fs, layout)
+        plan = region_plan.create_plan(fs, layout, name, online=request.online, zone=request.zone)
+        if dry_run:
+            return RegionResult(name, plan, executed=False, layout=layout)
+        try:
+            plan.execute(fs, before_step=before_step)
+        except PlanFailed as e:
+            if _lost_race(e) and not e.undo_errors and attempt + 1 < RACE_RETRIES:
+                log.info("%s; another region is being created, retrying", e)
+                time.sleep(RACE_BACKOFF_S * (attempt + 1))
+                continue
+            raise
+        return _result(fs, name, plan, layout=layout)
+    raise OperationError("the root decoder stayed busy")  # pragma: no cover - loop raises
+
+
+def destroy_region(
+    name: str,
+    *,
+    force: bool = False,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+    before_step: StepHook | None = None,
+) -> RegionResult:
+    """Offline, disable and tear down a region; pmem needs ``force``."""
+    fs = Sysfs(sysroot)
+    region = read_topology(fs).region(name)
+    if region.type == "pmem" and not force:
+        raise InvalidRequestError(
+            f"{name} is a pmem region: destroying it discards its data and labels; "
+            "pass --force if that is intended"
+        )
+    return _teardown(fs, region, delete=True, force=force, dry_run=dry_run, hook=before_step)
+
+
+def disable_region(
+    name: str,
+    *,
+    force: bool = False,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+    before_step: StepHook | None = None,
+) -> RegionResult:
+    """Offline the region's memory and unbind its driver; the decode stays committed."""
+    fs = Sysfs(sysroot)
+    region = read_topology(fs).region(name)
+    return _teardown(fs, region, delete=False, force=force, dry_run=dry_run, hook=before_step)
+
+
+def enable_region(
+    name: str,
+    *,
+    online: bool = True,
+    zone: Zone = "movable",
+    sysroot: str | None = None,
+    dry_run: bool = False,
+    before_step: StepHook | None = None,
+) -> RegionResult:
+    """Bind a committed region's driver and online its memory; no-op parts are skipped."""
+    fs = Sysfs(sysroot)
+    region = read_topology(fs).region(name)
+    if not region.committed:
+        raise InvalidRequestError(
+            f"{name} is not committed (decode reset); it has no memory to enable. "
+            f"Destroy it (pycxl region destroy {name}) and create a new one"
+        )
+    steps = [] if region.enabled else [region_plan.bind_step(name)]
+    offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
+    if region.type == "ram" and online and (not region.enabled or offline):
+        steps += region_plan.online_steps(fs, name, zone)
+    plan = Plan(f"enable {name}", tuple(steps))
+    if dry_run:
+        return RegionResult(name, plan, executed=False, region=region)
+    if steps:
+        _require_root(fs, "enabling a region")
+        plan.execute(fs, before_step=before_step)
+    return _result(fs, name, plan)
+
+
+def _teardown(
+    fs: Sysfs, region: Region, *, delete: bool, force: bool, dry_run: bool, hook: StepHook | None
+) -> RegionResult:
+    warnings: list[str] = []
+    plan = region_plan.teardown_plan(region, delete=delete, force=force, warnings=warnings)
+    if dry_run:
+        return RegionResult(region.name, plan, executed=False, region=region)
+    if len(plan):
+        _require_root(fs, "destroying a region" if delete else "disabling a region")
+        plan.execute(fs, before_step=hook)
+    if delete:
+        return RegionResult(region.name, plan, executed=True, warnings=tuple(warnings))
+    return _result(fs, region.name, plan, warnings=warnings)
+
+
+def _result(
+    fs: Sysfs,
+    name: str,
+    plan: Plan,
+    *,
+    layout: RegionLayout | None = None,
+    warnings: list[str] | None = None,
+) -> RegionResult:
+    from ..system import snapshot
+
+    system = snapshot(fs.root, gpus=False)
+    region = system.cxl.region(name)
+    node = next(iter(region.numa_nodes), None)
+    tier = next((t.name for t in system.nodes if node is not None and t.node.id == node), None)
+    return RegionResult(
+        name,
+        plan,
+        executed=True,
+        region=region,
+        layout=layout,
+        numa_node=node,
+        tier=tier,
+        warnings=tuple(warnings or ()),
+    )
+
+
+def _require_root(fs: Sysfs, what: str) -> None:
+    if fs.root == os.sep and os.geteuid() != 0:
+        raise NeedsRootError(f"{what} writes to /sys/bus/cxl; run it as root (sudo)")
+
+
+def _lost_race(e: PlanFailed) -> bool:
+    busy = isinstance(e.cause, SysfsError) and e.cause.errno == errno.EBUSY
+    return busy and (e.index == 0 or (e.step.path or "").endswith("/commit"))

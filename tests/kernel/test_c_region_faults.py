@@ -1,0 +1,90 @@
+"""Failures in the middle of `region create` on the real kernel: whatever step fails,
+the steps before it are undone and the CXL state equals the state before."""
+
+from __future__ import annotations
+
+import pytest
+
+from pycxl.cxl import regions
+from pycxl.cxl.region_layout import RegionRequest
+from pycxl.cxl.sysfs_backend import read_topology
+from pycxl.errors import OperationError
+from pycxl.plan import PlanFailed, Step
+from pycxl.sysfs import Sysfs
+from tests.kernel.kernel_helpers import cxl_state, state_diff
+
+REQ = RegionRequest(ways=2)
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_failure_injected_at_every_step_is_undone() -> None:
+    steps = len(regions.create_region(REQ, dry_run=True).plan)
+    assert steps >= 14
+    for k in range(steps):
+        before = cxl_state()
+
+        def fail_at_k(i: int, step: Step, k: int = k) -> None:
+            if i == k:
+                raise OperationError("injected failure")
+
+        with pytest.raises(PlanFailed) as e:
+            regions.create_region(REQ, before_step=fail_at_k)
+        assert e.value.index == k and e.value.undo_errors == []
+        assert state_diff(before, cxl_state()) == [], f"after a failure at step {k + 1}"
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_kernel_refusal_on_a_busy_decoder_is_undone() -> None:
+    """Mid-plan, another creator takes a decoder the plan chose (it makes a 1-way region
+    of that memdev); the kernel refuses our DPA write with EBUSY and everything done
+    before it is put back."""
+    before = cxl_state()
+    layout = regions.create_region(REQ, dry_run=True).layout
+    assert layout is not None
+    victim = layout.targets[1]
+    other: list[regions.RegionResult] = []
+
+    def other_creator(i: int, step: Step) -> None:
+        if i == 4 and not other:  # our name is claimed; our targets not yet set
+            req = RegionRequest(memdevs=(f"{victim.memdev.serial:#x}",), online=False)
+            other.append(regions.create_region(req))
+
+    try:
+        with pytest.raises(PlanFailed) as e:
+            regions.create_region(REQ, before_step=other_creator)
+        assert e.value.step.path == f"/sys/bus/cxl/devices/{victim.decoder.name}/dpa_size"
+        assert "Device or resource busy" in str(e.value) and e.value.undo_errors == []
+        topo = read_topology()
+        (theirs,) = topo.regions  # ours is gone, theirs is intact
+        assert theirs.name == other[0].name and theirs.committed
+        assert theirs.mappings[0].decoder == victim.decoder.name
+    finally:
+        for r in other:
+            regions.destroy_region(r.name)
+    assert state_diff(before, cxl_state()) == []
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_losing_the_region_name_race_retries_with_the_next_name() -> None:
+    fs = Sysfs()
+    before = cxl_state()
+    stolen: list[str] = []
+
+    def competitor(i: int, step: Step) -> None:
+        if i == 0 and not stolen:
+            assert step.path is not None and step.value is not None
+            fs.write(step.path, step.value)  # claims the name we were about to write
+            stolen.append(step.value)
+
+    result = regions.create_region(RegionRequest(ways=2, online=False), before_step=competitor)
+    try:
+        assert stolen and result.name != stolen[0]
+        assert result.region is not None and result.region.committed
+        other = Sysfs().read(f"/sys/bus/cxl/devices/{stolen[0]}/interleave_ways")
+        assert other is not None  # the competitor's region is there, untouched
+    finally:
+        regions.destroy_region(result.name)
+        root = result.region.decoder if result.region else "decoder0.0"
+        for name in stolen:
+            fs.write(f"/sys/bus/cxl/devices/{root}/delete_region", name)
+    assert state_diff(before, cxl_state()) == []

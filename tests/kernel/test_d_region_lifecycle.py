@@ -1,0 +1,93 @@
+"""`pycxl region create --interleave 2` on the real kernel, from fresh memdevs to a NUMA
+node that holds a buffer's pages; disable, enable, destroy back to the first state.
+
+Runs after the enumeration, rejection and fault tests of the same boot (file order).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from pycxl.cxl import libcxl_backend, sysfs_backend
+from pycxl.listing import ListRequest, list_json
+from pycxl.system import snapshot
+from tests.kernel.kernel_helpers import (
+    backend_differences,
+    cxl_state,
+    ndctl,
+    pages_by_node,
+    pycxl_cli,
+    state_diff,
+)
+from tests.ndctl_compare import compare
+
+MiB = 1 << 20
+
+
+def _region_cli(*args: str) -> dict[str, object]:
+    p = pycxl_cli("region", *args, "--json")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""  # nothing but JSON on stdout, nothing on stderr
+    doc: dict[str, object] = json.loads(p.stdout)
+    return doc
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_create_online_use_disable_enable_destroy() -> None:
+    first = cxl_state()
+    doc = _region_cli("create", "--interleave", "2")
+    name, node = doc["region"], doc["numa_node"]
+    assert doc["tier"] == "cxl0" and isinstance(node, int)
+    assert doc["interleave_ways"] == 2 and doc["size"] == 512 * MiB
+    assert [m["position"] for m in doc["mappings"]] == [0, 1]  # type: ignore[index]
+
+    s = snapshot(gpus=False)
+    region = s.cxl.region(str(name))
+    assert region.committed and region.enabled and region.numa_nodes == [node]
+    (dax,) = region.dax_devices
+    assert dax.mode == "system-ram" and dax.movable
+    assert dax.online_memblocks == dax.total_memblocks > 0
+    tier = {t.name: t for t in s.nodes}["cxl0"]
+    assert tier.node.id == node and tier.node.cpuless and tier.region == name
+    assert tier.node.mem_total == region.size
+    out = subprocess.run(["numactl", "-H"], capture_output=True, text=True, check=True).stdout
+    assert f"node {node} size: {region.size >> 20} MB" in out and f"node {node} cpus: \n" in out
+
+    # a small buffer bound to the node lands there, page by page
+    assert pages_by_node(4, f"--membind={node}") == {node: 4 * MiB // 4096}
+
+    # ndctl and daxctl read the same region and dax device
+    n, diffs = compare(
+        list_json(s, ListRequest(regions=True, targets=True)), ndctl("-R", "-T"), ("region",)
+    )
+    assert (n, diffs) == (1, [])
+    daxctl = json.loads(
+        subprocess.run(["daxctl", "list"], capture_output=True, text=True, check=True).stdout
+    )
+    ours = list_json(s, ListRequest(dax=True))
+    for key in ("chardev", "size", "target_node", "mode", "online_memblocks",
+                "total_memblocks", "movable"):  # fmt: skip
+        assert ours[0][key] == daxctl[0][key], key
+    assert backend_differences(sysfs_backend.read_topology(), libcxl_backend.read_topology()) == []
+    p = pycxl_cli("list")
+    assert p.returncode == 0 and "cxl0" in p.stdout and str(name) in p.stdout
+
+    # disable: memory offline and gone, decode still committed; enable brings it back
+    doc = _region_cli("disable", str(name))
+    assert doc["state"] == "disabled" and doc["decode_state"] == "commit"
+    assert doc["numa_node"] is None and snapshot(gpus=False).cxl.region(str(name)).dax_devices == []
+    doc = _region_cli("enable", str(name))
+    assert doc["tier"] == "cxl0" and doc["numa_node"] == node
+    assert pages_by_node(1, f"--membind={node}") == {node: MiB // 4096}
+
+    # destroy returns every CXL object to its first state; create works again
+    p = pycxl_cli("region", "destroy", str(name))
+    assert p.returncode == 0 and f"{name} destroyed" in p.stdout, p.stderr
+    assert state_diff(first, cxl_state()) == []
+    doc = _region_cli("create", "-w", "2", "--no-online")
+    assert doc["numa_node"] is None and doc["decode_state"] == "commit"
+    _region_cli("destroy", str(doc["region"]))
+    assert state_diff(first, cxl_state()) == []
