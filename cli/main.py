@@ -10,8 +10,10 @@ import click
 from pycxl import __version__
 from pycxl.errors import PycxlError
 
+from .bench_cmd import bench_group
 from .exit_codes import exit_code_for
 from .list_cmd import list_command
+from .numa_cmd import numa_command, run_command, where_command
 from .region_cmd import region_group
 from .testbed_cmd import testbed_command
 
@@ -30,12 +32,17 @@ def cli(verbose: bool) -> None:
 
 cli.add_command(list_command)
 cli.add_command(region_group)
+cli.add_command(numa_command)
+cli.add_command(run_command)
+cli.add_command(where_command)
+cli.add_command(bench_group)
 cli.add_command(testbed_command)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="pycxl", standalone_mode=False)
+        # Commands that end with click's Exit (pycxl run: the child's status) return it.
+        rc = cli.main(args=argv, prog_name="pycxl", standalone_mode=False)
     except PycxlError as e:
         click.echo(f"pycxl: error: {e}", err=True)
         return exit_code_for(e)
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

@@ -86,12 +86,18 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
         pytest.skip(f"testbed unavailable: {e}")
     nodeids = config._pycxl_kernel_tests[topo]  # type: ignore[attr-defined]
     cmd = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids])
-    result = run_in_guest(
-        cmd,
-        topo,
-        cwd=str(config.rootpath),
-        env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"},
-    )
+    try:
+        result = run_in_guest(
+            cmd,
+            topo,
+            cwd=str(config.rootpath),
+            env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"},
+        )
+    except TestbedError as e:
+        # Remembered, so the other tests of this topology report it instead of
+        # booting again one by one.
+        cache[topo] = {"__output__": {"text": str(e)}}
+        return cache[topo]
     out: dict[str, Any] = {"__output__": {"text": result.output}}
     report = result.workdir / REPORT
     if report.exists():

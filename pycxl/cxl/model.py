@@ -50,6 +50,9 @@ class Port(_Linked):
     dports: tuple[Dport, ...] = ()
     enabled: bool = True
     parent_dport: str | None = None  # the parent port's dport this port hangs off
+    # How many of its decoders are committed (the kernel commits and resets them in id
+    # order, so these are decoders 0..n-1); None where the kernel does not say.
+    decoders_committed: int | None = None
 
     @property
     def route(self) -> list[tuple[Port, str]]:
@@ -117,6 +120,20 @@ class Decoder(_Linked):
     def enabled(self) -> bool:
         """ndctl's notion: a decoder of size 0 is 'disabled'."""
         return self.size != 0
+
+    @property
+    def id(self) -> int:
+        return int(self.name.rsplit(".", 1)[1])
+
+    @property
+    def committed(self) -> bool:
+        """Decoding now. A switch or endpoint decoder that was reset keeps its last
+        range and interleave in sysfs (the kernel does not clear them), so its port's
+        commit count is the truth where the kernel gives one."""
+        if self.kind == "root":
+            return self.size != 0
+        count = self.port_obj.decoders_committed
+        return self.id < count if count is not None else self.size != 0
 
     @property
     def port_obj(self) -> Port:

@@ -380,7 +380,7 @@ def _check_port_decoders(memdevs: Sequence[Memdev]) -> None:
             if port.kind != "root":
                 ports[port.name] = port
     for port in ports.values():
-        if not any(d.size == 0 and not d.locked and not d.region for d in port.decoders):
+        if not any(not d.committed and not d.locked and not d.region for d in port.decoders):
             raise InvalidRequestError(
                 f"port {port.name} ({port.host}) has no free decoder for another region"
             )

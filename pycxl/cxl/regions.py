@@ -164,7 +164,9 @@ def _result(
 
     system = snapshot(fs.root, gpus=False)
     region = system.cxl.region(name)
-    node = next(iter(region.numa_nodes), None)
+    # The region's memory is a node's only once some of it is online.
+    online = [d.target_node for d in region.dax_devices if d.online_memblocks]
+    node = online[0] if online else None
     tier = next((t.name for t in system.nodes if node is not None and t.node.id == node), None)
     return RegionResult(
         name,

@@ -102,6 +102,7 @@ def _read_port(fs: Sysfs, name: str) -> Port:
         # The root port has no driver of its own; it is enabled while it exists.
         enabled=kind == "root" or fs.exists(f"{dev}/driver"),
         parent_dport=fs.link_target_name(f"{dev}/parent_dport"),
+        decoders_committed=fs.read_int(f"{dev}/decoders_committed"),
     )
 
 

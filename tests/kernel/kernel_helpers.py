@@ -56,11 +56,15 @@ def backend_differences(a: CxlTopology, b: CxlTopology) -> list[str]:
     return diffs
 
 
-# Attributes the kernel leaves stale on a decoder after its decode is reset (size 0):
-# the programmed ways, granularity and target list of switch and endpoint decoders, and
-# an endpoint decoder's mode (it accepts only 'ram' or 'pmem', never 'none' again).
-# sysfs offers no way to clear them, and they do not decode anything.
-STALE_WHEN_RESET = ("interleave_ways", "interleave_granularity", "target_list", "mode")
+# What the kernel leaves in sysfs on a switch or endpoint decoder after its decode is
+# reset: the programmed ways, granularity and target list, an endpoint decoder's mode
+# (it accepts only 'ram' or 'pmem', never 'none' again), and, when the last endpoint
+# below a host bridge detaches (1-way regions), the bridge decoder's range. None of it
+# decodes: the port's decoders_committed count and the decoder's region say so, and
+# both are compared.
+STALE_WHEN_RESET = (
+    "interleave_ways", "interleave_granularity", "target_list", "mode", "resource", "size",
+)  # fmt: skip
 
 
 def cxl_state() -> dict[str, Any]:
@@ -71,7 +75,9 @@ def cxl_state() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in ("buses", "ports", "endpoints", "decoders", "memdevs", "regions", "dax_devices"):
         for obj in getattr(topo, kind):
-            reset = kind == "decoders" and obj.kind != "root" and obj.size == 0
+            reset = (
+                kind == "decoders" and obj.kind != "root" and not obj.committed and not obj.region
+            )
             for f in dataclasses.fields(obj):
                 if f.compare and not (reset and f.name in STALE_WHEN_RESET):
                     out[f"{obj.name}.{f.name}"] = getattr(obj, f.name)
@@ -95,3 +101,12 @@ def pages_by_node(mib: int, *policy: str) -> dict[int, int]:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return {int(k): v for k, v in json.loads(out.stdout).items()}
+
+
+def destroy_all_regions() -> None:
+    """Clean-up after a failed test, so the next tests of the boot start fresh."""
+    from pycxl.cxl import regions
+    from pycxl.cxl.sysfs_backend import read_topology
+
+    for r in read_topology().regions:
+        regions.destroy_region(r.name, force=True)

@@ -61,14 +61,15 @@ def test_two_way_on_one_bridge_uses_its_own_window() -> None:
     first = cxl_state()
     doc = _create("0x12", "0x11")
     name = str(doc["region"])
-    assert doc["decoder"] == "decoder0.1" and doc["interleave_ways"] == 2
+    assert doc["layout"]["decoder"] == "decoder0.1" and doc["interleave_ways"] == 2  # type: ignore[index]
     assert sorted(_positions_follow_the_decode_path(name)) == [0x11, 0x12]
     assert doc["tier"] == "cxl0"
-    # the other bridge's memdevs are still free for a region of their own
-    doc2 = _create("0x21", "0x22", "--no-online")
-    assert doc2["decoder"] != "decoder0.1"
-    for n in (name, str(doc2["region"])):
-        assert pycxl_cli("region", "destroy", n).returncode == 0
+    # the other bridge's pair has no window of its own: window 0 needs a memdev under
+    # each bridge, window 1 does not reach bridge 222; refused, saying so
+    p = pycxl_cli("region", "create", "0x21", "0x22")
+    assert p.returncode == 2 and "none sit under pci0000:0c" in p.stderr, p.stderr
+    assert "decoder0.1: memdev" in p.stderr and "does not reach" in p.stderr
+    assert pycxl_cli("region", "destroy", name).returncode == 0
     assert state_diff(first, cxl_state()) == []
 
 

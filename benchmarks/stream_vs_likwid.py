@@ -1,0 +1,91 @@
+"""pycxl's STREAM kernels against likwid-bench, side by side in one run.
+
+    python3 benchmarks/stream_vs_likwid.py [--target dram0] [--threads N] [--size 512M]
+
+Same node, threads and array size for both; likwid-bench's kernels: stream_avx (triad)
+and copy_avx, or the widest the CPU supports. Prints each figure and the ratio
+pycxl / likwid; the goals: triad and copy >= 0.98x, and pycxl's --nt-stores triad above
+likwid's plain triad. likwid-bench counts its own bytes (triad: 4 streams incl. the
+write-allocate? no: it reports 3 streams x 8 bytes per iteration, like STREAM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+
+from pycxl.bench.bandwidth import measure_bandwidth
+from pycxl.bench.context import place
+from pycxl.units import parse_size
+
+
+def likwid(kernel: str, node: int, threads: int, array: int, cpus: list[int]) -> float:
+    """likwid-bench's MByte/s for `kernel`, working set = 3 (or 2) arrays on `node`."""
+    streams = 2 if kernel.startswith("copy") else 3
+    total_kb = streams * array // 1024
+    cpu_list = ",".join(map(str, cpus[:threads]))
+    cmd = ["likwid-bench", "-t", kernel, "-w", f"M{node}:{total_kb}kB:{threads}:1:1", "-i", "20"]
+    # pin explicitly: the workgroup's domain is the node; threads on the given CPUs
+    cmd = ["taskset", "-c", cpu_list, *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"MByte/s:\s+([\d.]+)", out)
+    if not m:
+        sys.exit(f"cannot read likwid-bench output:\n{out}")
+    return float(m.group(1)) * 1e6
+
+
+def widest(candidates: list[str]) -> str:
+    out = subprocess.run(["likwid-bench", "-a"], capture_output=True, text=True).stdout
+    names = {line.split()[0] for line in out.splitlines() if line.strip() and " - " in line}
+    return next((c for c in candidates if c in names), candidates[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="dram0")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--size", default="512M", help="bytes per array")
+    args = ap.parse_args()
+    if not shutil.which("likwid-bench"):
+        sys.exit("likwid-bench not found: apt-get install likwid")
+    p = place(args.target)
+    threads = args.threads or len(p.cpus)
+    array = parse_size(args.size)
+    triad_k = widest(["stream_avx512", "stream_avx", "stream_sse", "stream"])
+    copy_k = widest(["copy_avx512", "copy_avx", "copy_sse", "copy"])
+    ours = {
+        r.params["kernel"]: r.figures["bytes_per_s"]
+        for r in measure_bandwidth(args.target, threads=threads, size=array, ntimes=20, placement=p)
+    }
+    nt = measure_bandwidth(
+        args.target,
+        threads=threads,
+        size=array,
+        ntimes=20,
+        kernel="triad",
+        nt_stores=True,
+        placement=p,
+    )[0].figures["bytes_per_s"]
+    theirs = {
+        "triad": likwid(triad_k, p.node, threads, array, list(p.cpus)),
+        "copy": likwid(copy_k, p.node, threads, array, list(p.cpus)),
+    }
+    print(f"node {p.node}, {threads} thread(s), {array >> 20} MiB per array")
+    for k in ("triad", "copy"):
+        name = triad_k if k == "triad" else copy_k
+        print(
+            f"{k:6s} pycxl {ours[k] / 1e9:7.2f} GB/s   likwid {name:14s} "
+            f"{theirs[k] / 1e9:7.2f} GB/s   ratio {ours[k] / theirs[k]:.3f}"
+        )
+    print(
+        f"triad --nt-stores pycxl {nt / 1e9:.2f} GB/s vs likwid plain triad "
+        f"{theirs['triad'] / 1e9:.2f} GB/s   ratio {nt / theirs['triad']:.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""pycxl bench latency|bandwidth|first-touch|matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from pycxl.bench.results import BenchResult
+from pycxl.units import format_size, parse_size
+
+from .render import emit_json, emit_table
+
+AS_JSON = click.option("--json", "as_json", is_flag=True, help="A list of result objects.")
+FROM = click.option(
+    "--from",
+    "initiator",
+    default=None,
+    metavar="INITIATOR",
+    help="Who accesses: dram0, node0, cpu3 (default: CPUs nearest the target).",
+)
+PAGE = click.option(
+    "--page-size", "page", type=click.Choice(["4k", "2m"]), default="4k", show_default=True
+)
+PLOT = click.option("--plot", default=None, metavar="FILE.png", help="Draw the results.")
+
+
+@click.group("bench")
+def bench_group() -> None:
+    """Measure memory tiers: latency, bandwidth, first touch."""
+
+
+def _size(text: str | None) -> int | None:
+    return parse_size(text) if text else None
+
+
+@bench_group.command("latency")
+@click.option("--target", "-t", required=True, help="Memory to measure: dram0, cxl0, node1.")
+@FROM
+@click.option("--size", default=None, help="Arena size (default: 4x LLC, at least 256M).")
+@PAGE
+@click.option("--sweep", is_flag=True, help="Working sets from 16K to beyond the LLC.")
+@click.option("--samples", default=7, show_default=True, type=int)
+@AS_JSON
+@PLOT
+def latency_command(
+    target: str,
+    initiator: str | None,
+    size: str | None,
+    page: str,
+    sweep: bool,
+    samples: int,
+    as_json: bool,
+    plot: str | None,
+) -> None:
+    """Idle load-to-use latency (dependent-load pointer chase)."""
+    from pycxl.bench.context import place
+    from pycxl.bench.latency import measure_latency, sweep_sizes
+
+    p = place(target, initiator)
+    if sweep:
+        sizes = sweep_sizes(_size(size))
+        results = _progress(
+            sizes,
+            as_json,
+            "sweep",
+            lambda s: measure_latency(
+                target, size=s, page=page, samples=3, placement=p, loads=1 << 20
+            ),
+        )
+    else:
+        results = [
+            measure_latency(target, size=_size(size), page=page, samples=samples, placement=p)
+        ]
+    _emit(results, as_json, ["latency_ns", "latency_ns_median"])
+    if plot:
+        _plot(plot, results, "size", "latency_ns", "working set (bytes)", "ns per load")
+
+
+@bench_group.command("bandwidth")
+@click.option("--target", "-t", required=True)
+@FROM
+@click.option(
+    "--threads",
+    default=None,
+    help="Threads (default: the initiator's CPUs); a list such as 1,2,4 sweeps.",
+)
+@click.option(
+    "--kernel",
+    type=click.Choice(["copy", "scale", "add", "triad", "all"]),
+    default="all",
+    show_default=True,
+)
+@click.option("--size", default=None, help="Bytes per array (default: 4x LLC, at least 64M).")
+@click.option("--ntimes", default=10, show_default=True, type=int)
+@click.option("--nt-stores", is_flag=True, help="Non-temporal stores (no write-allocate read).")
+@AS_JSON
+@PLOT
+def bandwidth_command(
+    target: str,
+    initiator: str | None,
+    threads: str | None,
+    kernel: str,
+    size: str | None,
+    ntimes: int,
+    nt_stores: bool,
+    as_json: bool,
+    plot: str | None,
+) -> None:
+    """Sustainable bandwidth (STREAM copy, scale, add, triad)."""
+    from pycxl.bench.bandwidth import measure_bandwidth
+    from pycxl.bench.context import place
+
+    p = place(target, initiator)
+    counts = [int(t) for t in threads.split(",")] if threads else [None]
+    results: list[BenchResult] = []
+    for r in _progress(
+        counts,
+        as_json,
+        "threads",
+        lambda n: measure_bandwidth(
+            target,
+            threads=n,
+            kernel=kernel,
+            size=_size(size),
+            ntimes=ntimes,
+            nt_stores=nt_stores,
+            placement=p,
+        ),
+    ):
+        results += r
+    _emit(results, as_json, ["bytes_per_s", "bytes_per_s_median"])
+    if plot:
+        _plot(plot, results, "threads", "bytes_per_s", "threads", "bytes/s")
+
+
+@bench_group.command("first-touch")
+@click.option("--target", "-t", required=True)
+@FROM
+@click.option("--size", default="64M", show_default=True)
+@PAGE
+@AS_JSON
+def first_touch_command(
+    target: str, initiator: str | None, size: str, page: str, as_json: bool
+) -> None:
+    """Per-page first-write latency and throughput."""
+    from pycxl.bench.first_touch import measure_first_touch
+
+    r = measure_first_touch(target, initiator=initiator, size=parse_size(size), page=page)
+    _emit([r], as_json, ["p50_ns", "p90_ns", "p99_ns", "max_ns", "bytes_per_s"])
+
+
+@bench_group.command("matrix")
+@click.option("--latency/--no-latency", default=True)
+@click.option("--bandwidth/--no-bandwidth", default=False)
+@click.option("--size", default=None, help="Arena / array size per cell.")
+@AS_JSON
+def matrix_command(latency: bool, bandwidth: bool, size: str | None, as_json: bool) -> None:
+    """Every node with CPUs (initiator) x every memory tier (target)."""
+    from pycxl.bench.bandwidth import measure_bandwidth
+    from pycxl.bench.context import place
+    from pycxl.bench.latency import measure_latency
+    from pycxl.system import snapshot
+
+    s = snapshot(gpus=False)
+    inits = [n.name for n in s.nodes if n.node.cpus]
+    targets = [n.name for n in s.nodes if n.node.has_memory]
+    cells = [(i, t) for i in inits for t in targets]
+    results: list[BenchResult] = []
+
+    def one(cell: tuple[str, str]) -> list[BenchResult]:
+        i, t = cell
+        p = place(t, i, s)
+        out = []
+        if latency:
+            out.append(measure_latency(t, size=_size(size), samples=3, placement=p))
+        if bandwidth:
+            out += measure_bandwidth(t, kernel="triad", size=_size(size), ntimes=5, placement=p)
+        return out
+
+    for r in _progress(cells, as_json, "matrix", one):
+        results += r
+    if as_json:
+        emit_json([r.as_json() for r in results])
+        return
+    for bench, key, fmt in (
+        ("latency", "latency_ns", "{:.1f} ns"),
+        ("bandwidth", "bytes_per_s", "{:.2e} B/s"),
+    ):
+        rows = [
+            [i]
+            + [
+                next(
+                    (
+                        fmt.format(r.figures[key])
+                        for r in results
+                        if r.benchmark == bench and r.initiator == i and r.target == t
+                    ),
+                    "-",
+                )
+                for t in targets
+            ]
+            for i in inits
+        ]
+        if any(r.benchmark == bench for r in results):
+            emit_table(f"{bench} (initiator x target)", ["", *targets], rows)
+
+
+def _progress(items: Sequence[Any], quiet: bool, label: str, fn: Callable[[Any], Any]) -> list[Any]:
+    if quiet or len(items) < 2:
+        return [fn(x) for x in items]
+    out = []
+    with click.progressbar(items, label=label, file=click.get_text_stream("stderr")) as bar:
+        for x in bar:
+            out.append(fn(x))
+    return out
+
+
+def _emit(results: list[BenchResult], as_json: bool, keys: list[str]) -> None:
+    if as_json:
+        emit_json([r.as_json() for r in results])
+        return
+    rows = []
+    for r in results:
+        rows.append(
+            [
+                r.benchmark,
+                r.params.get("kernel", "-"),
+                r.target,
+                r.node,
+                r.initiator,
+                len(r.cpus),
+                format_size(r.size),
+                format_size(r.page_size),
+            ]
+            + [_fmt(k, r.figures[k]) for k in keys]
+        )
+    emit_table(
+        None, ["bench", "kernel", "target", "node", "from", "cpus", "size", "page", *keys], rows
+    )
+
+
+def _fmt(key: str, v: float) -> str:
+    if key.startswith("bytes_per_s"):
+        return f"{v / 1e9:.2f} GB/s"
+    return f"{v:.1f}"
+
+
+def _plot(path: str, results: list[BenchResult], x: str, y: str, xl: str, yl: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from pycxl.errors import NotAvailableError
+
+        raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'") from None
+    xs = [r.size if x == "size" else len(r.cpus) for r in results]
+    fig, ax = plt.subplots()
+    ax.plot(xs, [r.figures[y] for r in results], marker="o")
+    if x == "size":
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xl)
+    ax.set_ylabel(yl)
+    ax.set_title(f"{results[0].benchmark}: {results[0].target} from {results[0].initiator}")
+    fig.savefig(path)

@@ -1,0 +1,35 @@
+"""cffi build script for the benchmark kernels (API mode, compiled at install time).
+
+No -march flag: the build must run on any CPU of the architecture; bench.c picks wide
+vector code at run time (target_clones, AVX checks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+
+ffibuilder = FFI()
+ffibuilder.cdef(
+    """
+    int chase_build(char *buf, size_t n_lines, size_t stride, size_t group, uint64_t seed);
+    uint64_t chase_run(void *start, uint64_t loads);
+    int stream_has_nt(void);
+    int stream_run(int kernel, double *a, double *b, double *c, size_t n, double s,
+                   int nthreads, const int *cpus, int ntimes, int nt, uint64_t *times);
+    uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns);
+    uint64_t timer_cost_ns(void);
+    """
+)
+ffibuilder.set_source(
+    "pycxl._bench",
+    (HERE / "bench.c").read_text(),
+    extra_compile_args=["-O3", "-fno-strict-aliasing", "-pthread"],
+    extra_link_args=["-pthread"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,1 @@
+"""Benchmarks on memory tiers; each returns result objects and prints nothing."""

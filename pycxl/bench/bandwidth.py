@@ -1,0 +1,148 @@
+"""Sustainable bandwidth by the STREAM rules.
+
+Three arrays of doubles bound to the target node, first touched by the worker threads
+(pinned to the initiator's CPUs) so pages sit where they are used; each kernel runs
+``ntimes`` times, the first pass is dropped, best and median reported; Copy and Scale
+count 16 bytes per element, Add and Triad 24; the arrays are then checked against the
+values the same sequence of kernels must produce, like STREAM's checkSTREAMresults.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..numa.placement import NumaBuffer
+from ..numa.policy import Policy
+from .context import Placement, check_fits, last_level_cache, place
+from .native import kernels
+from .results import BenchResult
+
+KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
+INIT = 4
+BYTES_PER_ELEMENT = {"copy": 16, "scale": 16, "add": 24, "triad": 24}
+SCALAR = 3.0
+
+
+def default_array_size() -> int:
+    """Each array at least 4x the last-level cache (STREAM's rule), at least 64 MiB."""
+    return max(4 * last_level_cache(), 64 << 20)
+
+
+def measure_bandwidth(
+    target: str,
+    *,
+    initiator: str | None = None,
+    threads: int | None = None,
+    kernel: str = "all",
+    size: int | None = None,
+    ntimes: int = 10,
+    nt_stores: bool = False,
+    placement: Placement | None = None,
+) -> list[BenchResult]:
+    p = placement or place(target, initiator)
+    names = list(KERNELS) if kernel == "all" else [kernel]
+    if any(k not in KERNELS for k in names):
+        raise InvalidRequestError(f"kernel '{kernel}': use copy, scale, add, triad or all")
+    nthreads = threads or len(p.cpus)
+    if not 1 <= nthreads <= len(p.cpus):
+        raise InvalidRequestError(
+            f"{nthreads} threads but initiator {p.initiator} has {len(p.cpus)} CPUs"
+        )
+    if ntimes < 2:
+        raise InvalidRequestError("ntimes must be at least 2 (the first pass is dropped)")
+    ffi, lib = kernels()
+    if nt_stores and not lib.stream_has_nt():
+        raise NotAvailableError("--nt-stores needs a CPU with AVX")
+    array = (size or default_array_size()) // 4096 * 4096
+    check_fits(3 * array, p)
+    n = array // 8
+    cpus = ffi.new("int[]", list(p.cpus[:nthreads]))
+    times = ffi.new("uint64_t[]", 1)
+    per_kernel: dict[str, list[int]] = {k: [] for k in names}
+    policy = Policy.bind(p.node)
+    with (
+        NumaBuffer(array, policy, populate=False) as a,
+        NumaBuffer(array, policy, populate=False) as b,
+        NumaBuffer(array, policy, populate=False) as c,
+    ):
+        pa, pb, pc = (ffi.cast("double *", x.address) for x in (a, b, c))
+        _run(lib, INIT, pa, pb, pc, n, nthreads, cpus, 0, times)
+        expect = [1.0, 2.0, 0.0]
+        for _ in range(ntimes):  # STREAM order: each pass runs every kernel once
+            for k in names:
+                _run(lib, KERNELS[k], pa, pb, pc, n, nthreads, cpus, int(nt_stores), times)
+                per_kernel[k].append(int(times[0]))
+                _advance(expect, k)
+        _validate((a, b, c), expect)
+        pages = {x: a.pages_by_node().get(p.node, 0) for x in ("a",)}
+    results = []
+    for k in names:
+        kept = per_kernel[k][1:]  # the first pass warms caches and TLBs
+        nbytes = BYTES_PER_ELEMENT[k] * n
+        results.append(
+            BenchResult(
+                benchmark="bandwidth",
+                target=p.target,
+                node=p.node,
+                initiator=p.initiator,
+                cpus=tuple(p.cpus[:nthreads]),
+                size=array,
+                page_size=4096,
+                figures={
+                    "bytes_per_s": nbytes / (min(kept) / 1e9),
+                    "bytes_per_s_median": nbytes / (statistics.median(kept) / 1e9),
+                },
+                params={
+                    "kernel": k,
+                    "threads": nthreads,
+                    "ntimes": ntimes,
+                    "nt_stores": nt_stores,
+                    "pages_on_node": pages["a"],
+                },
+            )
+        )
+    return results
+
+
+def _run(
+    lib: object,
+    kernel: int,
+    a: object,
+    b: object,
+    c: object,
+    n: int,
+    nthreads: int,
+    cpus: object,
+    nt: int,
+    times: object,
+) -> None:
+    rc = lib.stream_run(kernel, a, b, c, n, SCALAR, nthreads, cpus, 1, nt, times)  # type: ignore[attr-defined]
+    if rc:
+        raise OperationError(f"stream worker threads could not start (error {rc})")
+
+
+def _advance(v: list[float], kernel: str) -> None:
+    a, b, c = v
+    if kernel == "copy":
+        c = a
+    elif kernel == "scale":
+        b = SCALAR * c
+    elif kernel == "add":
+        c = a + b
+    else:
+        a = b + SCALAR * c
+    v[:] = [a, b, c]
+
+
+def _validate(bufs: tuple[NumaBuffer, NumaBuffer, NumaBuffer], expect: list[float]) -> None:
+    import numpy as np
+
+    for name, buf, want in zip("abc", bufs, expect, strict=True):
+        arr = buf.array("float64")
+        err = float(np.abs(arr - want).max()) / abs(want or 1.0)
+        del arr
+        if err > 1e-13:
+            raise OperationError(
+                f"STREAM validation failed: array {name} differs from {want} by {err:.2e}"
+            )

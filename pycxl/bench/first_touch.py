@@ -1,0 +1,63 @@
+"""First-touch cost: time of each page's first write (allocate + zero + map) on a node."""
+
+from __future__ import annotations
+
+from ..numa.placement import NumaBuffer
+from ..numa.policy import Policy
+from .context import Placement, check_fits, page_size, pinned, place
+from .native import kernels
+from .results import BenchResult
+
+
+def measure_first_touch(
+    target: str,
+    *,
+    initiator: str | None = None,
+    size: int = 64 << 20,
+    page: str = "4k",
+    placement: Placement | None = None,
+) -> BenchResult:
+    import numpy as np
+
+    p = placement or place(target, initiator)
+    psize = page_size(page)
+    size = max(psize, size // psize * psize)
+    check_fits(size, p)
+    ffi, lib = kernels()
+    npages = size // psize
+    ns = np.zeros(npages, dtype=np.uint32)
+    with (
+        NumaBuffer(
+            size, Policy.bind(p.node), huge="thp" if psize > 4096 else "none", populate=False
+        ) as buf,
+        pinned(p.cpus[0]),
+    ):
+        timer = int(lib.timer_cost_ns())
+        total = int(
+            lib.first_touch(
+                ffi.cast("char *", buf.address),
+                npages,
+                psize,
+                ffi.cast("uint32_t *", ns.ctypes.data),
+            )
+        )
+        pages = buf.pages_by_node()
+    per_page = np.maximum(ns.astype(np.int64) - timer, 0)
+    p50, p90, p99 = (float(np.percentile(per_page, q)) for q in (50, 90, 99))
+    return BenchResult(
+        benchmark="first-touch",
+        target=p.target,
+        node=p.node,
+        initiator=p.initiator,
+        cpus=(p.cpus[0],),
+        size=size,
+        page_size=psize,
+        figures={
+            "p50_ns": p50,
+            "p90_ns": p90,
+            "p99_ns": p99,
+            "max_ns": float(per_page.max()),
+            "bytes_per_s": size / (total / 1e9),
+        },
+        params={"pages": npages, "timer_ns": timer, "pages_on_node": pages.get(p.node, 0)},
+    )

@@ -1,0 +1,90 @@
+"""Where pages are: per page (move_pages as a query) and per process (numa_maps); and
+moving pages of a buffer to another node."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from collections import Counter
+from typing import Any
+
+from .._lib.libs import LIBNUMA
+from ..errors import InvalidRequestError, NotFoundError, OperationError
+from ..sysfs import Sysfs
+from .policy import MPOL_MF_MOVE
+
+PAGE = mmap.PAGESIZE
+NOT_PRESENT = -1  # key for pages not yet touched (move_pages says -ENOENT)
+
+
+def buffer_span(obj: Any) -> tuple[int, int]:
+    """(address, length) of a buffer, numpy array or NumaBuffer; contiguous only."""
+    span = getattr(obj, "span", None)
+    if callable(span):
+        return span()  # type: ignore[no-any-return]
+    import numpy as np
+
+    arr = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise InvalidRequestError("the array is not contiguous; pass its base or a copy")
+    return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
+
+
+def _pages(address: int, length: int) -> list[int]:
+    first = address - address % PAGE
+    return list(range(first, address + length, PAGE))
+
+
+def _move_pages(pages: list[int], node: int | None) -> list[int]:
+    ffi, lib = LIBNUMA.load()
+    n = len(pages)
+    addrs = ffi.new("void *[]", [ffi.cast("void *", p) for p in pages])
+    status = ffi.new("int[]", n)
+    nodes = ffi.new("int[]", [node] * n) if node is not None else ffi.NULL
+    rc = lib.move_pages(0, n, addrs, nodes, status, MPOL_MF_MOVE if node is not None else 0)
+    if rc < 0:
+        raise OperationError(f"move_pages failed: {os.strerror(ffi.errno)}")
+    return list(status)
+
+
+def page_nodes(obj: Any) -> list[int]:
+    """The node of each page of ``obj`` (NOT_PRESENT for pages never touched)."""
+    address, length = buffer_span(obj)
+    return [s if s >= 0 else NOT_PRESENT for s in _move_pages(_pages(address, length), None)]
+
+
+def pages_by_node(obj: Any) -> dict[int, int]:
+    """Pages of ``obj`` per node; key NOT_PRESENT (-1) counts untouched pages."""
+    return dict(sorted(Counter(page_nodes(obj)).items()))
+
+
+def migrate(obj: Any, node: int) -> dict[int, int]:
+    """Move every page of ``obj`` to ``node``; returns pages per node afterwards.
+    Pages shared with other processes, or pinned, stay where they are (counted)."""
+    address, length = buffer_span(obj)
+    status = _move_pages(_pages(address, length), node)
+    failed = [s for s in status if s < 0 and s != -2]  # -ENOENT: not present, fine
+    if failed and len(failed) == len(status):
+        raise OperationError(f"no page could be moved to node {node}: {os.strerror(-failed[0])}")
+    return pages_by_node(obj)
+
+
+_NUMA_MAPS_NODE = re.compile(r"\bN(\d+)=(\d+)")
+_PAGE_KB = re.compile(r"\bkernelpagesize_kB=(\d+)")
+
+
+def process_usage(pid: int, fs: Sysfs | None = None) -> dict[int, int]:
+    """Bytes of a process's resident memory per node, from /proc/PID/numa_maps."""
+    fs = fs or Sysfs()
+    path = f"/proc/{pid}/numa_maps"
+    if not fs.exists(f"/proc/{pid}"):
+        raise NotFoundError("process", str(pid))
+    usage: Counter[int] = Counter()
+    lines = list(fs.iter_lines(path))
+    for line in lines:
+        kb = _PAGE_KB.search(line)
+        page = int(kb.group(1)) * 1024 if kb else PAGE
+        for node, pages in _NUMA_MAPS_NODE.findall(line):
+            usage[int(node)] += int(pages) * page
+    return dict(sorted(usage.items()))

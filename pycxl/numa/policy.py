@@ -1,0 +1,181 @@
+"""Memory policies (set_mempolicy / mbind / get_mempolicy through libnuma's wrappers).
+
+A ``Policy`` says where pages of new allocations go: ``bind`` (only these nodes),
+``preferred`` (this node first), ``interleave`` (round robin), ``weighted_interleave``
+(round robin by the per-node weights in /sys/kernel/mm/mempolicy/weighted_interleave,
+Linux 6.9+), ``local`` (the faulting CPU's node) or ``default``. It applies to the
+calling thread (``thread_policy``, a context manager that restores the previous one) or
+to a range of memory (``bind_range``).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .._lib.libs import LIBNUMA
+from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..sysfs import Sysfs
+
+# Bits in the node masks pycxl passes (the kernel's MAX_NUMNODES is at most 1024).
+MASK_BITS = 1024
+WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+
+MPOL_F_NODE = 1 << 0  # get_mempolicy: return the node of the page at addr
+MPOL_F_ADDR = 1 << 1  # get_mempolicy: policy of the range at addr
+MPOL_MF_STRICT = 1 << 0  # mbind: fail if pages do not follow the policy
+MPOL_MF_MOVE = 1 << 1  # mbind / move_pages: move pages used only by this process
+
+
+class Mode(enum.IntEnum):
+    DEFAULT = 0
+    PREFERRED = 1
+    BIND = 2
+    INTERLEAVE = 3
+    LOCAL = 4
+    PREFERRED_MANY = 5
+    WEIGHTED_INTERLEAVE = 6
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: Mode
+    nodes: tuple[int, ...] = ()
+
+    @classmethod
+    def bind(cls, *nodes: int) -> Policy:
+        return cls(Mode.BIND, _nodes(nodes, "bind"))
+
+    @classmethod
+    def preferred(cls, node: int) -> Policy:
+        return cls(Mode.PREFERRED, (node,))
+
+    @classmethod
+    def interleave(cls, *nodes: int) -> Policy:
+        return cls(Mode.INTERLEAVE, _nodes(nodes, "interleave"))
+
+    @classmethod
+    def weighted_interleave(cls, *nodes: int) -> Policy:
+        return cls(Mode.WEIGHTED_INTERLEAVE, _nodes(nodes, "weighted interleave"))
+
+    @classmethod
+    def local(cls) -> Policy:
+        return cls(Mode.LOCAL)
+
+    @classmethod
+    def default(cls) -> Policy:
+        return cls(Mode.DEFAULT)
+
+    def describe(self) -> str:
+        name = self.mode.name.lower()
+        return f"{name} {','.join(map(str, self.nodes))}" if self.nodes else name
+
+
+def _nodes(nodes: Sequence[int], what: str) -> tuple[int, ...]:
+    if not nodes:
+        raise InvalidRequestError(f"a {what} policy needs at least one node")
+    if len(set(nodes)) != len(nodes):
+        raise InvalidRequestError(f"a node is named twice in the {what} policy: {list(nodes)}")
+    return tuple(nodes)
+
+
+def _lib() -> tuple[Any, Any]:
+    return LIBNUMA.load()
+
+
+def _mask(ffi: Any, nodes: Sequence[int]) -> Any:
+    words = ffi.new("unsigned long[]", MASK_BITS // 64)
+    for n in nodes:
+        if not 0 <= n < MASK_BITS:
+            raise InvalidRequestError(f"node {n} is out of range")
+        words[n // 64] |= 1 << (n % 64)
+    return words
+
+
+def _unmask(words: Any) -> tuple[int, ...]:
+    return tuple(i for i in range(MASK_BITS) if words[i // 64] >> (i % 64) & 1)
+
+
+def _refused(call: str, policy: Policy, err: int) -> OperationError:
+    why = os.strerror(err)
+    hint = ""
+    if err == errno.EINVAL and policy.mode == Mode.WEIGHTED_INTERLEAVE:
+        hint = "; weighted interleave needs Linux 6.9+"
+    elif err == errno.EINVAL:
+        hint = "; a node may be offline or have no memory"
+    return OperationError(f"the kernel refused {call}({policy.describe()}): {why}{hint}")
+
+
+def set_thread_policy(policy: Policy) -> None:
+    """Set the calling thread's policy (inherited by threads and processes it starts)."""
+    ffi, lib = _lib()
+    mask = _mask(ffi, policy.nodes)
+    if lib.set_mempolicy(int(policy.mode), mask if policy.nodes else ffi.NULL,
+                         MASK_BITS + 1 if policy.nodes else 0) != 0:  # fmt: skip
+        raise _refused("set_mempolicy", policy, ffi.errno)
+
+
+def get_thread_policy() -> Policy:
+    ffi, lib = _lib()
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", MASK_BITS // 64)
+    if lib.get_mempolicy(mode, mask, MASK_BITS + 1, ffi.NULL, 0) != 0:
+        raise OperationError(f"get_mempolicy failed: {os.strerror(ffi.errno)}")
+    return Policy(Mode(mode[0] & 0xFFFF), _unmask(mask))  # high bits: mode flags
+
+
+@contextmanager
+def thread_policy(policy: Policy) -> Iterator[Policy]:
+    """Allocations by this thread inside the block follow ``policy``."""
+    previous = get_thread_policy()
+    set_thread_policy(policy)
+    try:
+        yield policy
+    finally:
+        set_thread_policy(previous)
+
+
+def bind_range(address: int, length: int, policy: Policy, *, move: bool = False) -> None:
+    """Apply ``policy`` to [address, address+length) (page aligned); with ``move``,
+    pages already there are migrated to follow it."""
+    ffi, lib = _lib()
+    mask = _mask(ffi, policy.nodes)
+    flags = MPOL_MF_MOVE | MPOL_MF_STRICT if move else 0
+    rc = lib.mbind(ffi.cast("void *", address), length, int(policy.mode),
+                   mask if policy.nodes else ffi.NULL,
+                   MASK_BITS + 1 if policy.nodes else 0, flags)  # fmt: skip
+    if rc != 0:
+        raise _refused("mbind", policy, ffi.errno)
+
+
+# --- weighted interleave weights (system-wide) -----------------------------------------
+def read_weights(fs: Sysfs | None = None) -> dict[int, int]:
+    fs = fs or Sysfs()
+    if not fs.is_dir(WEIGHTS_DIR):
+        raise NotAvailableError(
+            f"this kernel has no weighted interleave ({WEIGHTS_DIR} is missing; Linux 6.9+)"
+        )
+    out = {}
+    for entry in fs.listdir(WEIGHTS_DIR):
+        if entry.startswith("node") and entry[4:].isdigit():
+            out[int(entry[4:])] = fs.read_int(f"{WEIGHTS_DIR}/{entry}") or 1
+    return out
+
+
+def write_weights(weights: dict[int, int], fs: Sysfs | None = None) -> dict[int, int]:
+    """Set per-node weights (1..255); returns the previous ones, to restore."""
+    fs = fs or Sysfs()
+    previous = read_weights(fs)
+    for node, w in weights.items():
+        if not 1 <= w <= 255:
+            raise InvalidRequestError(f"weight {w} for node {node} is not in 1..255")
+        if node not in previous:
+            raise InvalidRequestError(f"node {node} has no weighted-interleave weight")
+    for node, w in weights.items():
+        fs.write(f"{WEIGHTS_DIR}/node{node}", str(w))
+    return {n: previous[n] for n in weights}

@@ -1,0 +1,71 @@
+"""NUMA control against a real CXL node (testbed): placement, interleave, weighted
+interleave, migration and `pycxl run --membind cxl0`, page by page.
+
+The emulator is slow and fragile where the guest touches CXL memory (see
+docs/testbed.md): buffers here are 256 KiB, and the commands run under a CXL policy are
+small programs, not a Python interpreter.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from pycxl.cxl import regions
+from pycxl.cxl.region_layout import RegionRequest
+from pycxl.numa import placement
+from pycxl.numa.policy import Policy, read_weights, write_weights
+from pycxl.system import snapshot
+from tests.kernel.kernel_helpers import pycxl_cli
+
+SIZE = 256 << 10
+PAGES = SIZE // 4096
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_placement_policies_and_migration_on_a_cxl_node() -> None:
+    made = regions.create_region(RegionRequest(ways=2))
+    assert made.tier == "cxl0" and made.numa_node is not None
+    cxl = made.numa_node
+    dram = snapshot(gpus=False).resolve("dram0").node
+    assert dram is not None and dram != cxl
+
+    with placement.allocate(SIZE, "cxl0") as buf:
+        assert buf.pages_by_node() == {cxl: PAGES}
+        # migrate to DRAM and back: every page moves, and later faults follow
+        assert buf.migrate("dram0") == {dram: PAGES}
+        assert buf.migrate("cxl0") == {cxl: PAGES}
+
+    # interleave spreads pages one by one across the two nodes: half each (+-1 page)
+    with placement.allocate(SIZE, policy=Policy.interleave(dram, cxl)) as buf:
+        counts = buf.pages_by_node()
+        assert counts.keys() == {dram, cxl} and abs(counts[dram] - counts[cxl]) <= 1, counts
+
+    # weighted interleave 3:1 (Linux 6.9+): round robin by weight, so 3:1 within 5%
+    before = read_weights()
+    previous = write_weights({dram: 3, cxl: 1})
+    try:
+        with placement.allocate(SIZE, policy=Policy.weighted_interleave(dram, cxl)) as buf:
+            counts = buf.pages_by_node()
+    finally:
+        write_weights(previous)
+    assert read_weights() == before
+    assert 2.85 <= counts[dram] / counts[cxl] <= 3.15, counts
+
+    # a numpy array made without any policy moves to the CXL node
+    a = np.ones(SIZE // 8)
+    assert set(placement.migrate(a, "cxl0")) == {cxl}
+
+    # pycxl run: the child runs under the policy, as its own numa_maps says
+    p = pycxl_cli("run", "--membind", "cxl0", "--", "cat", "/proc/self/numa_maps")
+    assert p.returncode == 0, p.stderr
+    anon = [ln for ln in p.stdout.splitlines() if "anon=" in ln]
+    assert anon and all(f"bind:{cxl}" in ln for ln in anon), p.stdout
+    assert all(re.search(rf"\bN{cxl}=\d+", ln) and f" N{dram}=" not in ln for ln in anon)
+    p = pycxl_cli("run", "--interleave", "dram0,cxl0", "--weights", "3,1", "--",
+                  "cat", "/proc/self/numa_maps")  # fmt: skip
+    assert p.returncode == 0 and f"weighted interleave:{dram}-{cxl}" in p.stdout, p.stdout
+    assert read_weights() == before  # pycxl run put the system-wide weights back
+    regions.destroy_region(made.name)
