@@ -187,7 +187,8 @@ int stream_has_nt(void)
 }
 
 struct stream_job {
-    int kernel, ntimes, nthreads, nt;
+    const int *kernels;
+    int nkernels, ntimes, nthreads, nt;
     double *a, *b, *c;
     size_t n;
     double s;
@@ -207,29 +208,33 @@ static void *stream_thread(void *arg)
     size_t lo = j->n * (size_t)w->index / (size_t)j->nthreads;
     size_t hi = j->n * (size_t)(w->index + 1) / (size_t)j->nthreads;
     for (int k = 0; k < j->ntimes; k++) {
-        pthread_barrier_wait(&j->barrier);
-        uint64_t t0 = now_ns();
+        for (int q = 0; q < j->nkernels; q++) {
+            int kernel = j->kernels[q];
+            pthread_barrier_wait(&j->barrier);
+            uint64_t t0 = now_ns();
 #if defined(__x86_64__)
-        if (j->nt)
-            stream_chunk_nt_avx(j->kernel, j->a, j->b, j->c, lo, hi, j->s);
-        else
+            if (j->nt)
+                stream_chunk_nt_avx(kernel, j->a, j->b, j->c, lo, hi, j->s);
+            else
 #endif
-            stream_chunk(j->kernel, j->a, j->b, j->c, lo, hi, j->s);
-        pthread_barrier_wait(&j->barrier);
-        if (w->index == 0)
-            j->times[k] = now_ns() - t0;
+                stream_chunk(kernel, j->a, j->b, j->c, lo, hi, j->s);
+            pthread_barrier_wait(&j->barrier);
+            if (w->index == 0)
+                j->times[k * j->nkernels + q] = now_ns() - t0;
+        }
     }
     return NULL;
 }
 
-/* Run `kernel` `ntimes` times on nthreads threads, thread i pinned to cpus[i]; each
- * pass's time (from the barrier every thread left to the barrier every thread reached)
- * goes to times[k]. K_INIT first-touches the arrays from the same threads.
- * Returns 0, or an errno value. */
-int stream_run(int kernel, double *a, double *b, double *c, size_t n, double s,
-               int nthreads, const int *cpus, int ntimes, int nt, uint64_t *times)
+/* Run the kernels in order, the whole sequence `ntimes` times (STREAM's order), on
+ * nthreads threads, thread i pinned to cpus[i], the same threads throughout. Each
+ * kernel's time in pass k (from the barrier every thread left to the barrier every
+ * thread reached) goes to times[k * nkernels + q]. K_INIT first-touches the arrays from
+ * these threads. Returns 0, or an errno value. */
+int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c, size_t n,
+               double s, int nthreads, const int *cpus, int ntimes, int nt, uint64_t *times)
 {
-    struct stream_job job = {kernel, ntimes, nthreads, nt, a, b, c, n, s, times};
+    struct stream_job job = {kernels, nkernels, ntimes, nthreads, nt, a, b, c, n, s, times};
     pthread_t *tids = calloc((size_t)nthreads, sizeof(pthread_t));
     struct stream_worker *workers = calloc((size_t)nthreads, sizeof(struct stream_worker));
     if (!tids || !workers) {

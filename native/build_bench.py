@@ -18,8 +18,9 @@ ffibuilder.cdef(
     int chase_build(char *buf, size_t n_lines, size_t stride, size_t group, uint64_t seed);
     uint64_t chase_run(void *start, uint64_t loads);
     int stream_has_nt(void);
-    int stream_run(int kernel, double *a, double *b, double *c, size_t n, double s,
-                   int nthreads, const int *cpus, int ntimes, int nt, uint64_t *times);
+    int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c,
+                   size_t n, double s, int nthreads, const int *cpus, int ntimes, int nt,
+                   uint64_t *times);
     uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns);
     uint64_t timer_cost_ns(void);
     """

@@ -10,6 +10,7 @@ values the same sequence of kernels must produce, like STREAM's checkSTREAMresul
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
@@ -58,8 +59,8 @@ def measure_bandwidth(
     check_fits(3 * array, p)
     n = array // 8
     cpus = ffi.new("int[]", list(p.cpus[:nthreads]))
-    times = ffi.new("uint64_t[]", 1)
-    per_kernel: dict[str, list[int]] = {k: [] for k in names}
+    seq = [KERNELS[k] for k in names]
+    times = ffi.new("uint64_t[]", ntimes * len(seq))
     policy = Policy.bind(p.node)
     with (
         NumaBuffer(array, policy, populate=False) as a,
@@ -67,15 +68,17 @@ def measure_bandwidth(
         NumaBuffer(array, policy, populate=False) as c,
     ):
         pa, pb, pc = (ffi.cast("double *", x.address) for x in (a, b, c))
-        _run(lib, INIT, pa, pb, pc, n, nthreads, cpus, 0, times)
+        _run(ffi, lib, [INIT], (pa, pb, pc), n, nthreads, cpus, 1, 0, times)
+        _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(nt_stores), times)
         expect = [1.0, 2.0, 0.0]
-        for _ in range(ntimes):  # STREAM order: each pass runs every kernel once
+        for _ in range(ntimes):
             for k in names:
-                _run(lib, KERNELS[k], pa, pb, pc, n, nthreads, cpus, int(nt_stores), times)
-                per_kernel[k].append(int(times[0]))
                 _advance(expect, k)
         _validate((a, b, c), expect)
-        pages = {x: a.pages_by_node().get(p.node, 0) for x in ("a",)}
+        on_node = a.pages_by_node().get(p.node, 0)
+    per_kernel = {
+        k: [int(times[t * len(seq) + q]) for t in range(ntimes)] for q, k in enumerate(names)
+    }
     results = []
     for k in names:
         kept = per_kernel[k][1:]  # the first pass warms caches and TLBs
@@ -98,7 +101,7 @@ def measure_bandwidth(
                     "threads": nthreads,
                     "ntimes": ntimes,
                     "nt_stores": nt_stores,
-                    "pages_on_node": pages["a"],
+                    "pages_on_node": on_node,
                 },
             )
         )
@@ -106,18 +109,19 @@ def measure_bandwidth(
 
 
 def _run(
-    lib: object,
-    kernel: int,
-    a: object,
-    b: object,
-    c: object,
+    ffi: Any,
+    lib: Any,
+    seq: list[int],
+    arrays: tuple[Any, Any, Any],
     n: int,
     nthreads: int,
-    cpus: object,
+    cpus: Any,
+    ntimes: int,
     nt: int,
-    times: object,
+    times: Any,
 ) -> None:
-    rc = lib.stream_run(kernel, a, b, c, n, SCALAR, nthreads, cpus, 1, nt, times)  # type: ignore[attr-defined]
+    kernels = ffi.new("int[]", seq)
+    rc = lib.stream_run(kernels, len(seq), *arrays, n, SCALAR, nthreads, cpus, ntimes, nt, times)
     if rc:
         raise OperationError(f"stream worker threads could not start (error {rc})")
 

@@ -24,7 +24,7 @@ class Placement:
     node: int
     initiator: str
     cpus: tuple[int, ...]
-    free: int  # target node's free memory, bytes
+    free: int  # target node's available memory (free + reclaimable), bytes
 
 
 def place(target: str, initiator: str | None = None, system: System | None = None) -> Placement:
@@ -43,7 +43,7 @@ def place(target: str, initiator: str | None = None, system: System | None = Non
         if not with_cpus:
             raise NotAvailableError("no NUMA node has CPUs")
         near = min(with_cpus, key=lambda n: (node.distances.get(n.node.id, 255), n.node.id))
-        return Placement(target, node.id, near.name, near.node.cpus, node.mem_free)
+        return Placement(target, node.id, near.name, near.node.cpus, node.mem_available)
     i = s.resolve(initiator, initiator=True)
     if i.kind == "cpu" and i.cpu is not None:
         cpus: tuple[int, ...] = (i.cpu,)
@@ -55,7 +55,7 @@ def place(target: str, initiator: str | None = None, system: System | None = Non
     cpus = tuple(c for c in cpus if c in allowed)
     if not cpus:
         raise InvalidRequestError(f"initiator '{initiator}': none of its CPUs is allowed here")
-    return Placement(target, node.id, initiator, cpus, node.mem_free)
+    return Placement(target, node.id, initiator, cpus, node.mem_available)
 
 
 def last_level_cache(fs: Sysfs | None = None) -> int:
@@ -103,7 +103,7 @@ def check_fits(size: int, p: Placement) -> None:
     if size > p.free:
         raise InvalidRequestError(
             f"{format_size(size)} does not fit on {p.target} (node {p.node}): "
-            f"{format_size(p.free)} free; pass a smaller --size"
+            f"{format_size(p.free)} available; pass a smaller --size"
         )
 
 

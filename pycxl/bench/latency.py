@@ -1,22 +1,25 @@
 """Idle load-to-use latency by dependent-load pointer chase (the multichase method).
 
-A random cycle through every cache line of a buffer on the target, grouped by page so
-each page costs one TLB miss per page's worth of lines; the calling thread, pinned to
-one initiator CPU, follows it. ns per load = elapsed / loads, best and median of the
-samples, after one unmeasured pass.
+A random cycle through the buffer's cache lines, one line every STRIDE bytes (256, as
+multichase: it keeps next-line and adjacent-line prefetchers from helping), visited in
+random order inside groups of TLB_PAGES pages, groups in random order (TLB misses stay
+rare and constant; multichase's default of 64 pages). The calling thread, pinned to one
+initiator CPU, follows it: ns per load = elapsed / loads, best and median of the
+samples, after one unmeasured pass over the whole cycle.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from ..numa.placement import NumaBuffer
+from ..numa.placement import HugePages, NumaBuffer
 from ..numa.policy import Policy
 from .context import Placement, check_fits, last_level_cache, page_size, pinned, place
 from .native import kernels
 from .results import BenchResult
 
-LINE = 64  # bytes per chase step: one cache line
+STRIDE = 256  # bytes between chased lines
+TLB_PAGES = 64  # pages per randomisation group
 MIN_SIZE = 16 << 10
 
 
@@ -37,24 +40,20 @@ def measure_latency(
 ) -> BenchResult:
     p = placement or place(target, initiator)
     psize = page_size(page)
-    size = size or default_size()
-    size = max(MIN_SIZE, size // psize * psize) if size >= psize else size // LINE * LINE
+    size = max(MIN_SIZE, size or default_size())
+    group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
+    size = size // group * group
     check_fits(size, p)
     ffi, lib = kernels()
-    group = min(psize, size)
-    n_lines = size // LINE
+    n_lines = size // STRIDE
     loads = loads or max(n_lines, 1 << 22)
     loads -= loads % 16
-    with (
-        NumaBuffer(
-            size, Policy.bind(p.node), huge="thp" if psize > 4096 else "none", populate=False
-        ) as buf,
-        pinned(p.cpus[0]),
-    ):
+    huge: HugePages = "thp" if psize > 4096 else "none"
+    with NumaBuffer(size, Policy.bind(p.node), huge=huge, populate=False) as buf, pinned(p.cpus[0]):
         start = ffi.cast("char *", buf.address)
-        if lib.chase_build(start, n_lines, LINE, group, 0) != 0:
-            raise ValueError(f"cannot build a chase over {size} bytes")
-        lib.chase_run(start, n_lines - n_lines % 16 or 16)  # warm: TLB, caches
+        if lib.chase_build(start, n_lines, STRIDE, group, 0) != 0:
+            raise ValueError(f"cannot build a chase over {size} bytes in groups of {group}")
+        lib.chase_run(start, max(16, n_lines - n_lines % 16))  # warm TLB and caches
         ns = [lib.chase_run(start, loads) / loads for _ in range(samples)]
         pages = buf.pages_by_node()
     return BenchResult(
@@ -69,6 +68,8 @@ def measure_latency(
         params={
             "loads": loads,
             "samples": samples,
+            "stride": STRIDE,
+            "tlb_group": group,
             "pages_on_node": pages.get(p.node, 0),
             "pages": sum(pages.values()),
         },

@@ -19,6 +19,9 @@ class NumaNode:
     cpus: tuple[int, ...]
     mem_total: int  # bytes
     mem_free: int  # bytes
+    # free plus what the kernel can reclaim without swapping (clean page cache, slab):
+    # the per-node counterpart of MemAvailable, for "does this fit" checks
+    mem_available: int = 0
     distances: dict[int, int] = field(default_factory=dict, hash=False)
 
     @property
@@ -48,6 +51,7 @@ def read_nodes(sysfs: Sysfs | None = None) -> list[NumaNode]:
                 cpus=fs.read_cpulist(f"{base}/cpulist") or (),
                 mem_total=meminfo.get("MemTotal", 0) * 1024,
                 mem_free=meminfo.get("MemFree", 0) * 1024,
+                mem_available=_available(meminfo) * 1024,
                 # The kernel prints distances to every online node, in id order.
                 distances=dict(zip(ids, dist, strict=False)),
             )
@@ -62,3 +66,8 @@ def _meminfo(fs: Sysfs, rel: str) -> dict[str, int]:
         if m:
             out[m.group(1)] = int(m.group(2))
     return out
+
+
+def _available(meminfo: dict[str, int]) -> int:
+    reclaimable = meminfo.get("FilePages", 0) - meminfo.get("Shmem", 0)
+    return meminfo.get("MemFree", 0) + max(0, reclaimable) + meminfo.get("SReclaimable", 0)

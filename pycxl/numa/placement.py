@@ -56,13 +56,13 @@ def resolve_nodes(
 def check_room(size: int, node_ids: Sequence[int], sysroot: str | None = None) -> None:
     """Refuse sizes the nodes cannot hold (their free memory, together)."""
     nodes: dict[int, NumaNode] = {n.id: n for n in read_nodes(Sysfs(sysroot))}
-    free = sum(nodes[n].mem_free for n in node_ids if n in nodes)
+    free = sum(nodes[n].mem_available for n in node_ids if n in nodes)
     if size > free:
         from ..units import format_size
 
         raise InvalidRequestError(
             f"{format_size(size)} does not fit: node(s) {','.join(map(str, node_ids))} have "
-            f"{format_size(free)} free"
+            f"{format_size(free)} available"
         )
 
 
