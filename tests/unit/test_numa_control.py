@@ -103,3 +103,28 @@ def test_where_and_numa_commands_agree_with_the_kernel() -> None:
     for n in doc:
         assert f"node {n['node']} size: {n['mem_total'] >> 20} MB" in out
         assert n["name"].startswith(("dram", "cxl", "node"))
+
+
+def test_kernel_refusal_is_explained() -> None:
+    from pycxl.numa.policy import set_thread_policy
+
+    before = get_thread_policy()
+    with pytest.raises(OperationError, match=r"refused set_mempolicy\(bind 63\).*offline or have"):
+        set_thread_policy(Policy.bind(63))
+    assert get_thread_policy() == before
+
+
+def test_run_preferred_and_cpunodebind() -> None:
+    node = first_dram()
+    p = pycxl_cli(
+        "run", "--preferred", "dram0", "--", "grep", "-m1", "heap", "/proc/self/numa_maps"
+    )
+    assert p.returncode == 0 and f"prefer:{node}" in p.stdout, p.stdout
+    cpus = snapshot(gpus=False).nodes[0].node.cpus
+    p = pycxl_cli(
+        "run", "--cpunodebind", "dram0", "--", "grep", "Cpus_allowed_list", "/proc/self/status"
+    )
+    from pycxl.sysfs import parse_cpulist
+
+    allowed = set(parse_cpulist(p.stdout.split()[-1])) & set(os.sched_getaffinity(0))
+    assert p.returncode == 0 and allowed == set(cpus) & set(os.sched_getaffinity(0)), p.stdout
