@@ -11,6 +11,7 @@ samples, after one unmeasured pass over the whole cycle.
 from __future__ import annotations
 
 import statistics
+import time
 
 from ..numa.placement import HugePages, NumaBuffer
 from ..numa.policy import Policy
@@ -38,6 +39,7 @@ def measure_latency(
     loads: int | None = None,
     placement: Placement | None = None,
 ) -> BenchResult:
+    began = time.perf_counter()
     p = placement or place(target, initiator)
     psize = page_size(page)
     size = max(MIN_SIZE, size or default_size())
@@ -72,6 +74,7 @@ def measure_latency(
             "tlb_group": group,
             "pages_on_node": pages.get(p.node, 0),
             "pages": sum(pages.values()),
+            "measure_s": time.perf_counter() - began,
         },
     )
 

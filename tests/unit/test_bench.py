@@ -94,3 +94,17 @@ def test_cli_json() -> None:
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)[0]["bytes_per_s"] > 0
+
+
+def test_cli_sweep_and_matrix() -> None:
+    p = pycxl_cli("bench", "latency", "--target", "dram0", "--sweep", "--size", "256K", "--json")
+    assert p.returncode == 0, p.stderr
+    sweep = json.loads(p.stdout)
+    assert [r["size"] for r in sweep] == [16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10]
+    assert all(r["latency_ns"] > 0 for r in sweep)
+    p = pycxl_cli("bench", "matrix", "--bandwidth", "--size", "4M", "--json")
+    assert p.returncode == 0, p.stderr
+    cells = {(r["benchmark"], r["initiator"], r["target"]) for r in json.loads(p.stdout)}
+    assert ("latency", "dram0", "dram0") in cells and ("bandwidth", "dram0", "dram0") in cells
+    p = pycxl_cli("bench", "matrix", "--size", "1M")
+    assert p.returncode == 0 and "latency (initiator x target)" in p.stdout
