@@ -10,7 +10,7 @@ ln -s "$PWD"/pycxl/* /tmp/pkg/pycxl/ && ln -s "$PWD/cli" /tmp/pkg/pycxl/cli
 ln -s "$PWD/native" /tmp/pkg/pycxl/native
 export PYTHONPATH=/tmp/site:/tmp/pkg
 (cd /tmp/pkg && python3 "$OLDPWD/native/build_bench.py" >/dev/null 2>&1)
-python3 -c "import pycxl._bench"
+(cd /tmp && python3 -c "import pycxl._bench")
 export LD_LIBRARY_PATH=$PWD/.ref/likwid/usr/lib/x86_64-linux-gnu
 export PATH=$PWD/.ref/likwid/usr/bin:$PWD/.ref/likwid/usr/sbin:$PATH
 lscpu | grep -E "Model name|^CPU\(s\)|L3|NUMA node\(s\)"
