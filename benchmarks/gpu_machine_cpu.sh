@@ -15,9 +15,9 @@ export LD_LIBRARY_PATH=$PWD/.ref/likwid/usr/lib/x86_64-linux-gnu
 export PATH=$PWD/.ref/likwid/usr/bin:$PWD/.ref/likwid/usr/sbin:$PATH
 lscpu | grep -E "Model name|^CPU\(s\)|L3|NUMA node\(s\)"
 for round in 1 2 3; do
-    python3 benchmarks/stream_vs_likwid.py --size 1600M
+    python3 benchmarks/stream_vs_likwid.py --size 1200M
 done
-python3 benchmarks/stream_vs_likwid.py --size 1600M --threads 1
+python3 benchmarks/stream_vs_likwid.py --size 1200M --threads 1
 python3 benchmarks/latency_runs.py --size 1G --page-size 4k --runs 7
 python3 benchmarks/latency_runs.py --size 1G --page-size 2m --runs 7
 python3 benchmarks/cli_overhead.py --runs 5
