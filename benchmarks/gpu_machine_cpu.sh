@@ -20,4 +20,4 @@ done
 python3 benchmarks/stream_vs_likwid.py --size 1200M --threads 1
 python3 benchmarks/latency_runs.py --size 1G --page-size 4k --runs 7
 python3 benchmarks/latency_runs.py --size 1G --page-size 2m --runs 7
-python3 benchmarks/cli_overhead.py --runs 5
+(cd /tmp && python3 "$OLDPWD/benchmarks/cli_overhead.py" --runs 5)

@@ -193,6 +193,7 @@ struct stream_job {
     size_t n;
     double s;
     uint64_t *times;
+    uint64_t *t_start, *t_end; /* per thread, this pass */
     pthread_barrier_t barrier;
 };
 
@@ -211,16 +212,24 @@ static void *stream_thread(void *arg)
         for (int q = 0; q < j->nkernels; q++) {
             int kernel = j->kernels[q];
             pthread_barrier_wait(&j->barrier);
-            uint64_t t0 = now_ns();
+            j->t_start[w->index] = now_ns();
 #if defined(__x86_64__)
             if (j->nt)
                 stream_chunk_nt_avx(kernel, j->a, j->b, j->c, lo, hi, j->s);
             else
 #endif
                 stream_chunk(kernel, j->a, j->b, j->c, lo, hi, j->s);
+            j->t_end[w->index] = now_ns();
             pthread_barrier_wait(&j->barrier);
-            if (w->index == 0)
-                j->times[k * j->nkernels + q] = now_ns() - t0;
+            if (w->index == 0) {
+                /* the pass lasts from the first thread's start to the last one's end */
+                uint64_t first = j->t_start[0], last = j->t_end[0];
+                for (int t = 1; t < j->nthreads; t++) {
+                    if (j->t_start[t] < first) first = j->t_start[t];
+                    if (j->t_end[t] > last) last = j->t_end[t];
+                }
+                j->times[k * j->nkernels + q] = last - first;
+            }
         }
     }
     return NULL;
@@ -228,8 +237,8 @@ static void *stream_thread(void *arg)
 
 /* Run the kernels in order, the whole sequence `ntimes` times (STREAM's order), on
  * nthreads threads, thread i pinned to cpus[i], the same threads throughout. Each
- * kernel's time in pass k (from the barrier every thread left to the barrier every
- * thread reached) goes to times[k * nkernels + q]. K_INIT first-touches the arrays from
+ * kernel's time in pass k (from the first thread starting to the last one finishing)
+ * goes to times[k * nkernels + q]. K_INIT first-touches the arrays from
  * these threads. Returns 0, or an errno value. */
 int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c, size_t n,
                double s, int nthreads, const int *cpus, int ntimes, int nt, uint64_t *times)
@@ -237,9 +246,13 @@ int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c
     struct stream_job job = {kernels, nkernels, ntimes, nthreads, nt, a, b, c, n, s, times};
     pthread_t *tids = calloc((size_t)nthreads, sizeof(pthread_t));
     struct stream_worker *workers = calloc((size_t)nthreads, sizeof(struct stream_worker));
-    if (!tids || !workers) {
+    job.t_start = calloc((size_t)nthreads, sizeof(uint64_t));
+    job.t_end = calloc((size_t)nthreads, sizeof(uint64_t));
+    if (!tids || !workers || !job.t_start || !job.t_end) {
         free(tids);
         free(workers);
+        free(job.t_start);
+        free(job.t_end);
         return 12; /* ENOMEM */
     }
     pthread_barrier_init(&job.barrier, NULL, (unsigned)nthreads);
@@ -268,6 +281,8 @@ int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c
     pthread_barrier_destroy(&job.barrier);
     free(tids);
     free(workers);
+    free(job.t_start);
+    free(job.t_end);
     return rc;
 }
 
