@@ -151,6 +151,33 @@ def first_touch_command(
     _emit([r], as_json, ["p50_ns", "p90_ns", "p99_ns", "max_ns", "bytes_per_s"])
 
 
+@bench_group.command("transfer")
+@click.option("--gpu", "-g", required=True, help="GPU: gpu0, gpu1...")
+@click.option("--target", "-t", required=True, help="Host memory: dram0, cxl0, node1.")
+@click.option(
+    "--direction", type=click.Choice(["h2d", "d2h", "both"]), default="both", show_default=True
+)
+@click.option("--pageable", is_flag=True, help="Copy from unpinned memory.")
+@click.option("--size", default="1G", show_default=True)
+@click.option("--iterations", default=20, show_default=True, type=int)
+@AS_JSON
+def transfer_command(
+    gpu: str, target: str, direction: str, pageable: bool, size: str, iterations: int, as_json: bool
+) -> None:
+    """Copy bandwidth between a GPU and host memory on a tier."""
+    from pycxl.bench.transfer import measure_transfer
+
+    results = measure_transfer(
+        gpu,
+        target,
+        direction=direction,
+        size=parse_size(size),
+        pageable=pageable,
+        iterations=iterations,
+    )
+    _emit(results, as_json, ["bytes_per_s", "bytes_per_s_median"])
+
+
 @bench_group.command("matrix")
 @click.option("--latency/--no-latency", default=True)
 @click.option("--bandwidth/--no-bandwidth", default=False)
@@ -226,7 +253,7 @@ def _emit(results: list[BenchResult], as_json: bool, keys: list[str]) -> None:
         rows.append(
             [
                 r.benchmark,
-                r.params.get("kernel", "-"),
+                r.params.get("kernel", r.params.get("direction", "-")),
                 r.target,
                 r.node,
                 r.initiator,

@@ -108,3 +108,13 @@ def test_cli_sweep_and_matrix() -> None:
     assert ("latency", "dram0", "dram0") in cells and ("bandwidth", "dram0", "dram0") in cells
     p = pycxl_cli("bench", "matrix", "--size", "1M")
     assert p.returncode == 0 and "latency (initiator x target)" in p.stdout
+
+
+def test_transfer_without_a_cuda_driver_says_so() -> None:
+    from pycxl._lib.libs import LIBCUDA
+
+    if LIBCUDA.available():
+        pytest.skip("a CUDA driver is present: the GPU tests cover transfers")
+    p = pycxl_cli("bench", "transfer", "--gpu", "gpu0", "--target", "dram0")
+    assert p.returncode == 4 and "no CUDA driver (libcuda.so.1 not found)" in p.stderr
+    assert "Traceback" not in p.stderr

@@ -1,0 +1,145 @@
+"""GPU memory and host memory the GPU can reach.
+
+``HostMemory`` pins and registers a host buffer (a NumaBuffer placed on a tier, or any
+writable buffer / numpy array) with the CUDA driver, portable and device-mapped: the
+GPU copies to and from it by DMA and can load from it directly (zero-copy). It exposes
+``__cuda_array_interface__`` (the device pointer), so CuPy, Numba and PyTorch use it
+without a copy, and unregisters on ``close()``, at the end of a ``with`` block, or when
+collected. Registration pins pages where they are: they stay on the node they were
+placed on.
+"""
+
+from __future__ import annotations
+
+import resource
+import weakref
+from typing import Any
+
+from ..errors import CudaError, InvalidRequestError, OperationError
+from ..numa import pages
+from . import driver as drv
+
+CU_MEMHOSTREGISTER_PORTABLE = 0x01
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
+PAGE = pages.PAGE
+
+
+class GpuContext:
+    """The primary context of one device, current on the calling thread."""
+
+    def __init__(self, ordinal: int) -> None:
+        ffi, lib = drv.driver()
+        count = ffi.new("int *")
+        drv.check("cuDeviceGetCount", lib.cuDeviceGetCount(count))
+        if not 0 <= ordinal < count[0]:
+            raise InvalidRequestError(f"CUDA device {ordinal} does not exist ({count[0]} found)")
+        dev = ffi.new("CUdevice *")
+        drv.check("cuDeviceGet", lib.cuDeviceGet(dev, ordinal))
+        self.device = int(dev[0])
+        ctx = ffi.new("CUcontext *")
+        drv.check("cuDevicePrimaryCtxRetain", lib.cuDevicePrimaryCtxRetain(ctx, self.device))
+        self.handle = ctx[0]
+        self.activate()
+        self._release = weakref.finalize(self, lib.cuDevicePrimaryCtxRelease_v2, self.device)
+
+    def activate(self) -> None:
+        _, lib = drv.driver()
+        drv.check("cuCtxSetCurrent", lib.cuCtxSetCurrent(self.handle))
+
+    def free_memory(self) -> int:
+        ffi, lib = drv.driver()
+        free, total = ffi.new("size_t *"), ffi.new("size_t *")
+        drv.check("cuMemGetInfo", lib.cuMemGetInfo_v2(free, total))
+        return int(free[0])
+
+
+class DeviceMemory:
+    """``size`` bytes of one GPU's memory; freed on close or collection."""
+
+    def __init__(self, ctx: GpuContext, size: int) -> None:
+        if size <= 0:
+            raise InvalidRequestError(f"device allocation size must be positive, not {size}")
+        free = ctx.free_memory()
+        if size > free:
+            raise InvalidRequestError(
+                f"{size} bytes do not fit in the GPU's free memory ({free} bytes)"
+            )
+        ffi, lib = drv.driver()
+        p = ffi.new("CUdeviceptr *")
+        drv.check("cuMemAlloc", lib.cuMemAlloc_v2(p, size))
+        self.ptr = int(p[0])
+        self.size = size
+        self._free = weakref.finalize(self, lib.cuMemFree_v2, self.ptr)
+
+    def close(self) -> None:
+        self._free()
+
+
+class HostMemory:
+    """A host buffer pinned, registered and mapped for the GPU."""
+
+    def __init__(self, ctx: GpuContext, buffer: Any) -> None:
+        address, length = pages.buffer_span(buffer)
+        if address % PAGE or length % PAGE:
+            raise InvalidRequestError(
+                "host memory to register must start and end on a page boundary "
+                f"(address {address:#x}, {length} bytes); allocate it with "
+                "pycxl.numa.placement.allocate or mmap"
+            )
+        ffi, lib = drv.driver()
+        flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP
+        rc = int(lib.cuMemHostRegister_v2(ffi.cast("void *", address), length, flags))
+        if rc == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+            raise InvalidRequestError(
+                f"the range at {address:#x} is already registered with CUDA; unregister it first"
+            )
+        if rc == CUDA_ERROR_OUT_OF_MEMORY:
+            soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+            raise OperationError(
+                f"cannot pin {length} bytes: the driver is out of pinnable memory "
+                f"(memlock limit {soft if soft >= 0 else 'unlimited'}); raise it "
+                "(ulimit -l unlimited, or LimitMEMLOCK= for a service)"
+            )
+        drv.check("cuMemHostRegister", rc)
+        dptr = ffi.new("CUdeviceptr *")
+        try:
+            rc = int(lib.cuMemHostGetDevicePointer_v2(dptr, ffi.cast("void *", address), 0))
+            drv.check("cuMemHostGetDevicePointer", rc)
+        except CudaError:
+            lib.cuMemHostUnregister(ffi.cast("void *", address))
+            raise
+        self.buffer = buffer  # keeps the memory alive while registered
+        self.address = address
+        self.size = length
+        self.device_pointer = int(dptr[0])
+        self._unregister = weakref.finalize(
+            self, lib.cuMemHostUnregister, ffi.cast("void *", address)
+        )
+
+    def span(self) -> tuple[int, int]:
+        return self.address, self.size
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """A 1-D byte array at the device pointer (CuPy, Numba, PyTorch read it)."""
+        return {
+            "shape": (self.size,),
+            "typestr": "|u1",
+            "data": (self.device_pointer, False),
+            "version": 3,
+            "strides": None,
+        }
+
+    def pages_by_node(self) -> dict[int, int]:
+        return pages.pages_by_node(self)
+
+    def close(self) -> None:
+        self._unregister()
+
+    def __enter__(self) -> HostMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

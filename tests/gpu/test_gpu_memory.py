@@ -1,0 +1,66 @@
+"""Host memory pinned and registered for the GPU, on the GPU machine: data round trip,
+pages stay on their node, zero-copy use through __cuda_array_interface__, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pycxl.bench.transfer import measure_transfer
+from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.gpu import driver as drv
+from pycxl.gpu.memory import DeviceMemory, GpuContext, HostMemory
+from pycxl.numa import placement
+from pycxl.system import snapshot
+
+pytestmark = pytest.mark.gpu
+MiB = 1 << 20
+
+
+def test_round_trip_through_the_gpu_keeps_pages_on_their_node() -> None:
+    node = snapshot(gpus=False).resolve("dram0").node
+    ctx = GpuContext(0)
+    src, dst = placement.allocate(16 * MiB, "dram0"), placement.allocate(16 * MiB, "dram0")
+    data = np.random.default_rng(1).integers(0, 255, 16 * MiB, dtype=np.uint8)
+    src.array()[:] = data
+    with HostMemory(ctx, src) as a, HostMemory(ctx, dst) as b:
+        assert a.device_pointer and a.pages_by_node() == {node: 16 * MiB // 4096}
+        dev = DeviceMemory(ctx, 16 * MiB)
+        ffi, lib = drv.driver()
+        drv.check("HtoD", lib.cuMemcpyHtoD_v2(dev.ptr, ffi.cast("void *", a.address), a.size))
+        drv.check("DtoH", lib.cuMemcpyDtoH_v2(ffi.cast("void *", b.address), dev.ptr, b.size))
+        assert np.array_equal(dst.array(), data)
+        assert b.pages_by_node() == {node: 16 * MiB // 4096}
+        dev.close()
+
+
+def test_zero_copy_from_torch_reads_the_host_buffer() -> None:
+    torch = pytest.importorskip("torch")
+    ctx = GpuContext(0)
+    buf = placement.allocate(4 * MiB, "dram0")
+    buf.array()[:] = 3
+    with HostMemory(ctx, buf) as reg:
+        t = torch.as_tensor(reg, device="cuda")  # no copy: the GPU reads host memory
+        assert t.data_ptr() == reg.device_pointer
+        assert int(t.sum(dtype=torch.int64)) == 3 * 4 * MiB
+
+
+def test_bad_input() -> None:
+    ctx = GpuContext(0)
+    buf = placement.allocate(MiB, "dram0")
+    with HostMemory(ctx, buf), pytest.raises(InvalidRequestError, match="already registered"):
+        HostMemory(ctx, buf)
+    with pytest.raises(InvalidRequestError, match="page boundary"):
+        HostMemory(ctx, np.ones(1000))
+    with pytest.raises(InvalidRequestError, match="do not fit in the GPU's free memory"):
+        DeviceMemory(ctx, 1 << 50)
+    with pytest.raises(NotFoundError, match="unknown target 'gpu7'"):
+        measure_transfer("gpu7", "dram0", size=MiB)
+
+
+def test_transfer_benchmark_runs_both_ways() -> None:
+    results = measure_transfer("gpu0", "dram0", size=64 * MiB, iterations=3)
+    assert [r.params["direction"] for r in results] == ["h2d", "d2h"]
+    for r in results:
+        assert 1e9 < r.figures["bytes_per_s"] < 1e12 and r.params["pinned"]
+        assert r.params["pages_on_node"] == 64 * MiB // 4096
