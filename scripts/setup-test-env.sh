@@ -32,7 +32,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q -t bookworm-backports qemu-system-x86
-apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static
+# gcc builds the benchmark kernels (cffi) when pycxl is installed
+apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static gcc libc6-dev
 
 python3 -m pip install -q -e '.[test]'
 python3 -m pycxl.cli.main testbed --setup
