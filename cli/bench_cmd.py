@@ -112,6 +112,14 @@ def bandwidth_command(
     from pycxl.bench.bandwidth import measure_bandwidth
     from pycxl.bench.context import place
 
+    if target.strip().lower().startswith("gpu"):  # STREAM in the GPU's own memory
+        from pycxl.bench.gpu_stream import measure_gpu_bandwidth
+
+        gpu_results = measure_gpu_bandwidth(
+            target, kernel=kernel, size=_size(size) or 1 << 30, ntimes=ntimes
+        )
+        _emit(gpu_results, as_json, ["bytes_per_s", "bytes_per_s_median"])
+        return
     p = place(target, initiator)
     counts = [int(t) for t in threads.split(",")] if threads else [None]
     results: list[BenchResult] = []

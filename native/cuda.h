@@ -43,3 +43,16 @@ CUresult cuEventRecord(CUevent e, CUstream s);
 CUresult cuEventSynchronize(CUevent e);
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 CUresult cuEventDestroy_v2(CUevent e);
+
+/* Modules and launches (PTX kernels, JIT-compiled by the driver). */
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                            int *options, void **optionValues);
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void **kernelParams, void **extra);
+CUresult cuCtxSynchronize(void);

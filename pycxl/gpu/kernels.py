@@ -1,0 +1,57 @@
+"""GPU kernels shipped as PTX (native/*.ptx), JIT-compiled by the driver for the GPU
+at hand, and launched through the driver API."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from ..errors import CudaError, OperationError
+from . import driver as drv
+from .memory import GpuContext
+
+CU_JIT_ERROR_LOG_BUFFER = 5
+CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+LOG_BYTES = 8192
+
+
+class Module:
+    """A PTX module loaded into a context; on failure the JIT's log is in the error."""
+
+    def __init__(self, ctx: GpuContext, ptx_name: str) -> None:
+        ctx.activate()
+        ffi, lib = drv.driver()
+        text = resources.files("pycxl.native").joinpath(ptx_name).read_bytes() + b"\0"
+        image = ffi.new("char[]", text)
+        log = ffi.new("char[]", LOG_BYTES)
+        options = ffi.new("int[]", [CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES])
+        values = ffi.new("void *[]", [ffi.cast("void *", log), ffi.cast("void *", LOG_BYTES)])
+        mod = ffi.new("CUmodule *")
+        rc = int(lib.cuModuleLoadDataEx(mod, image, 2, options, values))
+        if rc != 0:
+            jit = ffi.string(log).decode(errors="replace").strip()
+            err = drv.error("cuModuleLoadDataEx", rc)
+            raise OperationError(f"{ptx_name}: {err}; JIT log: {jit or '(empty)'}") from err
+        self.handle = mod[0]
+        self._functions: dict[str, Any] = {}
+
+    def function(self, name: str) -> Any:
+        if name not in self._functions:
+            ffi, lib = drv.driver()
+            f = ffi.new("CUfunction *")
+            drv.check(f"cuModuleGetFunction({name})",
+                      lib.cuModuleGetFunction(f, self.handle, name.encode()))  # fmt: skip
+            self._functions[name] = f[0]
+        return self._functions[name]
+
+    def launch(self, name: str, grid: int, block: int, stream: Any, args: list[Any]) -> None:
+        """``args``: cffi pointers to each argument's value, in order."""
+        ffi, lib = drv.driver()
+        params = ffi.new("void *[]", [ffi.cast("void *", a) for a in args])
+        rc = int(lib.cuLaunchKernel(self.function(name), grid, 1, 1, block, 1, 1, 0, stream,
+                                    params, ffi.NULL))  # fmt: skip
+        if rc != 0:
+            raise drv.error(f"cuLaunchKernel({name})", rc)
+
+
+__all__ = ["CudaError", "Module"]
