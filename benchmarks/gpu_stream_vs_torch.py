@@ -42,8 +42,6 @@ def main() -> int:
         "triad": torch_best(lambda: torch.add(b, c, alpha=3.0, out=a), 24 * n),
         "copy": torch_best(lambda: a.copy_(b), 16 * n),
     }
-    del a, b, c
-    torch.cuda.empty_cache()
     ours = {r.params["kernel"]: r.figures["bytes_per_s"]
             for r in measure_gpu_bandwidth("gpu0", size=size)}  # fmt: skip
     for k in ("triad", "copy"):
