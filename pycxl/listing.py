@@ -175,6 +175,12 @@ def gpu_json(g: GpuDevice) -> dict[str, Any]:
         "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
         "numa_node": g.numa_node,
         "numa_node_source": g.numa_node_source,
+        # what matters for host memory: zero-copy mapping, pageable access, registration
+        "can_map_host_memory": g.can_map_host_memory,
+        "pageable_memory_access": g.pageable_memory_access,
+        "host_register_supported": g.host_register_supported,
+        "unified_addressing": g.unified_addressing,
+        "async_engines": g.async_engines,
     }
 
 
