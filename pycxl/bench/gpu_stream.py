@@ -20,7 +20,13 @@ BLOCKS_PER_SM = 32
 
 
 def measure_gpu_bandwidth(
-    gpu: str, *, kernel: str = "all", size: int = 1 << 30, ntimes: int = 20
+    gpu: str,
+    *,
+    kernel: str = "all",
+    size: int = 1 << 30,
+    ntimes: int = 20,
+    block: int = BLOCK,
+    blocks_per_sm: int = BLOCKS_PER_SM,
 ) -> list[BenchResult]:
     names = list(KERNELS) if kernel == "all" else [kernel]
     if any(k not in KERNELS for k in names):
@@ -39,13 +45,13 @@ def measure_gpu_bandwidth(
     mod = Module(ctx, "stream.ptx")
     ffi, lib = drv.driver()
     n = size // 8
-    grid = min(-(-(n // 2) // BLOCK), g.gpu.sm_count * BLOCKS_PER_SM)
+    grid = min(-(-(n // 2) // block), g.gpu.sm_count * blocks_per_sm)
     ptrs = [ffi.new("unsigned long long *", a.ptr) for a in arrays]
     scalar = ffi.new("double *", SCALAR)
     pairs = ffi.new("unsigned long long *", n // 2)
     try:
         _fill(ffi, lib, arrays, n)
-        times = _run(ffi, lib, mod, names, grid, [*ptrs, scalar, pairs], ntimes)
+        times = _run(ffi, lib, mod, names, grid, block, [*ptrs, scalar, pairs], ntimes)
         expect = [1.0, 2.0, 0.0]
         for _ in range(ntimes):
             for k in names:
@@ -63,7 +69,7 @@ def measure_gpu_bandwidth(
             size=size, page_size=0,
             figures={"bytes_per_s": nbytes / (min(kept) / 1e3),
                      "bytes_per_s_median": nbytes / (statistics.median(kept) / 1e3)},
-            params={"kernel": k, "ntimes": ntimes, "grid": grid, "block": BLOCK,
+            params={"kernel": k, "ntimes": ntimes, "grid": grid, "block": block,
                     "gpu": g.gpu.name},
         ))  # fmt: skip
     return out
@@ -77,8 +83,8 @@ def _fill(ffi: Any, lib: Any, arrays: list[DeviceMemory], n: int) -> None:
         drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(a.ptr, ffi.from_buffer(host), a.size))
 
 
-def _run(ffi: Any, lib: Any, mod: Module, names: list[str], grid: int, args: list[Any],
-         ntimes: int) -> list[float]:  # fmt: skip
+def _run(ffi: Any, lib: Any, mod: Module, names: list[str], grid: int, block: int,
+         args: list[Any], ntimes: int) -> list[float]:  # fmt: skip
     stream = ffi.new("CUstream *")
     drv.check("cuStreamCreate", lib.cuStreamCreate(stream, 1))
     s = stream[0]
@@ -91,7 +97,7 @@ def _run(ffi: Any, lib: Any, mod: Module, names: list[str], grid: int, args: lis
         for _ in range(ntimes):
             for k in names:
                 drv.check("cuEventRecord", lib.cuEventRecord(events[0][0], s))
-                mod.launch(f"stream_{k}", grid, BLOCK, s, args)
+                mod.launch(f"stream_{k}", grid, block, s, args)
                 drv.check("cuEventRecord", lib.cuEventRecord(events[1][0], s))
                 drv.check("cuEventSynchronize", lib.cuEventSynchronize(events[1][0]))
                 drv.check("cuEventElapsedTime",
