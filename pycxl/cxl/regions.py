@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -24,11 +25,14 @@ from .sysfs_backend import read_topology
 
 log = logging.getLogger(__name__)
 
-# A concurrent creator makes our writes fail with EBUSY at two points: claiming the
-# region name (it took the name first) and commit (decoders of one port must commit in
-# id order, and it holds a lower one, not yet committed). Both are undone and retried.
+# A concurrent creator makes our writes fail with EBUSY at three points: claiming the
+# region name (it took the name first); attaching a target (regions must sit on a port
+# in address order, and it attached a region above the address we were given); commit
+# (decoders of one port commit in id order, and it holds a lower one, not yet
+# committed). Each is undone and re-planned from a fresh read of the topology.
 RACE_RETRIES = 5
 RACE_BACKOFF_S = 0.5
+_TARGET = re.compile(r"/region\d+/target\d+$")
 
 
 @dataclass(frozen=True)
@@ -187,4 +191,5 @@ def _require_root(fs: Sysfs, what: str) -> None:
 
 def _lost_race(e: PlanFailed) -> bool:
     busy = isinstance(e.cause, SysfsError) and e.cause.errno == errno.EBUSY
-    return busy and (e.index == 0 or (e.step.path or "").endswith("/commit"))
+    path = e.step.path or ""
+    return busy and (e.index == 0 or path.endswith("/commit") or _TARGET.search(path) is not None)

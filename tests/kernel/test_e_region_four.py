@@ -83,13 +83,10 @@ def test_two_creators_racing_for_one_root_decoder() -> None:
         for pair in (["0x11", "0x21"], ["0x12", "0x22"])
     ]
     outs = [(p.wait(), *p.communicate()) for p in procs]
-    created = []
-    for rc, out, err in outs:
-        # each either wins, or fails cleanly saying why
-        assert rc == 0 or (rc == 1 and "undone" in err), err
-        if rc == 0:
-            created.append(str(json.loads(out)["region"]))
-    assert len(set(created)) == len(created) >= 1
+    # the loser of each EBUSY handshake undoes and re-plans: both end with a region
+    assert [rc for rc, _, _ in outs] == [0, 0], [err for _, _, err in outs]
+    created = [str(json.loads(out)["region"]) for _, out, _ in outs]
+    assert len(set(created)) == 2
     topo = read_topology()
     assert sorted(r.name for r in topo.regions) == sorted(created)
     assert all(r.committed and len(r.mappings) == 2 for r in topo.regions)
