@@ -35,5 +35,10 @@ apt-get install -y -q -t bookworm-backports qemu-system-x86
 # gcc builds the benchmark kernels (cffi) when pycxl is installed
 apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static gcc libc6-dev
 
+# The benchmark kernels compile against the interpreter's headers; a distribution
+# Python ships them separately.
+if ! python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+    apt-get install -y -q python3-dev
+fi
 python3 -m pip install -q -e '.[test]'
 python3 -m pycxl.cli.main testbed --setup

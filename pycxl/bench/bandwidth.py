@@ -70,11 +70,7 @@ def measure_bandwidth(
         pa, pb, pc = (ffi.cast("double *", x.address) for x in (a, b, c))
         _run(ffi, lib, [INIT], (pa, pb, pc), n, nthreads, cpus, 1, 0, times)
         _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(nt_stores), times)
-        expect = [1.0, 2.0, 0.0]
-        for _ in range(ntimes):
-            for k in names:
-                _advance(expect, k)
-        _validate((a, b, c), expect)
+        _validate((a, b, c), expected_values(names, ntimes))
         on_node = a.pages_by_node().get(p.node, 0)
     per_kernel = {
         k: [int(times[t * len(seq) + q]) for t in range(ntimes)] for q, k in enumerate(names)
@@ -126,17 +122,23 @@ def _run(
         raise OperationError(f"stream worker threads could not start (error {rc})")
 
 
-def _advance(v: list[float], kernel: str) -> None:
-    a, b, c = v
-    if kernel == "copy":
-        c = a
-    elif kernel == "scale":
-        b = SCALAR * c
-    elif kernel == "add":
-        c = a + b
-    else:
-        a = b + SCALAR * c
-    v[:] = [a, b, c]
+INITIAL = (1.0, 2.0, 0.0)  # a, b, c as STREAM initialises them (K_INIT in bench.c)
+
+
+def expected_values(kernels: list[str], ntimes: int) -> list[float]:
+    """a, b, c after ``ntimes`` passes of ``kernels`` in order, as STREAM checks them."""
+    a, b, c = INITIAL
+    for _ in range(ntimes):
+        for kernel in kernels:
+            if kernel == "copy":
+                c = a
+            elif kernel == "scale":
+                b = SCALAR * c
+            elif kernel == "add":
+                c = a + b
+            else:
+                a = b + SCALAR * c
+    return [a, b, c]
 
 
 def _validate(bufs: tuple[NumaBuffer, NumaBuffer, NumaBuffer], expect: list[float]) -> None:

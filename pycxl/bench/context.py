@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import InvalidRequestError, NotAvailableError
+from ..gpu.devices import GpuDevice
+from ..numa.placement import HugePages
 from ..sysfs import Sysfs
 from ..system import System, snapshot
 from ..units import format_size
@@ -56,6 +58,21 @@ def place(target: str, initiator: str | None = None, system: System | None = Non
     if not cpus:
         raise InvalidRequestError(f"initiator '{initiator}': none of its CPUs is allowed here")
     return Placement(target, node.id, initiator, cpus, node.mem_available)
+
+
+def resolve_gpu(gpu: str, system: System) -> GpuDevice:
+    """A GPU by target name; no driver or no GPU is NotAvailableError."""
+    if not system.gpus.devices:
+        raise NotAvailableError(system.gpus.absent_reason or "no GPU")
+    g = system.resolve(gpu)
+    if g.gpu is None:
+        raise InvalidRequestError(f"'{gpu}' is not a GPU; name one: gpu0, gpu1...")
+    return g.gpu
+
+
+def huge_pages(page_bytes: int) -> HugePages:
+    """How a buffer gets pages of this size: transparent huge pages above 4 KiB."""
+    return "thp" if page_bytes > 4096 else "none"
 
 
 def last_level_cache(fs: Sysfs | None = None) -> int:

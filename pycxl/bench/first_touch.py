@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, page_size, pinned, place
+from .context import Placement, check_fits, huge_pages, page_size, pinned, place
 from .native import kernels
 from .results import BenchResult
 
@@ -27,9 +27,7 @@ def measure_first_touch(
     npages = size // psize
     ns = np.zeros(npages, dtype=np.uint32)
     with (
-        NumaBuffer(
-            size, Policy.bind(p.node), huge="thp" if psize > 4096 else "none", populate=False
-        ) as buf,
+        NumaBuffer(size, Policy.bind(p.node), huge=huge_pages(psize), populate=False) as buf,
         pinned(p.cpus[0]),
     ):
         timer = int(lib.timer_cost_ns())

@@ -7,12 +7,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..errors import InvalidRequestError, OperationError
 from ..gpu import driver as drv
 from ..gpu.kernels import Module
 from ..gpu.memory import DeviceMemory, GpuContext
 from ..system import snapshot
-from .bandwidth import BYTES_PER_ELEMENT, KERNELS, SCALAR, _advance
+from .bandwidth import BYTES_PER_ELEMENT, INITIAL, KERNELS, SCALAR, expected_values
+from .context import resolve_gpu
 from .results import BenchResult
 
 BLOCK = 256
@@ -33,30 +34,21 @@ def measure_gpu_bandwidth(
         raise InvalidRequestError(f"kernel '{kernel}': use copy, scale, add, triad or all")
     if ntimes < 2:
         raise InvalidRequestError("ntimes must be at least 2 (the first pass is dropped)")
-    system = snapshot()
-    if not system.gpus.devices:
-        raise NotAvailableError(system.gpus.absent_reason or "no GPU")
-    g = system.resolve(gpu)
-    if g.gpu is None:
-        raise InvalidRequestError(f"'{gpu}' is not a GPU")
+    g = resolve_gpu(gpu, snapshot())
     size = size // 16 * 16
-    ctx = GpuContext(g.gpu.ordinal)
+    ctx = GpuContext(g.ordinal)
     arrays = [DeviceMemory(ctx, size) for _ in range(3)]
     mod = Module(ctx, "stream.ptx")
     ffi, lib = drv.driver()
     n = size // 8
-    grid = min(-(-(n // 2) // block), g.gpu.sm_count * blocks_per_sm)
+    grid = min(-(-(n // 2) // block), g.sm_count * blocks_per_sm)
     ptrs = [ffi.new("unsigned long long *", a.ptr) for a in arrays]
     scalar = ffi.new("double *", SCALAR)
     pairs = ffi.new("unsigned long long *", n // 2)
     try:
         _fill(ffi, lib, arrays, n)
         times = _run(ffi, lib, mod, names, grid, block, [*ptrs, scalar, pairs], ntimes)
-        expect = [1.0, 2.0, 0.0]
-        for _ in range(ntimes):
-            for k in names:
-                _advance(expect, k)
-        _validate(ffi, lib, arrays, expect)
+        _validate(ffi, lib, arrays, expected_values(names, ntimes))
     finally:
         for a in arrays:
             a.close()
@@ -65,12 +57,12 @@ def measure_gpu_bandwidth(
         kept = [times[t * len(names) + q] for t in range(1, ntimes)]
         nbytes = BYTES_PER_ELEMENT[k] * n
         out.append(BenchResult(
-            benchmark="bandwidth", target=g.name, node=None, initiator=g.name, cpus=(),
-            size=size, page_size=0,
+            benchmark="bandwidth", target=g.target_name, node=None,
+            initiator=g.target_name, cpus=(), size=size, page_size=0,
             figures={"bytes_per_s": nbytes / (min(kept) / 1e3),
                      "bytes_per_s_median": nbytes / (statistics.median(kept) / 1e3)},
             params={"kernel": k, "ntimes": ntimes, "grid": grid, "block": block,
-                    "gpu": g.gpu.name},
+                    "gpu": g.name},
         ))  # fmt: skip
     return out
 
@@ -78,7 +70,7 @@ def measure_gpu_bandwidth(
 def _fill(ffi: Any, lib: Any, arrays: list[DeviceMemory], n: int) -> None:
     import numpy as np
 
-    for a, v in zip(arrays, (1.0, 2.0, 0.0), strict=True):
+    for a, v in zip(arrays, INITIAL, strict=True):
         host = np.full(n, v)
         drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(a.ptr, ffi.from_buffer(host), a.size))
 

@@ -13,9 +13,17 @@ from __future__ import annotations
 import statistics
 import time
 
-from ..numa.placement import HugePages, NumaBuffer
+from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, last_level_cache, page_size, pinned, place
+from .context import (
+    Placement,
+    check_fits,
+    huge_pages,
+    last_level_cache,
+    page_size,
+    pinned,
+    place,
+)
 from .native import kernels
 from .results import BenchResult
 
@@ -50,8 +58,10 @@ def measure_latency(
     n_lines = size // STRIDE
     loads = loads or max(n_lines, 1 << 22)
     loads -= loads % 16
-    huge: HugePages = "thp" if psize > 4096 else "none"
-    with NumaBuffer(size, Policy.bind(p.node), huge=huge, populate=False) as buf, pinned(p.cpus[0]):
+    with (
+        NumaBuffer(size, Policy.bind(p.node), huge=huge_pages(psize), populate=False) as buf,
+        pinned(p.cpus[0]),
+    ):
         start = ffi.cast("char *", buf.address)
         if lib.chase_build(start, n_lines, STRIDE, group, 0) != 0:
             raise ValueError(f"cannot build a chase over {size} bytes in groups of {group}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..errors import InvalidRequestError, NotAvailableError
+from ..errors import InvalidRequestError
 from ..gpu import driver as drv
 from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
 from ..numa.placement import allocate
 from ..system import snapshot
-from .context import check_fits, place
+from .context import check_fits, place, resolve_gpu
 from .results import BenchResult
 
 DIRECTIONS = ("h2d", "d2h")
@@ -36,14 +36,10 @@ def measure_transfer(
     if iterations < 1:
         raise InvalidRequestError("iterations must be at least 1")
     system = snapshot()
-    if not system.gpus.devices:
-        raise NotAvailableError(system.gpus.absent_reason or "no GPU")
-    g = system.resolve(gpu)
-    if g.gpu is None:
-        raise InvalidRequestError(f"'{gpu}' is not a GPU; name one: gpu0, gpu1...")
+    g = resolve_gpu(gpu, system)
     p = place(target, None, system)
     check_fits(size, p)
-    ctx = GpuContext(g.gpu.ordinal)
+    ctx = GpuContext(g.ordinal)
     dev = DeviceMemory(ctx, size)
     host = allocate(size, target)
     reg = None if pageable else HostMemory(ctx, host)
@@ -57,7 +53,7 @@ def measure_transfer(
                     benchmark="transfer",
                     target=p.target,
                     node=p.node,
-                    initiator=g.name,
+                    initiator=g.target_name,
                     cpus=(),
                     size=size,
                     page_size=4096,
@@ -69,7 +65,7 @@ def measure_transfer(
                         "direction": d,
                         "pinned": not pageable,
                         "iterations": iterations,
-                        "gpu": g.gpu.name,
+                        "gpu": g.name,
                         "pages_on_node": host.pages_by_node().get(p.node, 0),
                     },
                 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from ..errors import CudaError, OperationError
+from ..errors import OperationError
 from . import driver as drv
 from .memory import GpuContext
 
@@ -52,6 +52,3 @@ class Module:
                                     params, ffi.NULL))  # fmt: skip
         if rc != 0:
             raise drv.error(f"cuLaunchKernel({name})", rc)
-
-
-__all__ = ["CudaError", "Module"]

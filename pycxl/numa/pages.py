@@ -81,8 +81,7 @@ def process_usage(pid: int, fs: Sysfs | None = None) -> dict[int, int]:
     if not fs.exists(f"/proc/{pid}"):
         raise NotFoundError("process", str(pid))
     usage: Counter[int] = Counter()
-    lines = list(fs.iter_lines(path))
-    for line in lines:
+    for line in fs.iter_lines(path):
         kb = _PAGE_KB.search(line)
         page = int(kb.group(1)) * 1024 if kb else PAGE
         for node, pages in _NUMA_MAPS_NODE.findall(line):
