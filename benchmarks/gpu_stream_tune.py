@@ -1,6 +1,7 @@
-"""Launch shapes for the GPU STREAM kernels: triad bandwidth per (block, blocks per SM).
+"""Launch shapes for the GPU STREAM kernels: triad bandwidth per (unroll, block, blocks
+per SM), where 0 blocks per SM means one block per 256 * unroll pairs (no grid stride).
 
-python3 benchmarks/gpu_stream_tune.py [--size 1G]
+    python3 benchmarks/gpu_stream_tune.py [--size 1G]
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="1G")
     size = parse_size(ap.parse_args().size)
-    for block in (256, 512, 1024):
-        for per_sm in (2, 4, 8, 16, 32):
-            r = measure_gpu_bandwidth("gpu0", kernel="triad", size=size, ntimes=10,
-                                      block=block, blocks_per_sm=per_sm)[0]  # fmt: skip
-            tbs = r.figures["bytes_per_s"] / 1e12
-            print(f"block {block:4d} x {per_sm:2d}/SM: triad {tbs:.3f} TB/s")
+    best = (0.0, "")
+    for unroll in (1, 2, 4):
+        for block in (256, 512):
+            for per_sm in (4, 8, 16, 32, 0):
+                r = measure_gpu_bandwidth("gpu0", kernel="triad", size=size, ntimes=10,
+                                          block=block, blocks_per_sm=per_sm,
+                                          unroll=unroll)[0]  # fmt: skip
+                tbs = r.figures["bytes_per_s"] / 1e12
+                shape = (
+                    f"unroll {unroll} block {block:4d} x {per_sm:2d}/SM (grid {r.params['grid']})"
+                )
+                print(f"{shape}: triad {tbs:.3f} TB/s")
+                best = max(best, (tbs, shape))
+    print(f"best: {best[1]}: {best[0]:.3f} TB/s")
     return 0
 
 

@@ -54,28 +54,61 @@ def latency_command(
     as_json: bool,
     plot: str | None,
 ) -> None:
-    """Idle load-to-use latency (dependent-load pointer chase)."""
+    """Idle load-to-use latency (dependent-load pointer chase).
+
+    A GPU measures its own memory (--target gpu0) or host memory mapped for it
+    (--from gpu0 --target cxl0)."""
+    if _is_gpu(target) or (initiator is not None and _is_gpu(initiator)):
+        results = _gpu_latency(target, initiator, size, page, sweep, samples, as_json)
+    else:
+        results = _cpu_latency(target, initiator, size, page, sweep, samples, as_json)
+    _emit(results, as_json, ["latency_ns", "latency_ns_median"])
+    if plot:
+        _plot(plot, results, "size", "latency_ns", "working set (bytes)", "ns per load")
+
+
+def _is_gpu(name: str) -> bool:
+    return name.strip().lower().startswith("gpu")
+
+
+def _cpu_latency(target: str, initiator: str | None, size: str | None, page: str,
+                 sweep: bool, samples: int, quiet: bool) -> list[BenchResult]:  # fmt: skip
     from pycxl.bench.context import place
     from pycxl.bench.latency import measure_latency, sweep_sizes
 
     p = place(target, initiator)
-    if sweep:
-        sizes = sweep_sizes(_size(size))
-        results = _progress(
-            sizes,
-            as_json,
-            "sweep",
-            lambda s: measure_latency(
-                target, size=s, page=page, samples=3, placement=p, loads=1 << 20
-            ),
-        )
+    if not sweep:
+        return [measure_latency(target, size=_size(size), page=page, samples=samples, placement=p)]
+    return _progress(
+        sweep_sizes(_size(size)),
+        quiet,
+        "sweep",
+        lambda s: measure_latency(target, size=s, page=page, samples=3, placement=p, loads=1 << 20),
+    )
+
+
+def _gpu_latency(target: str, initiator: str | None, size: str | None, page: str,
+                 sweep: bool, samples: int, quiet: bool) -> list[BenchResult]:  # fmt: skip
+    from pycxl.bench.gpu_latency import gpu_sweep_sizes, measure_gpu_latency
+    from pycxl.errors import InvalidRequestError
+
+    if initiator is None:
+        gpu = target
+    elif _is_gpu(initiator):
+        gpu = initiator
     else:
-        results = [
-            measure_latency(target, size=_size(size), page=page, samples=samples, placement=p)
-        ]
-    _emit(results, as_json, ["latency_ns", "latency_ns_median"])
-    if plot:
-        _plot(plot, results, "size", "latency_ns", "working set (bytes)", "ns per load")
+        raise InvalidRequestError(
+            f"{initiator} cannot load from GPU memory: measure {target} from itself "
+            f"(--target {target}) or host memory from it (--from {target} --target dram0)"
+        )
+    if not sweep:
+        return [measure_gpu_latency(gpu, target, size=_size(size), page=page, samples=samples)]
+    return _progress(
+        gpu_sweep_sizes(gpu, _size(size)),
+        quiet,
+        "sweep",
+        lambda s: measure_gpu_latency(gpu, target, size=s, page=page, samples=3, loads=1 << 16),
+    )
 
 
 @bench_group.command("bandwidth")
@@ -160,19 +193,31 @@ def first_touch_command(
 
 
 @bench_group.command("transfer")
-@click.option("--gpu", "-g", required=True, help="GPU: gpu0, gpu1...")
+@click.option("--gpu", "-g", required=True, help="GPU: gpu0, gpu1..., or all (at once).")
 @click.option("--target", "-t", required=True, help="Host memory: dram0, cxl0, node1.")
 @click.option(
-    "--direction", type=click.Choice(["h2d", "d2h", "both"]), default="both", show_default=True
+    "--direction",
+    type=click.Choice(["h2d", "d2h", "both", "bidir"]),
+    default="both",
+    show_default=True,
+    help="both: one after the other; bidir: at once.",
 )
-@click.option("--pageable", is_flag=True, help="Copy from unpinned memory.")
+@click.option("--pageable", is_flag=True, help="Unpinned memory, the driver's own copy.")
+@click.option("--staged", is_flag=True, help="Unpinned memory, pycxl's pipelined copy.")
 @click.option("--size", default="1G", show_default=True)
 @click.option("--iterations", default=20, show_default=True, type=int)
 @AS_JSON
 def transfer_command(
-    gpu: str, target: str, direction: str, pageable: bool, size: str, iterations: int, as_json: bool
+    gpu: str,
+    target: str,
+    direction: str,
+    pageable: bool,
+    staged: bool,
+    size: str,
+    iterations: int,
+    as_json: bool,
 ) -> None:
-    """Copy bandwidth between a GPU and host memory on a tier."""
+    """Copy bandwidth between GPUs and host memory on a tier."""
     from pycxl.bench.transfer import measure_transfer
 
     results = measure_transfer(
@@ -181,6 +226,7 @@ def transfer_command(
         direction=direction,
         size=parse_size(size),
         pageable=pageable,
+        staged=staged,
         iterations=iterations,
     )
     _emit(results, as_json, ["bytes_per_s", "bytes_per_s_median"])
@@ -189,32 +235,28 @@ def transfer_command(
 @bench_group.command("matrix")
 @click.option("--latency/--no-latency", default=True)
 @click.option("--bandwidth/--no-bandwidth", default=False)
+@click.option("--gpus/--no-gpus", default=True, help="GPUs as initiators and targets.")
 @click.option("--size", default=None, help="Arena / array size per cell.")
 @AS_JSON
-def matrix_command(latency: bool, bandwidth: bool, size: str | None, as_json: bool) -> None:
-    """Every node with CPUs (initiator) x every memory tier (target)."""
-    from pycxl.bench.bandwidth import measure_bandwidth
-    from pycxl.bench.context import place
-    from pycxl.bench.latency import measure_latency
+def matrix_command(
+    latency: bool, bandwidth: bool, gpus: bool, size: str | None, as_json: bool
+) -> None:
+    """Every initiator (nodes with CPUs, GPUs) x every memory tier (nodes, GPU memory).
+
+    GPU rows: latency is the GPU's own chase (zero-copy to host tiers); bandwidth is
+    the pinned copy to the GPU from a host tier, and STREAM triad in its own memory."""
+    from pycxl.bench.matrix import matrix_cells, measure_cell
     from pycxl.system import snapshot
 
-    s = snapshot(gpus=False)
-    inits = [n.name for n in s.nodes if n.node.cpus]
-    targets = [n.name for n in s.nodes if n.node.has_memory]
-    cells = [(i, t) for i in inits for t in targets]
+    s = snapshot(gpus=gpus)
+    inits, targets, cells = matrix_cells(s)
     results: list[BenchResult] = []
-
-    def one(cell: tuple[str, str]) -> list[BenchResult]:
-        i, t = cell
-        p = place(t, i, s)
-        out = []
-        if latency:
-            out.append(measure_latency(t, size=_size(size), samples=3, placement=p))
-        if bandwidth:
-            out += measure_bandwidth(t, kernel="triad", size=_size(size), ntimes=5, placement=p)
-        return out
-
-    for r in _progress(cells, as_json, "matrix", one):
+    for r in _progress(
+        cells,
+        as_json,
+        "matrix",
+        lambda c: measure_cell(c, s, latency=latency, bandwidth=bandwidth, size=_size(size)),
+    ):
         results += r
     if as_json:
         emit_json([r.as_json() for r in results])
@@ -230,7 +272,7 @@ def matrix_command(latency: bool, bandwidth: bool, size: str | None, as_json: bo
                     (
                         fmt.format(r.figures[key])
                         for r in results
-                        if r.benchmark == bench and r.initiator == i and r.target == t
+                        if r.params.get("matrix") == bench and r.initiator == i and r.target == t
                     ),
                     "-",
                 )
@@ -238,7 +280,7 @@ def matrix_command(latency: bool, bandwidth: bool, size: str | None, as_json: bo
             ]
             for i in inits
         ]
-        if any(r.benchmark == bench for r in results):
+        if any(r.params.get("matrix") == bench for r in results):
             emit_table(f"{bench} (initiator x target)", ["", *targets], rows)
 
 
@@ -261,7 +303,7 @@ def _emit(results: list[BenchResult], as_json: bool, keys: list[str]) -> None:
         rows.append(
             [
                 r.benchmark,
-                r.params.get("kernel", r.params.get("direction", "-")),
+                _variant(r),
                 r.target,
                 r.node,
                 r.initiator,
@@ -274,6 +316,17 @@ def _emit(results: list[BenchResult], as_json: bool, keys: list[str]) -> None:
     emit_table(
         None, ["bench", "kernel", "target", "node", "from", "cpus", "size", "page", *keys], rows
     )
+
+
+def _variant(r: BenchResult) -> str:
+    """The kernel of a bandwidth result; the direction and memory of a transfer."""
+    if "kernel" in r.params:
+        return str(r.params["kernel"])
+    if "direction" in r.params:
+        p = r.params
+        memory = "staged" if p.get("staged") else "" if p.get("pinned") else "pageable"
+        return f"{p['direction']} {memory}".strip()
+    return "-"
 
 
 def _fmt(key: str, v: float) -> str:

@@ -1,4 +1,5 @@
-"""cffi build script for the benchmark kernels (API mode, compiled at install time).
+"""cffi build script for pycxl._bench: the benchmark kernels (bench.c) and the threaded
+copy of staged GPU transfers (copy.c), in API mode, compiled at install time.
 
 No -march flag: the build must run on any CPU of the architecture; bench.c picks wide
 vector code at run time (target_clones, AVX checks).
@@ -23,11 +24,14 @@ ffibuilder.cdef(
                    uint64_t *times);
     uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns);
     uint64_t timer_cost_ns(void);
+    void *copy_pool_create(int nthreads, const int *cpus);
+    void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes);
+    void copy_pool_destroy(void *pool);
     """
 )
 ffibuilder.set_source(
     "pycxl._bench",
-    (HERE / "bench.c").read_text(),
+    "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c")),
     extra_compile_args=["-O3", "-fno-strict-aliasing", "-pthread"],
     extra_link_args=["-pthread"],
 )

@@ -43,6 +43,7 @@ CUresult cuEventRecord(CUevent e, CUstream s);
 CUresult cuEventSynchronize(CUevent e);
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 CUresult cuEventDestroy_v2(CUevent e);
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags);
 
 /* Modules and launches (PTX kernels, JIT-compiled by the driver). */
 typedef struct CUmod_st *CUmodule;

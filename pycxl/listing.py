@@ -181,6 +181,7 @@ def gpu_json(g: GpuDevice) -> dict[str, Any]:
         "host_register_supported": g.host_register_supported,
         "unified_addressing": g.unified_addressing,
         "async_engines": g.async_engines,
+        "l2_cache": g.l2_cache,
     }
 
 

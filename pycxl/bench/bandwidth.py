@@ -12,11 +12,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from .._lib.compiled import kernels
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import Placement, check_fits, last_level_cache, place
-from .native import kernels
 from .results import BenchResult
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from .._lib.compiled import kernels
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import Placement, check_fits, huge_pages, page_size, pinned, place
-from .native import kernels
 from .results import BenchResult
 
 

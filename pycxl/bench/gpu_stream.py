@@ -11,6 +11,7 @@ from ..errors import InvalidRequestError, OperationError
 from ..gpu import driver as drv
 from ..gpu.kernels import Module
 from ..gpu.memory import DeviceMemory, GpuContext
+from ..gpu.streams import Stream, Timer
 from ..system import snapshot
 from .bandwidth import BYTES_PER_ELEMENT, INITIAL, KERNELS, SCALAR, expected_values
 from .context import resolve_gpu
@@ -18,6 +19,7 @@ from .results import BenchResult
 
 BLOCK = 256
 BLOCKS_PER_SM = 32
+UNROLL = 2  # pairs of doubles per thread per grid step (native/stream.ptx has 1, 2, 4)
 
 
 def measure_gpu_bandwidth(
@@ -28,10 +30,13 @@ def measure_gpu_bandwidth(
     ntimes: int = 20,
     block: int = BLOCK,
     blocks_per_sm: int = BLOCKS_PER_SM,
+    unroll: int = UNROLL,
 ) -> list[BenchResult]:
     names = list(KERNELS) if kernel == "all" else [kernel]
     if any(k not in KERNELS for k in names):
         raise InvalidRequestError(f"kernel '{kernel}': use copy, scale, add, triad or all")
+    if unroll not in (1, 2, 4):
+        raise InvalidRequestError(f"unroll {unroll}: use 1, 2 or 4")
     if ntimes < 2:
         raise InvalidRequestError("ntimes must be at least 2 (the first pass is dropped)")
     g = resolve_gpu(gpu, snapshot())
@@ -41,13 +46,16 @@ def measure_gpu_bandwidth(
     mod = Module(ctx, "stream.ptx")
     ffi, lib = drv.driver()
     n = size // 8
-    grid = min(-(-(n // 2) // block), g.sm_count * blocks_per_sm)
+    grid = -(-(n // 2) // (block * unroll))  # one grid step covers the arrays
+    if blocks_per_sm > 0:  # else: that whole grid, as PyTorch launches
+        grid = min(grid, g.sm_count * blocks_per_sm)
     ptrs = [ffi.new("unsigned long long *", a.ptr) for a in arrays]
     scalar = ffi.new("double *", SCALAR)
     pairs = ffi.new("unsigned long long *", n // 2)
     try:
         _fill(ffi, lib, arrays, n)
-        times = _run(ffi, lib, mod, names, grid, block, [*ptrs, scalar, pairs], ntimes)
+        launch = [f"stream_{k}_u{unroll}" for k in names]
+        times = _run(ctx, mod, launch, grid, block, [*ptrs, scalar, pairs], ntimes)
         _validate(ffi, lib, arrays, expected_values(names, ntimes))
     finally:
         for a in arrays:
@@ -62,7 +70,7 @@ def measure_gpu_bandwidth(
             figures={"bytes_per_s": nbytes / (min(kept) / 1e3),
                      "bytes_per_s_median": nbytes / (statistics.median(kept) / 1e3)},
             params={"kernel": k, "ntimes": ntimes, "grid": grid, "block": block,
-                    "gpu": g.name},
+                    "unroll": unroll, "gpu": g.name},
         ))  # fmt: skip
     return out
 
@@ -75,31 +83,19 @@ def _fill(ffi: Any, lib: Any, arrays: list[DeviceMemory], n: int) -> None:
         drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(a.ptr, ffi.from_buffer(host), a.size))
 
 
-def _run(ffi: Any, lib: Any, mod: Module, names: list[str], grid: int, block: int,
+def _run(ctx: GpuContext, mod: Module, kernels: list[str], grid: int, block: int,
          args: list[Any], ntimes: int) -> list[float]:  # fmt: skip
-    stream = ffi.new("CUstream *")
-    drv.check("cuStreamCreate", lib.cuStreamCreate(stream, 1))
-    s = stream[0]
-    events = [ffi.new("CUevent *") for _ in range(2)]
-    for e in events:
-        drv.check("cuEventCreate", lib.cuEventCreate(e, 0))
-    ms = ffi.new("float *")
-    times = []
+    stream = Stream(ctx)
+    timer = Timer(stream)
     try:
-        for _ in range(ntimes):
-            for k in names:
-                drv.check("cuEventRecord", lib.cuEventRecord(events[0][0], s))
-                mod.launch(f"stream_{k}", grid, block, s, args)
-                drv.check("cuEventRecord", lib.cuEventRecord(events[1][0], s))
-                drv.check("cuEventSynchronize", lib.cuEventSynchronize(events[1][0]))
-                drv.check("cuEventElapsedTime",
-                          lib.cuEventElapsedTime(ms, events[0][0], events[1][0]))  # fmt: skip
-                times.append(float(ms[0]))
+
+        def one(name: str) -> float:
+            return timer.time(lambda: mod.launch(name, grid, block, stream.handle, args))
+
+        return [one(k) for _ in range(ntimes) for k in kernels]
     finally:
-        for e in events:
-            lib.cuEventDestroy_v2(e[0])
-        lib.cuStreamDestroy_v2(s)
-    return times
+        timer.close()
+        stream.close()
 
 
 def _validate(ffi: Any, lib: Any, arrays: list[DeviceMemory], expect: list[float]) -> None:

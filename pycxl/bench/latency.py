@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from .._lib.compiled import kernels
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import (
@@ -24,7 +25,6 @@ from .context import (
     pinned,
     place,
 )
-from .native import kernels
 from .results import BenchResult
 
 STRIDE = 256  # bytes between chased lines

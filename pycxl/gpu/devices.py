@@ -31,6 +31,7 @@ class GpuDevice:
     pageable_memory_access: bool = False
     host_register_supported: bool = False
     async_engines: int = 0
+    l2_cache: int = 0  # bytes
 
     @property
     def target_name(self) -> str:
@@ -120,6 +121,7 @@ def _read_device(ffi: Any, lib: Any, ordinal: int, fs: Sysfs) -> GpuDevice:
         pageable_memory_access=bool(a(drv.ATTR_PAGEABLE_MEMORY_ACCESS)),
         host_register_supported=bool(a(drv.ATTR_HOST_REGISTER_SUPPORTED)),
         async_engines=a(drv.ATTR_ASYNC_ENGINE_COUNT),
+        l2_cache=a(drv.ATTR_L2_CACHE_SIZE),
     )
 
 

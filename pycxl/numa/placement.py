@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 TargetLike = str | int
-HugePages = Literal["none", "thp", "hugetlb"]
+# auto: whatever the system's THP setting gives; none: base pages only (MADV_NOHUGEPAGE);
+# thp: transparent huge pages (MADV_HUGEPAGE); hugetlb: reserved huge pages (MAP_HUGETLB).
+HugePages = Literal["auto", "none", "thp", "hugetlb"]
 HUGE_2M = 2 << 20
 
 
@@ -69,11 +71,11 @@ def check_room(size: int, node_ids: Sequence[int], sysroot: str | None = None) -
 class NumaBuffer:
     """Anonymous memory whose pages follow a policy; freed when closed or collected."""
 
-    def __init__(self, size: int, policy: Policy, *, huge: HugePages = "none",
+    def __init__(self, size: int, policy: Policy, *, huge: HugePages = "auto",
                  populate: bool = True) -> None:  # fmt: skip
         if size <= 0:
             raise InvalidRequestError(f"buffer size must be positive, not {size}")
-        align = HUGE_2M if huge != "none" else mmap.PAGESIZE
+        align = HUGE_2M if huge in ("thp", "hugetlb") else mmap.PAGESIZE
         self.size = -(-size // align) * align
         self.policy = policy
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -93,6 +95,8 @@ class NumaBuffer:
         del view  # keep no export open, so close() can unmap
         if huge == "thp":
             self._map.madvise(mmap.MADV_HUGEPAGE)
+        elif huge == "none":  # even where THP is "always"
+            self._map.madvise(mmap.MADV_NOHUGEPAGE)
         if policy.mode != Mode.DEFAULT:
             bind_range(self.address, self.size, policy)
         if populate:
@@ -147,7 +151,7 @@ def allocate(
     target: TargetLike | Sequence[TargetLike] | None = None,
     *,
     policy: Policy | None = None,
-    huge: HugePages = "none",
+    huge: HugePages = "auto",
     populate: bool = True,
     sysroot: str | None = None,
 ) -> NumaBuffer:

@@ -110,11 +110,57 @@ def test_cli_sweep_and_matrix() -> None:
     assert p.returncode == 0 and "latency (initiator x target)" in p.stdout
 
 
-def test_transfer_without_a_cuda_driver_says_so() -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["transfer", "--gpu", "gpu0", "--target", "dram0"],
+        ["transfer", "--gpu", "all", "--target", "dram0", "--direction", "bidir"],
+        ["transfer", "--gpu", "gpu0", "--target", "dram0", "--staged", "--size", "1M"],
+        ["latency", "--target", "gpu0"],
+        ["latency", "--from", "gpu0", "--target", "dram0"],
+        ["bandwidth", "--target", "gpu0"],
+    ],
+)
+def test_gpu_benchmarks_without_a_cuda_driver_say_so(args: list[str]) -> None:
     from pycxl._lib.libs import LIBCUDA
 
     if LIBCUDA.available():
-        pytest.skip("a CUDA driver is present: the GPU tests cover transfers")
-    p = pycxl_cli("bench", "transfer", "--gpu", "gpu0", "--target", "dram0")
+        pytest.skip("a CUDA driver is present: the GPU tests cover these")
+    p = pycxl_cli("bench", *args)
     assert p.returncode == 4 and "no CUDA driver (libcuda.so.1 not found)" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["latency", "--from", "dram0", "--target", "gpu0"], "dram0 cannot load from GPU memory"),
+        (
+            ["transfer", "--gpu", "gpu0", "-t", "dram0", "--staged", "--direction", "bidir"],
+            "staged copies block the host",
+        ),
+        (
+            ["transfer", "--gpu", "all", "-t", "dram0", "--pageable"],
+            "pageable copies block the host",
+        ),
+        (["transfer", "--gpu", "gpu0", "-t", "dram0", "--pageable", "--staged"], "choose one"),
+    ],
+)
+def test_gpu_benchmark_requests_that_cannot_work(args: list[str], message: str) -> None:
+    p = pycxl_cli("bench", *args)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_plot_draws_a_sweep(tmp_path: object) -> None:
+    from pathlib import Path
+
+    png = Path(str(tmp_path)) / "sweep.png"
+    p = pycxl_cli("bench", "latency", "-t", "dram0", "--sweep", "--size", "64K", "--plot", str(png))
+    assert p.returncode == 0, p.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    p = pycxl_cli(
+        "bench", "bandwidth", "-t", "dram0", "--threads", "1,2", "--size", "4M",
+        "--kernel", "triad", "--ntimes", "3", "--plot", str(png),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

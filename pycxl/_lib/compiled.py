@@ -1,4 +1,4 @@
-"""The compiled benchmark kernels (native/bench.c), loaded on first use."""
+"""The compiled native code (native/bench.c, native/copy.c as pycxl._bench), loaded on first use."""
 
 from __future__ import annotations
 

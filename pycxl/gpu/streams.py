@@ -1,0 +1,85 @@
+"""CUDA streams and event timers of the driver API, released deterministically."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from . import driver as drv
+from .memory import GpuContext
+
+CU_STREAM_NON_BLOCKING = 1
+
+
+class Stream:
+    """A non-blocking stream in ``ctx`` (it does not wait for the legacy stream)."""
+
+    def __init__(self, ctx: GpuContext) -> None:
+        ctx.activate()
+        ffi, lib = drv.driver()
+        s = ffi.new("CUstream *")
+        drv.check("cuStreamCreate", lib.cuStreamCreate(s, CU_STREAM_NON_BLOCKING))
+        self.ctx = ctx
+        self.handle = s[0]
+        self._destroy = weakref.finalize(self, lib.cuStreamDestroy_v2, self.handle)
+
+    def synchronize(self) -> None:
+        _, lib = drv.driver()
+        drv.check("cuStreamSynchronize", lib.cuStreamSynchronize(self.handle))
+
+    def wait(self, event: Event) -> None:
+        """Later work on this stream waits for ``event`` (recorded on any stream)."""
+        _, lib = drv.driver()
+        drv.check("cuStreamWaitEvent", lib.cuStreamWaitEvent(self.handle, event.handle, 0))
+
+    def close(self) -> None:
+        self._destroy()
+
+
+class Event:
+    """A CUDA event with timing."""
+
+    def __init__(self) -> None:
+        ffi, lib = drv.driver()
+        e = ffi.new("CUevent *")
+        drv.check("cuEventCreate", lib.cuEventCreate(e, 0))
+        self.handle = e[0]
+        self._destroy = weakref.finalize(self, lib.cuEventDestroy_v2, self.handle)
+
+    def record(self, stream: Stream) -> None:
+        _, lib = drv.driver()
+        drv.check("cuEventRecord", lib.cuEventRecord(self.handle, stream.handle))
+
+    def synchronize(self) -> None:
+        _, lib = drv.driver()
+        drv.check("cuEventSynchronize", lib.cuEventSynchronize(self.handle))
+
+    def ms_since(self, start: Event) -> float:
+        """GPU time from ``start`` to this event, once this event has completed."""
+        ffi, lib = drv.driver()
+        ms = ffi.new("float *")
+        drv.check("cuEventElapsedTime", lib.cuEventElapsedTime(ms, start.handle, self.handle))
+        return float(ms[0])
+
+    def close(self) -> None:
+        self._destroy()
+
+
+class Timer:
+    """Two events around work enqueued on one stream: its GPU time in ms."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.start, self.end = Event(), Event()
+
+    def time(self, work: Callable[[], Any]) -> float:
+        self.start.record(self.stream)
+        work()
+        self.end.record(self.stream)
+        self.end.synchronize()
+        return self.end.ms_since(self.start)
+
+    def close(self) -> None:
+        self.start.close()
+        self.end.close()
