@@ -14,7 +14,7 @@ lscpu | grep -E "Model name|^CPU\(s\)|L3|NUMA node\(s\)"
      multichase.c permutation.c arena.c util.c -lrt -lm)
 python3 benchmarks/latency_vs_multichase.py --multichase /tmp/multichase --size 1G --page-size 4k --rounds 5
 python3 benchmarks/latency_vs_multichase.py --multichase /tmp/multichase --size 1G --page-size 2m --rounds 5
+(cd /tmp && python3 "$OLDPWD/benchmarks/cli_overhead.py" --runs 5)
 for round in 1 2 3; do
     python3 benchmarks/stream_vs_likwid.py --size 1200M
 done
-(cd /tmp && python3 "$OLDPWD/benchmarks/cli_overhead.py" --runs 5)

@@ -5,7 +5,9 @@ through the GPU's own memory, or through host memory on a tier, mapped for the G
 The cycle is the CPU chase's (native/bench.c chase_build: 256-byte stride, random order
 inside 64-page groups), built on the host and moved to device addresses, so GPU and CPU
 figures come from the same access pattern. Each sample is one kernel launch timed by CUDA
-events, ns per load = time / loads; one unmeasured launch first; best and median.
+events, ns per load = time / loads; each launch goes on where the last one stopped, so
+the samples walk the whole cycle; one unmeasured walk over the cycle first; best and
+median.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from .context import check_fits, huge_pages, page_size, place, resolve_gpu
 from .latency import MIN_SIZE, STRIDE, TLB_PAGES, sweep_sizes
 from .results import BenchResult
 
-LOADS = 1 << 18  # per sample: 0.1-0.5 s at GPU memory latencies
+LOADS = 1 << 18  # per sample: 0.05-0.3 s at GPU memory latencies
+WARM_LOADS = 1 << 22  # the first walk covers the cycle (up to 1 GiB arenas)
 
 
 def default_size(g: GpuDevice) -> int:
@@ -80,8 +83,9 @@ def measure_gpu_latency(
         check_fits(size, p)
         run = _in_host_memory(ctx, size, group, p.node, psize)
         node, name, reported_page = p.node, p.target, psize
+    warm = max(16, min(size // STRIDE, WARM_LOADS) // 16 * 16)
     with run as chain:
-        ns = chain.sample(loads, samples)
+        ns = chain.sample(loads, samples, warm)
         placed = chain.pages_by_node()
     params: dict[str, Any] = {
         "loads": loads, "samples": samples, "stride": STRIDE, "tlb_group": group,
@@ -104,27 +108,28 @@ class _Chain:
                  host: NumaBuffer | None = None) -> None:  # fmt: skip
         self.ctx, self.start, self.keep, self.host = ctx, start, keep, host
 
-    def sample(self, loads: int, samples: int) -> list[float]:
-        ffi, _ = drv.driver()
+    def sample(self, loads: int, samples: int, warm: int) -> list[float]:
+        ffi, lib = drv.driver()
         mod = Module(self.ctx, "chase.ptx")
-        out = DeviceMemory(self.ctx, 8)
+        state = DeviceMemory(self.ctx, 8)  # where the walk is: each launch goes on from it
         stream = Stream(self.ctx)
         timer = Timer(stream)
-        start = ffi.new("unsigned long long *", self.start)
-        out_p = ffi.new("unsigned long long *", out.ptr)
+        here = ffi.new("unsigned long long *", self.start)
+        drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(state.ptr, here, 8))
+        state_p = ffi.new("unsigned long long *", state.ptr)
         try:
 
             def launch(n: int) -> float:
                 count = ffi.new("unsigned long long *", n)
                 return timer.time(lambda: mod.launch("chase", 1, 1, stream.handle,
-                                                     [start, count, out_p]))  # fmt: skip
+                                                     [state_p, count]))  # fmt: skip
 
-            launch(min(loads, 1 << 16))  # JIT, TLB and caches warm
+            launch(warm)  # JIT, TLB and caches warm: the whole cycle once
             return [launch(loads) * 1e6 / loads for _ in range(samples)]
         finally:
             timer.close()
             stream.close()
-            out.close()
+            state.close()
 
     def pages_by_node(self) -> dict[int, int]:
         return self.host.pages_by_node() if self.host is not None else {}
