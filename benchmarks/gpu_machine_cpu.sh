@@ -1,5 +1,5 @@
-# CPU benchmarks on the GPU machine (16 cores, real DRAM): pycxl vs likwid-bench three
-# times over, pycxl vs multichase side by side (4 KiB pages and THP), and the CLI's
+# CPU benchmarks on the GPU machine (16 cores, real DRAM): pycxl vs likwid-bench in five
+# alternating rounds, pycxl vs multichase side by side (4 KiB pages and THP), and the CLI's
 # overhead. Expects the wheels pycxl needs in .whl/, likwid-bench unpacked with its
 # libraries under .ref/likwid/ (Debian packages likwid, liblua5.3-0, libhwloc15), and
 # multichase's sources in .ref/multichase/.
@@ -15,6 +15,4 @@ lscpu | grep -E "Model name|^CPU\(s\)|L3|NUMA node\(s\)"
 python3 benchmarks/latency_vs_multichase.py --multichase /tmp/multichase --size 1G --page-size 4k --rounds 5
 python3 benchmarks/latency_vs_multichase.py --multichase /tmp/multichase --size 1G --page-size 2m --rounds 5
 (cd /tmp && python3 "$OLDPWD/benchmarks/cli_overhead.py" --runs 5)
-for round in 1 2 3; do
-    python3 benchmarks/stream_vs_likwid.py --size 1200M
-done
+python3 benchmarks/stream_vs_likwid.py --size 1200M --rounds 5

@@ -5,10 +5,11 @@
 
 Both chase the same arena size and page size (multichase -m SIZE, -H for 2m; pycxl
 --page-size) from the same CPU (the first CPU of the node nearest the target), with
-memory bound to the target (multichase under `pycxl run --membind`). Each round runs
-multichase (best of 5 half-second samples) then pycxl (best of 7 samples). Prints
-each round, then the best of each tool, their ratio (goal: within 3%), and each tool's
-run-to-run spread of its best figure, (max - min) / median (goal: under 3%).
+memory bound to the target (multichase under `pycxl run --membind`, its affinity set to
+that CPU). Each round runs multichase (best of 5 half-second samples) then pycxl (best
+of 7 samples). Prints each round, then each tool's best and median round, their ratios
+(goal: within 3%), and each tool's run-to-run spread, (max - min) / median (goal: under
+3%).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 from pycxl.bench.context import place
 from pycxl.bench.latency import measure_latency
@@ -26,11 +28,15 @@ from pycxl.units import parse_size
 
 def multichase(binary: str, target: str, cpu: int, size: str, page: str) -> float:
     cmd = [sys.executable, "-m", "pycxl.cli.main", "run", "--membind", target, "--",
-           "taskset", "-c", str(cpu), binary, "-m", size.lower(), "-n", "5"]  # fmt: skip
+           binary, "-m", size.lower(), "-n", "5"]  # fmt: skip
     if page == "2m":
         cmd.append("-H")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return float(out.split()[-1])
+    # cwd: away from a source tree, where `-m pycxl...` would find the uninstalled package
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                       preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))  # fmt: skip
+    if p.returncode != 0:
+        raise SystemExit(f"multichase failed ({p.returncode}): {p.stderr.strip()}")
+    return float(p.stdout.split()[-1])
 
 
 def spread(xs: list[float]) -> float:
@@ -54,8 +60,10 @@ def main() -> int:
         ours.append(res.figures["latency_ns"])
         print(f"round {r + 1}: multichase {theirs[-1]:.1f} ns, pycxl {ours[-1]:.1f} ns, "
               f"ratio {ours[-1] / theirs[-1]:.3f}", flush=True)  # fmt: skip
+    med_t, med_o = statistics.median(theirs), statistics.median(ours)
     print(f"{a.size} {a.page_size} on {a.target} from cpu{cpu}: best multichase "
           f"{min(theirs):.1f} ns, pycxl {min(ours):.1f} ns, ratio {min(ours) / min(theirs):.3f}; "
+          f"median multichase {med_t:.1f} ns, pycxl {med_o:.1f} ns, ratio {med_o / med_t:.3f}; "
           f"spread multichase {spread(theirs):.1%}, pycxl {spread(ours):.1%}")  # fmt: skip
     return 0
 
