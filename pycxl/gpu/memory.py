@@ -99,8 +99,9 @@ class HostMemory:
             soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
             raise OperationError(
                 f"cannot pin {length} bytes: the driver is out of pinnable memory "
-                f"(memlock limit {soft if soft >= 0 else 'unlimited'}); raise it "
-                "(ulimit -l unlimited, or LimitMEMLOCK= for a service)"
+                f"(memlock limit {soft if soft >= 0 else 'unlimited'}); pin less, free "
+                "pinned memory elsewhere, or raise the limit (ulimit -l unlimited, or "
+                "LimitMEMLOCK=infinity for a service)"
             )
         drv.check("cuMemHostRegister", rc)
         dptr = ffi.new("CUdeviceptr *")
