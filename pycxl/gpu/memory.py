@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import resource
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CudaError, InvalidRequestError, OperationError
 from ..numa import pages
 from . import driver as drv
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..numa.placement import HugePages
 
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -112,6 +117,7 @@ class HostMemory:
             lib.cuMemHostUnregister(ffi.cast("void *", address))
             raise
         self.buffer = buffer  # keeps the memory alive while registered
+        self._owned = False  # allocate(): the buffer is freed on close too
         self.address = address
         self.size = length
         self.device_pointer = int(dptr[0])
@@ -119,8 +125,34 @@ class HostMemory:
             self, lib.cuMemHostUnregister, ffi.cast("void *", address)
         )
 
+    @classmethod
+    def allocate(
+        cls, ctx: GpuContext, size: int, target: Any, *, huge: HugePages = "auto"
+    ) -> HostMemory:
+        """``size`` bytes on ``target`` (a tier name, node, or several), touched there,
+        then pinned and mapped; ``close()`` unregisters and frees them."""
+        from ..numa.placement import allocate
+
+        buf = allocate(size, target, huge=huge)
+        try:
+            mem = cls(ctx, buf)
+        except BaseException:
+            buf.close()
+            raise
+        mem._owned = True
+        return mem
+
     def span(self) -> tuple[int, int]:
         return self.address, self.size
+
+    def array(self, dtype: Any = "uint8") -> np.ndarray:
+        """A numpy view of the host memory (no copy); it keeps the memory alive."""
+        import numpy as np
+
+        if hasattr(self.buffer, "array"):  # a NumaBuffer
+            view: np.ndarray = self.buffer.array(dtype)
+            return view
+        return np.frombuffer(self.buffer, dtype=dtype)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -138,6 +170,8 @@ class HostMemory:
 
     def close(self) -> None:
         self._unregister()
+        if self._owned:
+            self.buffer.close()
 
     def __enter__(self) -> HostMemory:
         return self

@@ -45,6 +45,25 @@ def test_zero_copy_from_torch_reads_the_host_buffer() -> None:
         assert int(t.sum(dtype=torch.int64)) == 3 * 4 * MiB
 
 
+def test_allocate_pinned_on_a_tier_with_a_numpy_view() -> None:
+    torch = pytest.importorskip("torch")
+    node = snapshot(gpus=False).resolve("dram0").node
+    ctx = GpuContext(0)
+    host = HostMemory.allocate(ctx, 8 * MiB, "dram0")
+    view = host.array("float32")
+    view[:] = 0.5
+    assert host.pages_by_node() == {node: 8 * MiB // 4096}
+    t = torch.as_tensor(host, device="cuda").view(torch.float32)  # zero-copy
+    assert float(t.sum()) == 0.5 * view.size
+    t[:4] = 2.0  # a GPU write lands in host memory
+    torch.cuda.synchronize()
+    assert list(view[:5]) == [2.0, 2.0, 2.0, 2.0, 0.5]
+    del t, view
+    host.close()  # unregisters and frees
+    with pytest.raises(NotFoundError):
+        HostMemory.allocate(ctx, MiB, "node99")
+
+
 def test_bad_input() -> None:
     ctx = GpuContext(0)
     buf = placement.allocate(MiB, "dram0")
