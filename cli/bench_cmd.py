@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from pycxl.bench.results import BenchResult
+from pycxl.tiers import is_gpu_name
 from pycxl.units import format_size, parse_size
 
 from .render import emit_json, emit_table
@@ -58,17 +59,13 @@ def latency_command(
 
     A GPU measures its own memory (--target gpu0) or host memory mapped for it
     (--from gpu0 --target cxl0)."""
-    if _is_gpu(target) or (initiator is not None and _is_gpu(initiator)):
+    if is_gpu_name(target) or (initiator is not None and is_gpu_name(initiator)):
         results = _gpu_latency(target, initiator, size, page, sweep, samples, as_json)
     else:
         results = _cpu_latency(target, initiator, size, page, sweep, samples, as_json)
     _emit(results, as_json, ["latency_ns", "latency_ns_median"])
     if plot:
         _plot(plot, results, "size", "latency_ns", "working set (bytes)", "ns per load")
-
-
-def _is_gpu(name: str) -> bool:
-    return name.strip().lower().startswith("gpu")
 
 
 def _cpu_latency(target: str, initiator: str | None, size: str | None, page: str,
@@ -94,7 +91,7 @@ def _gpu_latency(target: str, initiator: str | None, size: str | None, page: str
 
     if initiator is None:
         gpu = target
-    elif _is_gpu(initiator):
+    elif is_gpu_name(initiator):
         gpu = initiator
     else:
         raise InvalidRequestError(
@@ -145,7 +142,7 @@ def bandwidth_command(
     from pycxl.bench.bandwidth import measure_bandwidth
     from pycxl.bench.context import place
 
-    if target.strip().lower().startswith("gpu"):  # STREAM in the GPU's own memory
+    if is_gpu_name(target):  # STREAM in the GPU's own memory
         from pycxl.bench.gpu_stream import measure_gpu_bandwidth
 
         gpu_results = measure_gpu_bandwidth(

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "pinned_thread.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define PYCXL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -258,16 +260,9 @@ int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c
     pthread_barrier_init(&job.barrier, NULL, (unsigned)nthreads);
     int rc = 0, started = 0;
     for (int i = 0; i < nthreads; i++) {
-        pthread_attr_t attr;
-        cpu_set_t set;
-        pthread_attr_init(&attr);
-        CPU_ZERO(&set);
-        CPU_SET(cpus[i], &set);
-        pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
         workers[i].job = &job;
         workers[i].index = i;
-        rc = pthread_create(&tids[i], &attr, stream_thread, &workers[i]);
-        pthread_attr_destroy(&attr);
+        rc = start_pinned_thread(&tids[i], cpus[i], stream_thread, &workers[i]);
         if (rc)
             break;
         started++;

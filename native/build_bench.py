@@ -32,6 +32,7 @@ ffibuilder.cdef(
 ffibuilder.set_source(
     "pycxl._bench",
     "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c")),
+    include_dirs=[str(HERE)],  # pinned_thread.h
     extra_compile_args=["-O3", "-fno-strict-aliasing", "-pthread"],
     extra_link_args=["-pthread"],
 )

@@ -1,13 +1,15 @@
 /* A pool of pinned threads that split one large memcpy between them: the CPU side of
  * the staged (pipelined) copy between pageable memory and a GPU. One thread copies
- * about 10 GB/s; the copy engine moves 50 GB/s and more, so the staging copy needs
- * several. The threads live as long as the pool, so a copy of one chunk costs a wake-up,
+ * 5-7 GB/s (benchmarks/staged_tune.py); the copy engine moves 50 GB/s and more, so the
+ * staging copy needs about ten. The threads live as long as the pool, so a copy of one chunk costs a wake-up,
  * not a thread creation. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pinned_thread.h"
 
 struct copy_pool {
     int nthreads;
@@ -93,17 +95,9 @@ void *copy_pool_create(int nthreads, const int *cpus)
         return NULL;
     }
     for (int i = 0; i < nthreads; i++) {
-        pthread_attr_t attr;
-        cpu_set_t set;
-        pthread_attr_init(&attr);
-        CPU_ZERO(&set);
-        CPU_SET(cpus[i], &set);
-        pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
         p->workers[i].pool = p;
         p->workers[i].index = i;
-        int rc = pthread_create(&p->tids[i], &attr, copy_worker_main, &p->workers[i]);
-        pthread_attr_destroy(&attr);
-        if (rc) {
+        if (start_pinned_thread(&p->tids[i], cpus[i], copy_worker_main, &p->workers[i])) {
             copy_pool_stop(p, i);
             return NULL;
         }

@@ -45,6 +45,12 @@ class Target:
     cpu: int | None = None
 
 
+def is_gpu_name(name: str) -> bool:
+    """Whether ``name`` names a GPU (gpu0, GPU1), without asking the driver."""
+    m = _NAME_RE.match(name.strip().lower())
+    return bool(m and m.group(1) == "gpu")
+
+
 def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
     """Nodes the user maps to CXL names (``PYCXL_CXL_NODES=2,3``); never guessed."""
     text = value if value is not None else os.environ.get(EXPLICIT_CXL_ENV, "")

@@ -60,10 +60,16 @@ def place(target: str, initiator: str | None = None, system: System | None = Non
     return Placement(target, node.id, initiator, cpus, node.mem_available)
 
 
-def resolve_gpu(gpu: str, system: System) -> GpuDevice:
-    """A GPU by target name; no driver or no GPU is NotAvailableError."""
+def available_gpus(system: System) -> tuple[GpuDevice, ...]:
+    """Every GPU; no driver or no GPU is NotAvailableError."""
     if not system.gpus.devices:
         raise NotAvailableError(system.gpus.absent_reason or "no GPU")
+    return system.gpus.devices
+
+
+def resolve_gpu(gpu: str, system: System) -> GpuDevice:
+    """A GPU by target name; no driver or no GPU is NotAvailableError."""
+    available_gpus(system)
     g = system.resolve(gpu)
     if g.gpu is None:
         raise InvalidRequestError(f"'{gpu}' is not a GPU; name one: gpu0, gpu1...")

@@ -62,8 +62,9 @@ def measure_gpu_latency(
         raise InvalidRequestError("samples must be at least 1")
     s = system or snapshot()
     g = resolve_gpu(gpu, s)
-    in_hbm = target is None or s.resolve(target).gpu is not None
-    if in_hbm and target is not None and s.resolve(target).gpu != g:
+    gpu_target = s.resolve(target).gpu if target is not None else g
+    in_hbm = gpu_target is not None
+    if in_hbm and gpu_target != g:
         raise InvalidRequestError(
             f"{gpu} cannot be measured against another GPU's memory ({target}): "
             f"use --target {g.target_name}, or a host tier with --from {g.target_name}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..system import System
+from ..tiers import is_gpu_name
 from .results import BenchResult
 
 Cell = tuple[str, str]
@@ -35,7 +36,7 @@ def measure_cell(
     """The latency and/or bandwidth results of one cell, tagged params["matrix"]."""
     i, t = cell
     out: list[BenchResult] = []
-    if i.startswith("gpu"):
+    if is_gpu_name(i):
         from .gpu_latency import measure_gpu_latency
 
         if latency:

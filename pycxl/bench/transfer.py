@@ -28,7 +28,7 @@ from ..gpu.staged import MAX_THREADS, StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer, allocate
 from ..system import System, snapshot
-from .context import Placement, check_fits, place, resolve_gpu
+from .context import Placement, available_gpus, check_fits, place, resolve_gpu
 from .results import BenchResult
 
 DIRECTIONS = ("h2d", "d2h")
@@ -59,8 +59,9 @@ def measure_transfer(
         raise InvalidRequestError("iterations must be at least 1")
     if size <= 0:
         raise InvalidRequestError(f"size must be positive, not {size}")
+    every_gpu = gpu.strip().lower() == "all"
     mode = "staged" if staged else "pageable" if pageable else "pinned"
-    if mode != "pinned" and (direction == "bidir" or gpu.strip().lower() == "all"):
+    if mode != "pinned" and (direction == "bidir" or every_gpu):
         raise InvalidRequestError(
             f"{mode} copies block the host, so they cannot run at once (bidir, --gpu all): "
             "measure one GPU and one direction at a time (h2d, d2h or both)"
@@ -68,7 +69,7 @@ def measure_transfer(
     if pageable and staged:
         raise InvalidRequestError("--pageable and --staged: choose one (both copy unpinned memory)")
     s = snapshot()
-    gpus = _gpus(gpu, s)
+    gpus = list(available_gpus(s)) if every_gpu else [resolve_gpu(gpu, s)]
     p = place(target, None, s)
     lanes_per_phase = max(len(ph) for ph in PHASES[direction]) * len(gpus)
     check_fits(size * lanes_per_phase, p)
@@ -76,18 +77,11 @@ def measure_transfer(
     for phase in PHASES[direction]:
         lanes = [_Lane(g, d, p, size, mode, _copy_cpus(g, s)) for g in gpus for d in phase]
         try:
-            results.append(_measure(lanes, p, size, iterations, gpu, phase, mode))
+            results.append(_measure(lanes, p, size, iterations, every_gpu, phase, mode))
         finally:
             for lane in lanes:
                 lane.close()
     return results
-
-
-def _gpus(gpu: str, s: System) -> list[GpuDevice]:
-    if gpu.strip().lower() == "all":
-        resolve_gpu("gpu0", s)  # no driver / no GPU: say so
-        return list(s.gpus.devices)
-    return [resolve_gpu(gpu, s)]
 
 
 def _copy_cpus(g: GpuDevice, s: System) -> list[int] | None:
@@ -157,7 +151,7 @@ class _Lane:
             obj.close()
 
 
-def _measure(lanes: list[_Lane], p: Placement, size: int, iterations: int, gpu: str,
+def _measure(lanes: list[_Lane], p: Placement, size: int, iterations: int, every_gpu: bool,
              phase: tuple[str, ...], mode: str) -> BenchResult:  # fmt: skip
     own: list[list[float]] = [[] for _ in lanes]
     wall: list[float] = []
@@ -189,7 +183,7 @@ def _measure(lanes: list[_Lane], p: Placement, size: int, iterations: int, gpu: 
         "pinned": mode == "pinned",
         "staged": mode == "staged",
         "iterations": iterations,
-        "gpu": first.gpu.name if len({lane.gpu.index for lane in lanes}) == 1 else "all",
+        "gpu": "all" if every_gpu else first.gpu.name,
         "pages_on_node": sum(lane.host.pages_by_node().get(p.node, 0) for lane in lanes),
     }
     params["lanes"] = per_lane
@@ -197,7 +191,7 @@ def _measure(lanes: list[_Lane], p: Placement, size: int, iterations: int, gpu: 
         params |= {"chunk": first.copier.chunk, "copy_threads": first.copier.threads}
     return BenchResult(
         benchmark="transfer", target=p.target, node=p.node,
-        initiator="all" if gpu.strip().lower() == "all" else first.gpu.target_name, cpus=(),
+        initiator="all" if every_gpu else first.gpu.target_name, cpus=(),
         size=size, page_size=4096,
         figures={"bytes_per_s": total / min(times),
                  "bytes_per_s_median": total / statistics.median(times)},
