@@ -8,7 +8,7 @@ import sys
 import click
 
 from pycxl.testbed import DEFAULT_TOPOLOGY, TOPOLOGIES, check_requirements, run_in_guest
-from pycxl.testbed.kernel import prepare_kernel
+from pycxl.testbed.kernel import INSTALL_HINT, missing_recommended, prepare_kernel
 
 
 @click.command("testbed", context_settings={"ignore_unknown_options": True})
@@ -33,9 +33,8 @@ def testbed_command(
             click.echo(f"{t.name}: {t.description}")
         return
     check_requirements()
-    kernel = prepare_kernel()
     if setup_only:
-        click.echo(f"testbed ready: kernel {kernel.version}")
+        _setup()
         return
     argv = list(command) or ["pycxl", "list"]
     if argv[0] == "pycxl":  # this interpreter's pycxl, whatever PATH the guest has
@@ -46,3 +45,18 @@ def testbed_command(
     )
     if result.returncode:
         raise SystemExit(result.returncode)
+
+
+def _setup() -> None:
+    """Everything the testbed uses is present (the optional parts too), and the kernel."""
+    from pycxl.errors import NotAvailableError
+
+    missing = missing_recommended()
+    if missing:
+        raise NotAvailableError(
+            "the testbed can boot, but is missing: "
+            + "; ".join(missing)
+            + f". Install: {INSTALL_HINT}"
+        )
+    kernel = prepare_kernel()
+    click.echo(f"testbed ready: kernel {kernel.version}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on Debian 12 (as root): QEMU with CXL
 # emulation and the 6.12 kernel from bookworm-backports, ndctl/daxctl (the oracle),
-# numactl, and the Python test dependencies; then fetch the testbed kernel.
+# numactl, udev (the guest borrows the host's udevd), and the Python test
+# dependencies; then fetch the testbed kernel and check that nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,8 +33,10 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q -t bookworm-backports qemu-system-x86
-# gcc builds the benchmark kernels (cffi) when pycxl is installed
-apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static gcc libc6-dev
+# gcc builds the benchmark kernels (cffi) when pycxl is installed. udev: virtme-ng's
+# guest runs the host's systemd-udevd for its device links and hotplug events.
+apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static udev \
+    gcc libc6-dev
 
 # The benchmark kernels compile against the interpreter's headers; a distribution
 # Python ships them separately.

@@ -75,12 +75,12 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
     cache: dict[str, dict[str, Any]] = config._pycxl_guest_results  # type: ignore[attr-defined]
     if topo in cache:
         return cache[topo]
-    from pycxl.errors import TestbedError
+    from pycxl.errors import NotAvailableError, TestbedError
     from pycxl.testbed import check_requirements, run_in_guest
 
     try:
         check_requirements()
-    except TestbedError as e:
+    except NotAvailableError as e:
         if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
             pytest.fail(str(e), pytrace=False)
         pytest.skip(f"testbed unavailable: {e}")

@@ -21,8 +21,12 @@ MIN_QEMU = (8, 0)  # first QEMU with CXL type-3 volatile memory emulation
 KERNEL_PACKAGE_RE = r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$"
 INSTALL_HINT = (
     "apt-get install -t bookworm-backports qemu-system-x86 && "
-    "apt-get install kmod ndctl daxctl numactl && pip install 'pycxl[testbed]'"
+    "apt-get install kmod busybox-static udev ndctl daxctl numactl && "
+    "pip install 'pycxl[testbed]' (or: bash scripts/setup-test-env.sh)"
 )
+# virtme-init starts the host's udevd in the guest, found at these paths
+UDEVD_PATHS = ("/usr/lib/systemd/systemd-udevd", "/lib/systemd/systemd-udevd")
+BUSYBOX_NAMES = ("busybox-static", "busybox.static", "busybox")
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ def cache_dir() -> Path:
 
 
 def missing_requirements() -> list[str]:
-    """Human-readable list of what is absent; empty when the testbed can boot."""
+    """What the testbed cannot boot without, in words; empty when it can boot."""
     missing = []
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
@@ -57,7 +61,20 @@ def missing_requirements() -> list[str]:
         missing.append("virtme-ng (pip install virtme-ng)")
     if shutil.which("depmod") is None and not os.path.exists("/sbin/depmod"):
         missing.append("depmod (Debian: kmod)")
+    if not any(shutil.which(n) for n in BUSYBOX_NAMES):
+        missing.append("busybox, for the guest's initramfs (Debian: busybox-static)")
     return missing
+
+
+def missing_recommended() -> list[str]:
+    """What the testbed boots without, but works less well without, in words."""
+    if any(os.access(p, os.X_OK) for p in UDEVD_PATHS):
+        return []
+    return [
+        "systemd-udevd (Debian: udev): the guest borrows the host's udevd for its device "
+        "links (virtme-ng's script I/O ports) and its hotplug events; without it the "
+        "command's output and status still come back through the work directory"
+    ]
 
 
 def qemu_version(binary: str) -> tuple[int, int] | None:

@@ -1,11 +1,14 @@
 """Boot the testbed kernel under QEMU with an emulated CXL topology and run a command.
 
 The guest sees the host's file system read-only (virtme-ng), so the installed pycxl,
-Python and ndctl are the host's. A per-run work directory is shared read-write.
+Python and ndctl are the host's. A per-run work directory is shared read-write, and the
+guest writes the command's output and exit status there (see guest.sh): the host reads
+them from that directory, whatever channel virtme-ng had for the guest's console.
 
-An emulator crash (QEMU itself stopping while the guest touches CXL memory, see the
-testbed guide) is told apart from a failing command: the guest always prints its exit
-status last, and a boot that ends without it is booted again once.
+What went wrong is told apart: the guest never started the command (a boot problem,
+reported with virtme-ng's output); it started but the emulator stopped before the exit
+status was written (a known QEMU crash under CXL load, booted again once); it ran past
+the timeout.
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ import shlex
 import signal
 import subprocess
 import tempfile
-import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..errors import NotFoundError, TestbedError
+from ..errors import NotAvailableError, NotFoundError, TestbedError
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
 
 log = logging.getLogger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
+POLL_S = 0.2  # how often the host looks at the guest's output file
 GUEST_MEMORY = "2G"
 
 
@@ -49,9 +53,10 @@ def topology(name: str) -> Topology:
 
 
 def check_requirements() -> None:
+    """NotAvailableError naming what the testbed cannot boot without."""
     missing = missing_requirements()
     if missing:
-        raise TestbedError(
+        raise NotAvailableError(
             "the testbed cannot boot; missing: " + "; ".join(missing) + f". Install: {INSTALL_HINT}"
         )
 
@@ -99,60 +104,157 @@ def run_in_guest(
         "--exec", f"sh {shlex.quote(str(script))}",
     ]  # fmt: skip
     for boot in (1, 2):
-        rc, output = _boot(argv, timeout, on_output)
-        if rc is not None:
-            return GuestResult(returncode=rc, output=output, boots=boot, workdir=workdir)
+        outcome = _boot(argv, _GuestFiles(workdir), timeout, on_output)
+        if outcome.returncode is not None:
+            return GuestResult(outcome.returncode, outcome.output, boot, workdir)
+        if not outcome.started:
+            raise TestbedError(
+                "the testbed guest never started the command (boot failed); "
+                f"virtme-ng exit {outcome.vng_returncode}, its output:\n{outcome.vng_tail}"
+            )
         log.warning(
-            "the emulator stopped before the guest reported its exit status "
-            "(a known QEMU crash under CXL load); booting again"
+            "the emulator stopped while the command ran, before the guest wrote its exit "
+            "status (a known QEMU crash under CXL load); booting again"
             if boot == 1
-            else "the emulator stopped again without the guest's exit status"
+            else "the emulator stopped again before the guest wrote its exit status"
         )
-    tail = output[-2000:]
-    raise TestbedError(f"the testbed emulator crashed twice in a row; last output:\n{tail}")
+    raise TestbedError(
+        "the testbed emulator stopped twice in a row while the command ran "
+        f"(virtme-ng exit {outcome.vng_returncode}); the command's last output:\n"
+        f"{outcome.output[-2000:]}"
+    )
+
+
+@dataclass
+class _GuestFiles:
+    """What the guest writes into the shared work directory (guest.sh)."""
+
+    workdir: Path
+
+    def reset(self) -> None:
+        for name in ("started", "output", "exit-status", "exit-status.new", "vng.log"):
+            (self.workdir / name).unlink(missing_ok=True)
+
+    @property
+    def started(self) -> bool:
+        return (self.workdir / "started").exists()
+
+    @property
+    def output(self) -> Path:
+        return self.workdir / "output"
+
+    @property
+    def vng_log(self) -> Path:
+        return self.workdir / "vng.log"
+
+    def exit_status(self) -> int | None:
+        try:
+            text = (self.workdir / "exit-status").read_text().strip()
+        except FileNotFoundError:
+            return None
+        return int(text) if text.isdigit() else None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    returncode: int | None  # the command's exit status; None if it never arrived
+    started: bool  # the guest reached the command
+    output: str  # the command's output
+    vng_returncode: int
+    vng_tail: str  # virtme-ng's own output (boot errors), last lines
 
 
 def _boot(
-    argv: list[str], timeout: float, on_output: Callable[[str], None] | None
-) -> tuple[int | None, str]:
-    """Run one boot; returns (guest exit status or None if it never came, output)."""
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-    )
-    timer = threading.Timer(timeout, _kill_group, args=(proc,))
-    timer.start()
-    guest_rc: int | None = None
-    out: list[str] = []
+    argv: list[str],
+    files: _GuestFiles,
+    timeout: float,
+    on_output: Callable[[str], None] | None,
+) -> _Outcome:
+    """Run one boot, following the command's output file as it grows."""
+    files.reset()
+    with files.vng_log.open("wb") as vng_log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=vng_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    follower = _Follower(files.output, on_output)
+    deadline = time.monotonic() + timeout
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(EXIT_MARKER):
-                guest_rc = int(line[len(EXIT_MARKER) :].strip() or "1")
-                continue
-            out.append(line)
-            if on_output:
-                on_output(line)
-        proc.wait()
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                _kill_group(proc)
+                proc.wait()
+                raise TestbedError(f"the testbed guest did not finish within {timeout:.0f} s")
+            follower.poll()
+            time.sleep(POLL_S)
     finally:
-        timer.cancel()
         if proc.poll() is None:  # interrupted: never leave an emulator running
             _kill_group(proc)
             proc.wait()
-    text = "".join(out)
-    if guest_rc is None:
-        if proc.returncode in (-signal.SIGKILL, -signal.SIGTERM):
-            raise TestbedError(f"the testbed guest did not finish within {timeout:.0f} s")
-        if "vng: error" in text or "virtme-run: error" in text:
-            raise TestbedError(f"virtme-ng refused to start the guest: {text.strip()[-1000:]}")
-    return guest_rc, text
+    follower.poll(final=True)
+    vng_text = files.vng_log.read_text(errors="replace")
+    rc = files.exit_status()
+    if rc is None:
+        rc = _marker_status(vng_text)  # the exit line on virtme-ng's output, if it came
+    if rc is None and ("vng: error" in vng_text or "virtme-run: error" in vng_text):
+        raise TestbedError(f"virtme-ng refused to start the guest: {vng_text.strip()[-1000:]}")
+    if rc is not None and _marker_status(vng_text) is None:
+        log.info(
+            "the guest had no script I/O ports (no udev on the host?); "
+            "its output and exit status came through the shared work directory"
+        )
+    return _Outcome(
+        returncode=rc,
+        started=files.started,
+        output=follower.text,
+        vng_returncode=proc.returncode,
+        vng_tail=vng_text.strip()[-2000:] or "(nothing)",
+    )
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _marker_status(text: str) -> int | None:
+    for line in reversed(text.splitlines()):
+        if line.startswith(EXIT_MARKER):
+            value = line[len(EXIT_MARKER) :].strip()
+            return int(value) if value.isdigit() else None
+    return None
+
+
+class _Follower:
+    """Reads a file that another machine appends to, passing on whole lines."""
+
+    def __init__(self, path: Path, on_line: Callable[[str], None] | None) -> None:
+        self.path, self.on_line = path, on_line
+        self.offset = 0
+        self.pending = b""
+        self.chunks: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+    def poll(self, final: bool = False) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        self.offset += len(data)
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        if final and self.pending:
+            lines, self.pending = [*lines, self.pending], b""
+        for raw in lines:
+            line = raw.decode(errors="replace") + "\n"
+            self.chunks.append(line)
+            if self.on_line:
+                self.on_line(line)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
