@@ -1,17 +1,21 @@
-"""pycxl bench latency|bandwidth|first-touch|matrix."""
+"""pycxl bench latency|bandwidth|first-touch|transfer|matrix: measurements by name, through
+the one dispatcher (pycxl.bench.dispatch) that the library and the matrix use too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pycxl.bench.results import BenchResult
-from pycxl.tiers import is_gpu_name
-from pycxl.units import format_size, parse_size
-
+from .params import COUNT, INT_LIST, PAGE_SIZE, SizeType
 from .render import emit_json, emit_table
+
+if TYPE_CHECKING:
+    from pycxl.bench.results import BenchResult
+    from pycxl.system import System
+
+T = TypeVar("T")
 
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="A list of result objects.")
 FROM = click.option(
@@ -19,332 +23,289 @@ FROM = click.option(
     "initiator",
     default=None,
     metavar="INITIATOR",
-    help="Who accesses: dram0, node0, cpu3 (default: CPUs nearest the target).",
+    help="Who accesses: dram0, node0, cpu3, gpu0 (default: CPUs nearest the target).",
 )
+TARGET = click.option("--target", "-t", required=True, metavar="TARGET",
+                      help="Memory to measure: dram0, cxl0, node1, gpu0.")  # fmt: skip
 PAGE = click.option(
     "--page-size", "page", type=click.Choice(["4k", "2m"]), default="4k", show_default=True
 )
 PLOT = click.option("--plot", default=None, metavar="FILE.png", help="Draw the results.")
 
 
+def samples_option(default: int | None, what: str) -> Callable[[Any], Any]:
+    return click.option("-n", "--samples", type=COUNT, default=default,
+                        show_default=default is not None, help=what)  # fmt: skip
+
+
 @click.group("bench")
 def bench_group() -> None:
-    """Measure memory tiers: latency, bandwidth, first touch."""
+    """Measure memory tiers: latency, bandwidth, first touch, GPU transfers."""
 
 
-def _size(text: str | None) -> int | None:
-    return parse_size(text) if text else None
+def _snapshot(*names: str | None) -> System:
+    from pycxl.system import snapshot, wants_gpus
+
+    return snapshot(gpus=wants_gpus(*names))
 
 
 @bench_group.command("latency")
-@click.option("--target", "-t", required=True, help="Memory to measure: dram0, cxl0, node1.")
+@TARGET
 @FROM
-@click.option("--size", default=None, help="Arena size (default: 4x LLC, at least 256M).")
+@click.option("--size", type=SizeType(minimum=16 << 10), default=None,
+              help="Arena (default: 4x the last-level cache, at least 256M; "
+                   "with --sweep: the largest working set).")  # fmt: skip
 @PAGE
-@click.option("--sweep", is_flag=True, help="Working sets from 16K to beyond the LLC.")
-@click.option("--samples", default=7, show_default=True, type=int)
+@click.option("--sweep", is_flag=True, help="Working sets from 16K to beyond the caches.")
+@samples_option(None, "Timed samples, best and median kept (default: 7; GPU 5; sweep 3).")
 @AS_JSON
 @PLOT
-def latency_command(
-    target: str,
-    initiator: str | None,
-    size: str | None,
-    page: str,
-    sweep: bool,
-    samples: int,
-    as_json: bool,
-    plot: str | None,
-) -> None:
+def latency_command(target: str, initiator: str | None, size: int | None, page: str,
+                    sweep: bool, samples: int | None, as_json: bool,
+                    plot: str | None) -> None:  # fmt: skip
     """Idle load-to-use latency (dependent-load pointer chase).
 
     A GPU measures its own memory (--target gpu0) or host memory mapped for it
     (--from gpu0 --target cxl0)."""
-    if is_gpu_name(target) or (initiator is not None and is_gpu_name(initiator)):
-        results = _gpu_latency(target, initiator, size, page, sweep, samples, as_json)
+    from pycxl.bench import dispatch
+    from pycxl.bench.context import default
+
+    _check_plot(plot)
+    s = _snapshot(target, initiator)
+    if not sweep:
+        results = dispatch.measure_latency(target, initiator, size=size, page=page,
+                                           samples=samples, system=s)  # fmt: skip
     else:
-        results = _cpu_latency(target, initiator, size, page, sweep, samples, as_json)
-    _emit(results, as_json, ["latency_ns", "latency_ns_median"])
+        sizes = dispatch.latency_sweep_sizes(target, initiator, top=size, system=s)
+        loads = 1 << 16 if any(_is_gpu(n) for n in (target, initiator)) else 1 << 20
+        results = _progress(sizes, as_json, "sweep", lambda n: dispatch.measure_latency(
+            target, initiator, size=n, page=page, samples=samples or default(3, 2),
+            loads=default(loads, 1 << 14), system=s,
+        )[0])  # fmt: skip
+    _emit(results, as_json)
     if plot:
         _plot(plot, results, "size", "latency_ns", "working set (bytes)", "ns per load")
 
 
-def _cpu_latency(target: str, initiator: str | None, size: str | None, page: str,
-                 sweep: bool, samples: int, quiet: bool) -> list[BenchResult]:  # fmt: skip
-    from pycxl.bench.context import place
-    from pycxl.bench.latency import measure_latency, sweep_sizes
-
-    p = place(target, initiator)
-    if not sweep:
-        return [measure_latency(target, size=_size(size), page=page, samples=samples, placement=p)]
-    return _progress(
-        sweep_sizes(_size(size)),
-        quiet,
-        "sweep",
-        lambda s: measure_latency(target, size=s, page=page, samples=3, placement=p, loads=1 << 20),
-    )
-
-
-def _gpu_latency(target: str, initiator: str | None, size: str | None, page: str,
-                 sweep: bool, samples: int, quiet: bool) -> list[BenchResult]:  # fmt: skip
-    from pycxl.bench.gpu_latency import gpu_sweep_sizes, measure_gpu_latency
-    from pycxl.errors import InvalidRequestError
-
-    if initiator is None:
-        gpu = target
-    elif is_gpu_name(initiator):
-        gpu = initiator
-    else:
-        raise InvalidRequestError(
-            f"{initiator} cannot load from GPU memory: measure {target} from itself "
-            f"(--target {target}) or host memory from it (--from {target} --target dram0)"
-        )
-    if not sweep:
-        return [measure_gpu_latency(gpu, target, size=_size(size), page=page, samples=samples)]
-    return _progress(
-        gpu_sweep_sizes(gpu, _size(size)),
-        quiet,
-        "sweep",
-        lambda s: measure_gpu_latency(gpu, target, size=s, page=page, samples=3, loads=1 << 16),
-    )
-
-
 @bench_group.command("bandwidth")
-@click.option("--target", "-t", required=True)
+@TARGET
 @FROM
-@click.option(
-    "--threads",
-    default=None,
-    help="Threads (default: the initiator's CPUs); a list such as 1,2,4 sweeps.",
-)
-@click.option(
-    "--kernel",
-    type=click.Choice(["copy", "scale", "add", "triad", "all"]),
-    default="all",
-    show_default=True,
-)
-@click.option("--size", default=None, help="Bytes per array (default: 4x LLC, at least 64M).")
-@click.option("--ntimes", default=10, show_default=True, type=int)
+@click.option("--threads", type=INT_LIST, default=None,
+              help="Threads (default: the initiator's CPUs); 1,2,4 sweeps.")  # fmt: skip
+@click.option("--kernel", type=click.Choice(["copy", "scale", "add", "triad", "all"]),
+              default="all", show_default=True)  # fmt: skip
+@click.option("--size", type=PAGE_SIZE, default=None,
+              help="Bytes per array (default: 4x the last-level cache, at least 64M; "
+                   "GPU memory 1G).")  # fmt: skip
+@samples_option(None, "Timed passes after one untimed pass (default: 10; GPU 20).")
 @click.option("--nt-stores", is_flag=True, help="Non-temporal stores (no write-allocate read).")
 @AS_JSON
 @PLOT
-def bandwidth_command(
-    target: str,
-    initiator: str | None,
-    threads: str | None,
-    kernel: str,
-    size: str | None,
-    ntimes: int,
-    nt_stores: bool,
-    as_json: bool,
-    plot: str | None,
-) -> None:
-    """Sustainable bandwidth (STREAM copy, scale, add, triad)."""
-    from pycxl.bench.bandwidth import measure_bandwidth
-    from pycxl.bench.context import place
+def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ...] | None,
+                      kernel: str, size: int | None, samples: int | None, nt_stores: bool,
+                      as_json: bool, plot: str | None) -> None:  # fmt: skip
+    """Sustainable bandwidth (STREAM copy, scale, add, triad).
 
-    if is_gpu_name(target):  # STREAM in the GPU's own memory
-        from pycxl.bench.gpu_stream import measure_gpu_bandwidth
+    In a GPU's own memory with --target gpu0; --from gpu0 with a host target measures
+    the GPU's pinned copy from that memory."""
+    from pycxl.bench import dispatch
 
-        gpu_results = measure_gpu_bandwidth(
-            target, kernel=kernel, size=_size(size) or 1 << 30, ntimes=ntimes
-        )
-        _emit(gpu_results, as_json, ["bytes_per_s", "bytes_per_s_median"])
-        return
-    p = place(target, initiator)
-    counts = [int(t) for t in threads.split(",")] if threads else [None]
+    _check_plot(plot)
+    s = _snapshot(target, initiator)
+    counts: Sequence[int | None] = threads or [None]
     results: list[BenchResult] = []
-    for r in _progress(
-        counts,
-        as_json,
-        "threads",
-        lambda n: measure_bandwidth(
-            target,
-            threads=n,
-            kernel=kernel,
-            size=_size(size),
-            ntimes=ntimes,
-            nt_stores=nt_stores,
-            placement=p,
-        ),
-    ):
-        results += r
-    _emit(results, as_json, ["bytes_per_s", "bytes_per_s_median"])
+    for batch in _progress(counts, as_json, "threads", lambda n: dispatch.measure_bandwidth(
+        target, initiator, threads=n, kernel=kernel, size=size, samples=samples,
+        nt_stores=nt_stores, system=s,
+    )):  # fmt: skip
+        results += batch
+    _emit(results, as_json)
     if plot:
         _plot(plot, results, "threads", "bytes_per_s", "threads", "bytes/s")
 
 
 @bench_group.command("first-touch")
-@click.option("--target", "-t", required=True)
+@TARGET
 @FROM
-@click.option("--size", default="64M", show_default=True)
+@click.option("--size", type=PAGE_SIZE, default=None, help="Buffer size (default: 64M).")
 @PAGE
 @AS_JSON
-def first_touch_command(
-    target: str, initiator: str | None, size: str, page: str, as_json: bool
-) -> None:
+def first_touch_command(target: str, initiator: str | None, size: int, page: str,
+                        as_json: bool) -> None:  # fmt: skip
     """Per-page first-write latency and throughput."""
-    from pycxl.bench.first_touch import measure_first_touch
+    from pycxl.bench import dispatch
 
-    r = measure_first_touch(target, initiator=initiator, size=parse_size(size), page=page)
-    _emit([r], as_json, ["p50_ns", "p90_ns", "p99_ns", "max_ns", "bytes_per_s"])
+    _emit(dispatch.measure_first_touch(target, initiator, size=size, page=page,
+                                       system=_snapshot(target, initiator)), as_json)  # fmt: skip
 
 
 @bench_group.command("transfer")
-@click.option("--gpu", "-g", required=True, help="GPU: gpu0, gpu1..., or all (at once).")
-@click.option("--target", "-t", required=True, help="Host memory: dram0, cxl0, node1.")
-@click.option(
-    "--direction",
-    type=click.Choice(["h2d", "d2h", "both", "bidir"]),
-    default="both",
-    show_default=True,
-    help="both: one after the other; bidir: at once.",
-)
+@click.option("--gpu", "-g", required=True, metavar="GPU",
+              help="gpu0, gpu1..., or all (every GPU at once).")  # fmt: skip
+@click.option("--target", "-t", required=True, metavar="TARGET",
+              help="Host memory: dram0, cxl0, node1.")  # fmt: skip
+@click.option("--direction", type=click.Choice(["h2d", "d2h", "both", "bidir"]), default="both",
+              show_default=True, help="both: one after the other; bidir: at once.")  # fmt: skip
 @click.option("--pageable", is_flag=True, help="Unpinned memory, the driver's own copy.")
 @click.option("--staged", is_flag=True, help="Unpinned memory, pycxl's pipelined copy.")
-@click.option("--size", default="1G", show_default=True)
-@click.option("--iterations", default=20, show_default=True, type=int)
+@click.option("--size", type=PAGE_SIZE, default=None, help="Bytes per copy (default: 1G).")
+@samples_option(None, "Timed copies after two untimed ones (default: 20).")
 @AS_JSON
-def transfer_command(
-    gpu: str,
-    target: str,
-    direction: str,
-    pageable: bool,
-    staged: bool,
-    size: str,
-    iterations: int,
-    as_json: bool,
-) -> None:
+def transfer_command(gpu: str, target: str, direction: str, pageable: bool, staged: bool,
+                     size: int | None, samples: int | None, as_json: bool) -> None:  # fmt: skip
     """Copy bandwidth between GPUs and host memory on a tier."""
-    from pycxl.bench.transfer import measure_transfer
+    from pycxl.bench import dispatch
+    from pycxl.system import snapshot
 
-    results = measure_transfer(
-        gpu,
-        target,
-        direction=direction,
-        size=parse_size(size),
-        pageable=pageable,
-        staged=staged,
-        iterations=iterations,
-    )
-    _emit(results, as_json, ["bytes_per_s", "bytes_per_s_median"])
+    if pageable and staged:
+        raise click.UsageError("--pageable and --staged: choose one (both copy unpinned memory)")
+    memory = "staged" if staged else "pageable" if pageable else "pinned"
+    results = dispatch.measure_transfer(
+        gpu, target, direction=direction, size=size, memory=memory, samples=samples,
+        system=snapshot(),
+    )  # fmt: skip
+    _emit(results, as_json)
 
 
 @bench_group.command("matrix")
-@click.option("--latency/--no-latency", default=True)
-@click.option("--bandwidth/--no-bandwidth", default=False)
-@click.option("--gpus/--no-gpus", default=True, help="GPUs as initiators and targets.")
-@click.option("--size", default=None, help="Arena / array size per cell.")
+@click.option("--latency/--no-latency", default=True, show_default=True)
+@click.option("--bandwidth/--no-bandwidth", default=False, show_default=True)
+@click.option("--gpus/--no-gpus", default=True, show_default=True,
+              help="GPUs as initiators and targets.")  # fmt: skip
+@click.option("--size", type=PAGE_SIZE, default=None,
+              help="Arena / array size per cell (default: each benchmark's).")  # fmt: skip
 @AS_JSON
-def matrix_command(
-    latency: bool, bandwidth: bool, gpus: bool, size: str | None, as_json: bool
-) -> None:
+def matrix_command(latency: bool, bandwidth: bool, gpus: bool, size: int | None,
+                   as_json: bool) -> None:  # fmt: skip
     """Every initiator (nodes with CPUs, GPUs) x every memory tier (nodes, GPU memory).
 
     GPU rows: latency is the GPU's own chase (zero-copy to host tiers); bandwidth is
     the pinned copy to the GPU from a host tier, and STREAM triad in its own memory."""
-    from pycxl.bench.matrix import matrix_cells, measure_cell
+    from pycxl.bench import dispatch
     from pycxl.system import snapshot
 
-    s = snapshot(gpus=gpus)
-    inits, targets, cells = matrix_cells(s)
-    results: list[BenchResult] = []
-    for r in _progress(
-        cells,
-        as_json,
-        "matrix",
-        lambda c: measure_cell(c, s, latency=latency, bandwidth=bandwidth, size=_size(size)),
-    ):
-        results += r
+    if not (latency or bandwidth):
+        raise click.UsageError("--no-latency and --no-bandwidth leave nothing to measure")
+    m = dispatch.measure_matrix(
+        latency=latency, bandwidth=bandwidth, size=size, system=snapshot(gpus=gpus),
+        progress=lambda pairs: _bar(pairs, as_json, "matrix"),
+    )  # fmt: skip
     if as_json:
-        emit_json([r.as_json() for r in results])
+        emit_json([c.as_json() for c in m.cells])
         return
-    for bench, key, fmt in (
-        ("latency", "latency_ns", "{:.1f} ns"),
-        ("bandwidth", "bytes_per_s", "{:.2e} B/s"),
-    ):
-        rows = [
-            [i]
-            + [
-                next(
-                    (
-                        fmt.format(r.figures[key])
-                        for r in results
-                        if r.params.get("matrix") == bench and r.initiator == i and r.target == t
-                    ),
-                    "-",
-                )
-                for t in targets
-            ]
-            for i in inits
-        ]
-        if any(r.params.get("matrix") == bench for r in results):
-            emit_table(f"{bench} (initiator x target)", ["", *targets], rows)
+    for kind, fmt in (("latency", _ns), ("bandwidth", _rate)):
+        if not any(c.kind == kind for c in m.cells):
+            continue
+        rows = [[i] + [_cell(m, i, t, kind, fmt) for t in m.targets] for i in m.initiators]
+        emit_table(f"{kind} (initiator x target)", ["", *m.targets], rows)
 
 
-def _progress(items: Sequence[Any], quiet: bool, label: str, fn: Callable[[Any], Any]) -> list[Any]:
+def _cell(m: Any, i: str, t: str, kind: str, fmt: Callable[[float], str]) -> str:
+    c = m.cell(i, t, kind)
+    if c is None:
+        return "-"
+    r = c.result
+    return fmt(r.latency_ns if kind == "latency" else r.bytes_per_s)
+
+
+def _ns(v: float) -> str:
+    return f"{v:.1f} ns"
+
+
+def _rate(v: float) -> str:
+    return f"{v / 1e9:.2f} GB/s"
+
+
+def _is_gpu(name: str | None) -> bool:
+    from pycxl.tiers import is_gpu_name
+
+    return name is not None and is_gpu_name(name)
+
+
+def _bar(items: Sequence[T], quiet: bool, label: str) -> Iterable[T]:
+    """The items, with a progress bar on stderr unless quiet or only one."""
     if quiet or len(items) < 2:
-        return [fn(x) for x in items]
-    out = []
-    with click.progressbar(items, label=label, file=click.get_text_stream("stderr")) as bar:
-        for x in bar:
-            out.append(fn(x))
-    return out
+        return items
+    return _BarIter(items, label)
 
 
-def _emit(results: list[BenchResult], as_json: bool, keys: list[str]) -> None:
+class _BarIter:
+    def __init__(self, items: Sequence[Any], label: str) -> None:
+        self.items, self.label = items, label
+
+    def __iter__(self) -> Any:
+        with click.progressbar(self.items, label=self.label,
+                               file=click.get_text_stream("stderr")) as bar:  # fmt: skip
+            yield from bar
+
+
+def _progress(items: Sequence[Any], quiet: bool, label: str, fn: Callable[[Any], T]) -> list[T]:
+    return [fn(x) for x in _bar(items, quiet, label)]
+
+
+# --- tables ----------------------------------------------------------------------------
+FIGURES = {
+    "latency": ("latency_ns", "latency_ns_median"),
+    "bandwidth": ("bytes_per_s", "bytes_per_s_median"),
+    "first-touch": ("p50_ns", "p90_ns", "p99_ns", "max_ns", "bytes_per_s"),
+    "transfer": ("bytes_per_s", "bytes_per_s_median"),
+}
+
+
+def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
+    from pycxl.units import format_size
+
     if as_json:
         emit_json([r.as_json() for r in results])
         return
-    rows = []
-    for r in results:
-        rows.append(
-            [
-                r.benchmark,
-                _variant(r),
-                r.target,
-                r.node,
-                r.initiator,
-                len(r.cpus),
-                format_size(r.size),
-                format_size(r.page_size),
-            ]
-            + [_fmt(k, r.figures[k]) for k in keys]
-        )
-    emit_table(
-        None, ["bench", "kernel", "target", "node", "from", "cpus", "size", "page", *keys], rows
-    )
+    for bench in dict.fromkeys(r.benchmark for r in results):
+        keys = FIGURES[bench]
+        rows = [
+            [r.benchmark, _variant(r), r.target, r.node, r.initiator, len(r.cpus) or "-",
+             format_size(r.size), format_size(r.page_size) if r.page_size else "-"]
+            + [_figure(k, getattr(r, k)) for k in keys]
+            for r in results if r.benchmark == bench
+        ]  # fmt: skip
+        emit_table(None, ["bench", "kernel", "target", "node", "from", "cpus", "size", "page",
+                          *keys], rows)  # fmt: skip
 
 
 def _variant(r: BenchResult) -> str:
     """The kernel of a bandwidth result; the direction and memory of a transfer."""
-    if "kernel" in r.params:
-        return str(r.params["kernel"])
-    if "direction" in r.params:
-        p = r.params
-        memory = "staged" if p.get("staged") else "" if p.get("pinned") else "pageable"
-        return f"{p['direction']} {memory}".strip()
+    from pycxl.bench.results import BandwidthResult, TransferResult
+
+    if isinstance(r, BandwidthResult):
+        return r.kernel
+    if isinstance(r, TransferResult):
+        return f"{r.direction} {r.memory}"
     return "-"
 
 
-def _fmt(key: str, v: float) -> str:
+def _figure(key: str, v: float) -> str:
     if key.startswith("bytes_per_s"):
         return f"{v / 1e9:.2f} GB/s"
     return f"{v:.1f}"
 
 
-def _plot(path: str, results: list[BenchResult], x: str, y: str, xl: str, yl: str) -> None:
-    try:
-        import matplotlib
+def _check_plot(path: str | None) -> None:
+    """--plot needs matplotlib: say so before measuring anything."""
+    import importlib.util
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    if path and importlib.util.find_spec("matplotlib") is None:
         from pycxl.errors import NotAvailableError
 
-        raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'") from None
+        raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'")
+
+
+def _plot(path: str, results: Sequence[Any], x: str, y: str, xl: str, yl: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     xs = [r.size if x == "size" else len(r.cpus) for r in results]
     fig, ax = plt.subplots()
-    ax.plot(xs, [r.figures[y] for r in results], marker="o")
+    ax.plot(xs, [getattr(r, y) for r in results], marker="o")
     if x == "size":
         ax.set_xscale("log", base=2)
     ax.set_xlabel(xl)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pycxl.errors import (
+    CommandNotExecutableError,
+    CommandNotFoundError,
     InvalidRequestError,
     NeedsRootError,
     NotAvailableError,
@@ -16,12 +18,18 @@ USAGE = 2  # bad command line or request (click uses 2 too)
 NEEDS_ROOT = 3
 NOT_AVAILABLE = 4  # hardware, kernel driver or shared library absent
 NOT_FOUND = 5  # a named target or object does not exist
+INTERNAL = 70  # a bug in pycxl (sysexits' EX_SOFTWARE)
+INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+NOT_EXECUTABLE = 126  # pycxl run: the command cannot be executed (as a shell says)
+COMMAND_NOT_FOUND = 127  # pycxl run: no such command (as a shell says)
 
 _TABLE: tuple[tuple[type[PycxlError], int], ...] = (
     (NeedsRootError, NEEDS_ROOT),
     (NotAvailableError, NOT_AVAILABLE),
     (NotFoundError, NOT_FOUND),
     (InvalidRequestError, USAGE),
+    (CommandNotFoundError, COMMAND_NOT_FOUND),
+    (CommandNotExecutableError, NOT_EXECUTABLE),
     (PycxlError, FAILED),
 )
 

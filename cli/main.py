@@ -1,9 +1,11 @@
-"""Entry point: the click group, logging to stderr, and exceptions to exit codes."""
+"""Entry point: the click group, logging to stderr, and every error to one line and an
+exit code (usage errors, pycxl's errors, and bugs alike)."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
 
 import click
 
@@ -11,18 +13,22 @@ from pycxl import __version__
 from pycxl.errors import PycxlError
 
 from .bench_cmd import bench_group
-from .exit_codes import exit_code_for
+from .exit_codes import FAILED, INTERNAL, INTERRUPTED, USAGE, exit_code_for
 from .list_cmd import list_command
 from .numa_cmd import numa_command, run_command, where_command
 from .region_cmd import region_group
 from .testbed_cmd import testbed_command
 
+_verbose = False
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="pycxl")
-@click.option("-v", "--verbose", is_flag=True, help="Log progress to stderr.")
+@click.version_option(__version__, "-V", "--version", prog_name="pycxl")
+@click.option("-v", "--verbose", is_flag=True, help="Log progress (and tracebacks) to stderr.")
 def cli(verbose: bool) -> None:
     """See, configure and measure GPU HBM, CPU DRAM and CXL memory."""
+    global _verbose
+    _verbose = verbose
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="pycxl: %(message)s",
@@ -40,20 +46,40 @@ cli.add_command(testbed_command)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
     try:
-        # Commands that end with click's Exit (pycxl run: the child's status) return it.
         rc = cli.main(args=argv, prog_name="pycxl", standalone_mode=False)
     except PycxlError as e:
         click.echo(f"pycxl: error: {e}", err=True)
         return exit_code_for(e)
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.format_message(), err=True)
+        return USAGE
+    except click.UsageError as e:
+        click.echo(f"pycxl: error: {e.format_message()}", err=True)
+        if e.ctx is not None:
+            click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
+        return USAGE
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 130
+        click.echo("pycxl: interrupted", err=True)
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("pycxl: interrupted", err=True)
+        return INTERRUPTED
     except click.ClickException as e:
-        e.show()
-        return e.exit_code
+        click.echo(f"pycxl: error: {e.format_message()}", err=True)
+        return e.exit_code or FAILED
     except click.exceptions.Exit as e:
         return e.exit_code
+    except BrokenPipeError:
+        return FAILED  # the reader went away (pycxl list | head): nothing to say
+    except Exception as e:  # a bug: one line, the traceback only when asked for
+        click.echo(f"pycxl: internal error: {type(e).__name__}: {e}", err=True)
+        if _verbose:
+            traceback.print_exc()
+        else:
+            click.echo("(run with -v for the traceback; please report it)", err=True)
+        return INTERNAL
     return rc if isinstance(rc, int) else 0
 
 

@@ -1,5 +1,5 @@
-"""pycxl numa, pycxl run, pycxl where: NUMA nodes by tier, policies for commands, and
-where a process's memory is."""
+"""pycxl numa, pycxl run, pycxl where: NUMA nodes by tier, commands under a memory policy
+(options as numactl's), and where a process's memory is."""
 
 from __future__ import annotations
 
@@ -7,104 +7,138 @@ import sys
 
 import click
 
-from pycxl.numa.launch import LaunchRequest, run
-from pycxl.numa.pages import process_usage
-from pycxl.system import snapshot
-from pycxl.units import format_size
-
-from .render import dash, emit_json, emit_table
+from .params import CPUS, NODES, flatten
+from .render import dash, emit_json, emit_table, ranges
 
 SYSROOT = click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
                        hidden=True)  # fmt: skip
 
 
-def _split(values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(v for value in values for v in value.split(",") if v)
-
-
 @click.command("numa")
+@click.option("--set-weights", "set_weights", default=None, metavar="NODE=W[,NODE=W]",
+              help="Set the system-wide weighted-interleave weights (root; they stay until "
+                   "changed, as writing sysfs does), then show the nodes.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @SYSROOT
-def numa_command(as_json: bool, sysroot: str | None) -> None:
-    """NUMA nodes with tier names, CPUs, memory and distances (numactl -H, by tier)."""
+def numa_command(set_weights: str | None, as_json: bool, sysroot: str | None) -> None:
+    """NUMA nodes with tier names, CPUs, memory, distances and weighted-interleave
+    weights (numactl -H, by tier)."""
+    from pycxl.numa.policy import read_weights, write_weights
+    from pycxl.sysfs import Sysfs
+    from pycxl.system import snapshot
+    from pycxl.to_json import node_json
+    from pycxl.units import format_size
+
     s = snapshot(sysroot, gpus=False)
+    fs = Sysfs(sysroot)
+    if set_weights is not None:
+        write_weights(_weights(set_weights, s), fs)
+    weights = _try_weights(read_weights, fs)
     if as_json:
-        emit_json([
-            {"node": t.node.id, "name": t.name, "tier": t.tier, "cpus": list(t.node.cpus),
-             "mem_total": t.node.mem_total, "mem_free": t.node.mem_free, "region": t.region,
-             "distances": {str(k): v for k, v in t.node.distances.items()}}
-            for t in s.nodes
-        ])  # fmt: skip
+        emit_json([{**node_json(t), "weight": weights.get(t.node.id)} for t in s.nodes])
         return
-    rows = [[t.node.id, t.name, t.tier, _cpus(t.node.cpus), format_size(t.node.mem_total),
-             format_size(t.node.mem_free), dash(t.region)] for t in s.nodes]  # fmt: skip
-    emit_table("NUMA nodes", ["node", "name", "tier", "cpus", "total", "free", "region"], rows)
+    rows = [[t.node.id, t.name, t.tier, ranges(t.node.cpus), format_size(t.node.mem_total),
+             format_size(t.node.mem_free), dash(t.region), dash(weights.get(t.node.id))]
+            for t in s.nodes]  # fmt: skip
+    headers = ["node", "name", "tier", "cpus", "total", "free", "region", "weight"]
+    emit_table("NUMA nodes", headers, rows)
     ids = [t.node.id for t in s.nodes]
     matrix = [[t.name] + [dash(t.node.distances.get(j)) for j in ids] for t in s.nodes]
     emit_table("Distances", ["", *(t.name for t in s.nodes)], matrix)
 
 
-def _cpus(cpus: tuple[int, ...]) -> str:
-    if not cpus:
-        return "-"
-    out, start, prev = [], cpus[0], cpus[0]
-    for c in (*cpus[1:], None):
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-        if c is not None:
-            start = prev = c
-    return ",".join(out)
+def _try_weights(read: object, fs: object) -> dict[int, int]:
+    from pycxl.errors import NotAvailableError
+
+    try:
+        return read(fs)  # type: ignore[operator, no-any-return]
+    except NotAvailableError:
+        return {}  # a kernel without weighted interleave: the column stays empty
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True})
-@click.option("--membind", "-m", multiple=True, metavar="T[,T]", help="Allocate only on these.")
-@click.option("--preferred", "-p", default=None, metavar="T", help="Allocate here first.")
-@click.option("--interleave", "-i", multiple=True, metavar="T,T", help="Round robin over these.")
-@click.option("--weights", "-w", default=None, metavar="A,B",
-              help="Weighted interleave: one weight per --interleave node (Linux 6.9+; "
-                   "sets the system-wide weights while the command runs).")  # fmt: skip
-@click.option("--cpunodebind", "-N", multiple=True, metavar="T[,T]",
-              help="Run on the CPUs of these nodes (dram0, node0, cpu3...).")  # fmt: skip
+def _weights(text: str, s: object) -> dict[int, int]:
+    from pycxl.system import System
+
+    assert isinstance(s, System)
+    out: dict[int, int] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise click.BadParameter(f"'{item}': expected NODE=WEIGHT such as cxl0=1",
+                                     param_hint="--set-weights")  # fmt: skip
+        for node in s.memory_nodes(name.strip()):
+            out[node] = int(value)
+    return out
+
+
+@click.command("run", context_settings={"allow_interspersed_args": False})
+@click.option("-m", "--membind", multiple=True, type=NODES,
+              help="Allocate only on these nodes.")  # fmt: skip
+@click.option("-p", "--preferred", default=None, metavar="NODE",
+              help="Allocate on this node first.")  # fmt: skip
+@click.option("-P", "--preferred-many", "preferred_many", multiple=True, type=NODES,
+              help="Allocate on these nodes first (Linux 5.15+).")  # fmt: skip
+@click.option("-i", "--interleave", multiple=True, type=NODES,
+              help="Interleave pages over these nodes, round robin.")  # fmt: skip
+@click.option("-w", "--weighted-interleave", "weighted", multiple=True, type=NODES,
+              help="Interleave by the system-wide weights (Linux 6.9+; pycxl numa "
+                   "--set-weights sets them).")  # fmt: skip
+@click.option("-l", "--localalloc", is_flag=True, help="Allocate on the CPU's own node.")
+@click.option("-N", "--cpunodebind", multiple=True, type=NODES,
+              help="Run on the CPUs of these nodes.")  # fmt: skip
+@click.option("-C", "--physcpubind", multiple=True, type=CPUS,
+              help="Run on these CPUs (0-3,8 or all).")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @SYSROOT
 def run_command(
-    membind: tuple[str, ...], preferred: str | None, interleave: tuple[str, ...],
-    weights: str | None, cpunodebind: tuple[str, ...], command: tuple[str, ...],
-    sysroot: str | None,
+    membind: tuple[tuple[str, ...], ...], preferred: str | None,
+    preferred_many: tuple[tuple[str, ...], ...], interleave: tuple[tuple[str, ...], ...],
+    weighted: tuple[tuple[str, ...], ...], localalloc: bool,
+    cpunodebind: tuple[tuple[str, ...], ...], physcpubind: tuple[tuple[str, ...], ...],
+    command: tuple[str, ...], sysroot: str | None,
 ) -> None:  # fmt: skip
-    """Run COMMAND under a memory policy named by tiers; exits with its status.
+    """Run COMMAND under a memory policy and CPU binding named by tiers, as numactl
+    does: the policy is set on this process, which then becomes COMMAND (same PID;
+    signals go straight to it; the exit status is its own). NODES: names (dram0, cxl0,
+    node1), ids, ranges (0-2), or all.
 
+    \b
     pycxl run --membind cxl0 -- python3 train.py
-    pycxl run --interleave dram0,cxl0 --weights 3,1 -- ./app
+    pycxl run -w dram0,cxl0 -- ./app
     """
-    try:
-        w = tuple(int(x) for x in weights.split(",")) if weights else ()
-    except ValueError:
-        raise click.BadParameter(f"'{weights}': expected integers such as 3,1") from None
-    req = LaunchRequest(
-        command=command, membind=_split(membind), preferred=preferred,
-        interleave=_split(interleave), weights=w, cpunodebind=_split(cpunodebind),
+    from pycxl.numa.launch import exec_command, find_command
+    from pycxl.system import snapshot
+
+    find_command(command)  # a typo is an error before anything is set
+    plan = snapshot(sysroot, gpus=False).launch_plan(
+        membind=flatten(membind), preferred=preferred, preferred_many=flatten(preferred_many),
+        interleave=flatten(interleave), weighted_interleave=flatten(weighted),
+        localalloc=localalloc, cpunodebind=flatten(cpunodebind),
+        physcpubind=flatten(physcpubind),
     )  # fmt: skip
     sys.stdout.flush()
-    raise click.exceptions.Exit(run(req, sysroot))
+    sys.stderr.flush()
+    exec_command(plan, command)
 
 
 @click.command("where")
-@click.argument("pid", type=int)
+@click.argument("pid", type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @SYSROOT
 def where_command(pid: int, as_json: bool, sysroot: str | None) -> None:
     """Resident memory of process PID per NUMA node and tier (from its numa_maps)."""
+    from pycxl.numa.pages import process_usage
+    from pycxl.system import snapshot
+    from pycxl.units import format_size
+
     usage = process_usage(pid)
-    names = {t.node.id: t for t in snapshot(sysroot, gpus=False).nodes}
+    s = snapshot(sysroot, gpus=False)
     if as_json:
-        emit_json([{"node": n, "name": names[n].name if n in names else None,
-                    "tier": names[n].tier if n in names else None, "bytes": b}
+        emit_json([{"node": n, "name": s.tier_name(n),
+                    "tier": t.tier if (t := s.tier(n)) else None, "bytes": b}
                    for n, b in usage.items()])  # fmt: skip
         return
     total = sum(usage.values()) or 1
-    rows = [[n, names[n].name if n in names else "-", names[n].tier if n in names else "-",
+    rows = [[n, dash(s.tier_name(n)), dash(t.tier if (t := s.tier(n)) else None),
              format_size(b), f"{100 * b / total:.1f}%"] for n, b in usage.items()]  # fmt: skip
     emit_table(f"process {pid}", ["node", "name", "tier", "resident", "share"], rows)

@@ -1,25 +1,19 @@
-"""pycxl region create|destroy|enable|disable."""
+"""pycxl region create|destroy|enable|disable (options as ndctl's cxl create-region and
+destroy-region, disable-region, enable-region)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.cxl.memory_blocks import Zone
-from pycxl.cxl.ndctl_json import region_json
-from pycxl.cxl.region_layout import RegionRequest
-from pycxl.cxl.regions import (
-    RegionResult,
-    create_region,
-    destroy_region,
-    disable_region,
-    enable_region,
-)
-from pycxl.plan import Step
-from pycxl.units import format_size, parse_size
-
+from .params import SIZE
 from .render import dash, emit_json, emit_table
+
+if TYPE_CHECKING:
+    from pycxl.cxl.regions import RegionResult
+    from pycxl.plan import Step
 
 SYSROOT = click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
                        hidden=True)  # fmt: skip
@@ -30,6 +24,9 @@ AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable
 ZONE = click.option("--zone", type=click.Choice(["movable", "normal"]), default="movable",
                     show_default=True,
                     help="Zone to online the memory into (movable: can be offlined).")  # fmt: skip
+REGIONS = click.argument("regions", nargs=-1, required=True, metavar="REGION... | all")
+ROOT_FILTER = click.option("-d", "--decoder", "root_decoder", default=None, metavar="DECODER",
+                           help="With 'all': only regions of this root decoder.")  # fmt: skip
 
 
 @click.group("region")
@@ -39,44 +36,20 @@ def region_group() -> None:
 
 @region_group.command("create")
 @click.argument("memdevs", nargs=-1, metavar="[MEMDEV]...")
-@click.option(
-    "-w",
-    "--interleave",
-    "--ways",
-    "ways",
-    type=int,
-    default=None,
-    help="Interleave ways (default: the number of memdevs named, else 1).",
-)
-@click.option(
-    "-g",
-    "--granularity",
-    default=None,
-    metavar="BYTES",
-    help="Interleave granularity (default: the root decoder's).",
-)
-@click.option(
-    "-s",
-    "--size",
-    default=None,
-    metavar="SIZE",
-    help="Region size, e.g. 512M (default: the largest that fits).",
-)
-@click.option(
-    "-t",
-    "--type",
-    "rtype",
-    type=click.Choice(["ram", "pmem"]),
-    default=None,
-    help="Region type (default: ram where the root decoder can map it).",
-)
-@click.option(
-    "-d",
-    "--decoder",
-    default=None,
-    metavar="ROOT_DECODER",
-    help="Root decoder (CXL window) to carve from (default: one that fits).",
-)
+@click.option("-m", "--memdevs", "memdev_args", is_flag=True,
+              help="The arguments are memdevs (as cxl create-region -m).")  # fmt: skip
+@click.option("-w", "--ways", "--interleave", "ways", type=click.IntRange(min=1), default=None,
+              help="Interleave ways (default: the number of memdevs named, else 1).")  # fmt: skip
+@click.option("-g", "--granularity", type=SIZE, default=None,
+              help="Interleave granularity in bytes (default: the root decoder's).")  # fmt: skip
+@click.option("-s", "--size", type=SIZE, default=None,
+              help="Region size, e.g. 512M (default: the largest that fits).")  # fmt: skip
+@click.option("-t", "--type", "rtype", type=click.Choice(["ram", "pmem"]), default=None,
+              help="Region type (default: ram where the root decoder can map it).")  # fmt: skip
+@click.option("-d", "--decoder", default=None, metavar="ROOT_DECODER",
+              help="Root decoder (CXL window) to carve from (default: one that fits).")  # fmt: skip
+@click.option("-b", "--bus", default=None, metavar="BUS",
+              help="Only root decoders of this bus (root0, ACPI.CXL).")  # fmt: skip
 @click.option("-U", "--uuid", default=None, help="UUID of a pmem region (default: random).")
 @click.option("--no-online", is_flag=True, help="Stop once the region is committed and bound.")
 @ZONE
@@ -84,9 +57,10 @@ def region_group() -> None:
 @AS_JSON
 @SYSROOT  # fmt: skip
 def create_command(
-    memdevs: tuple[str, ...], ways: int | None, granularity: str | None, size: str | None,
-    rtype: str | None, decoder: str | None, uuid: str | None, no_online: bool, zone: str,
-    dry_run: bool, as_json: bool, sysroot: str | None,
+    memdevs: tuple[str, ...], memdev_args: bool, ways: int | None, granularity: int | None,
+    size: int | None, rtype: str | None, decoder: str | None, bus: str | None,
+    uuid: str | None, no_online: bool, zone: str, dry_run: bool, as_json: bool,
+    sysroot: str | None,
 ) -> None:  # fmt: skip
     """Assemble memdevs into an interleaved region and online it as a NUMA node.
 
@@ -94,69 +68,124 @@ def create_command(
     pycxl puts them in the interleave positions the topology requires. With no
     MEMDEV, memdevs with free capacity are picked.
     """
+    from pycxl.api import create_region
+    from pycxl.cxl.region_layout import RegionRequest
+
     req = RegionRequest(
-        memdevs=memdevs, ways=ways,
-        granularity=parse_size(granularity) if granularity else None,
-        size=parse_size(size) if size else None,
-        type=rtype,  # type: ignore[arg-type]
-        decoder=decoder, uuid=uuid, online=not no_online,
-        zone=_zone(zone),
+        memdevs=tuple(m for arg in memdevs for m in arg.split(",") if m), ways=ways,
+        granularity=granularity, size=size, type=rtype,  # type: ignore[arg-type]
+        decoder=decoder, bus=bus, uuid=uuid, online=not no_online,
+        zone=zone,  # type: ignore[arg-type]
     )  # fmt: skip
-    _emit(create_region(req, sysroot=sysroot, dry_run=dry_run), as_json)
+    _emit([create_region(req, sysroot=sysroot, dry_run=dry_run)], as_json)
 
 
 @region_group.command("destroy")
-@click.argument("region")
+@REGIONS
 @click.option("-f", "--force", is_flag=True,
               help="Go on when memory cannot be offlined (leaks it until reboot); "
                    "required for pmem regions.")  # fmt: skip
+@ROOT_FILTER
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def destroy_command(
-    region: str, force: bool, dry_run: bool, as_json: bool, sysroot: str | None
-) -> None:
-    """Offline a region's memory, disable it and tear it down."""
-    _emit(destroy_region(region, force=force, sysroot=sysroot, dry_run=dry_run), as_json)
+def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
+                    dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
+    """Offline regions' memory, disable them and tear them down ('all': every region)."""
+    from pycxl.api import destroy_region
+
+    _each(regions, root_decoder, sysroot, as_json,
+          lambda r: destroy_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
 
 
 @region_group.command("disable")
-@click.argument("region")
+@REGIONS
 @click.option("-f", "--force", is_flag=True,
               help="Go on when memory cannot be offlined (leaks it until reboot).")  # fmt: skip
+@ROOT_FILTER
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def disable_command(
-    region: str, force: bool, dry_run: bool, as_json: bool, sysroot: str | None
-) -> None:
-    """Offline a region's memory and unbind it; the decode stays committed."""
-    _emit(disable_region(region, force=force, sysroot=sysroot, dry_run=dry_run), as_json)
+def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
+                    dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
+    """Offline regions' memory and unbind them; the decode stays committed."""
+    from pycxl.api import disable_region
+
+    _each(regions, root_decoder, sysroot, as_json,
+          lambda r: disable_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
 
 
 @region_group.command("enable")
-@click.argument("region")
+@REGIONS
 @click.option("--no-online", is_flag=True, help="Bind only; leave the memory offline.")
 @ZONE
+@ROOT_FILTER
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def enable_command(
-    region: str, no_online: bool, zone: str, dry_run: bool, as_json: bool, sysroot: str | None
-) -> None:
-    """Bind a committed region and online its memory."""
-    result = enable_region(
-        region, online=not no_online, zone=_zone(zone), sysroot=sysroot, dry_run=dry_run
-    )
-    _emit(result, as_json)
+def enable_command(regions: tuple[str, ...], no_online: bool, zone: str,
+                   root_decoder: str | None, dry_run: bool, as_json: bool,
+                   sysroot: str | None) -> None:  # fmt: skip
+    """Bind committed regions and online their memory."""
+    from pycxl.api import enable_region
+
+    _each(regions, root_decoder, sysroot, as_json,
+          lambda r: enable_region(r, online=not no_online, zone=zone, sysroot=sysroot,
+                                  dry_run=dry_run))  # fmt: skip
 
 
-def _zone(choice: str) -> Zone:
-    return "normal" if choice == "normal" else "movable"
+def _each(names: tuple[str, ...], root_decoder: str | None, sysroot: str | None,
+          as_json: bool, op: Callable[[str], RegionResult]) -> None:  # fmt: skip
+    """Run ``op`` on each named region (every region for 'all'), as ndctl does: all
+    names are checked first; a region that fails does not stop the others; the exit
+    status is the first failure's."""
+    from pycxl.cxl.sysfs_backend import read_topology
+    from pycxl.errors import NotFoundError, PycxlError
+    from pycxl.sysfs import Sysfs
+
+    topo = read_topology(Sysfs(sysroot)).require()
+    known = [r.name for r in topo.regions]
+    wanted = [n for arg in names for n in arg.split(",") if n]
+    if "all" in wanted:
+        targets = [r.name for r in topo.regions if root_decoder in (None, r.decoder)]
+    else:
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            raise NotFoundError("region", unknown[0], known)
+        targets = list(dict.fromkeys(wanted))
+    results: list[RegionResult] = []
+    failure: PycxlError | None = None
+    for name in targets:
+        try:
+            results.append(op(name))
+        except PycxlError as e:
+            if len(targets) == 1:
+                raise
+            click.echo(f"pycxl: error: {name}: {e}", err=True)
+            failure = failure or e
+    if not targets and not as_json:
+        click.echo("no regions")
+    _emit(results, as_json)
+    if failure is not None:
+        raise _AlreadyReported(failure)
+
+
+class _AlreadyReported(click.exceptions.Exit):
+    """A failure already printed for its region: exit with its code, say nothing more."""
+
+    def __init__(self, error: Exception) -> None:
+        from pycxl.errors import PycxlError
+
+        from .exit_codes import exit_code_for
+
+        assert isinstance(error, PycxlError)
+        super().__init__(exit_code_for(error))
 
 
 # --- output --------------------------------------------------------------------------
 def result_json(r: RegionResult) -> dict[str, Any]:
+    from pycxl.to_json import region_json
+
     doc: dict[str, Any] = {"region": r.name, "action": r.plan.title.split()[0]}
     if not r.executed:
         doc["dry_run"] = True
@@ -178,12 +207,21 @@ def result_json(r: RegionResult) -> dict[str, Any]:
     return doc
 
 
-def _emit(r: RegionResult, as_json: bool) -> None:
-    for w in r.warnings:
-        click.echo(f"pycxl: warning: {w}", err=True)
+def _emit(results: list[RegionResult], as_json: bool) -> None:
+    for r in results:
+        for w in r.warnings:
+            click.echo(f"pycxl: warning: {r.name}: {w}", err=True)
     if as_json:
-        emit_json(result_json(r))
+        docs = [result_json(r) for r in results]
+        emit_json(docs[0] if len(docs) == 1 else docs)
         return
+    for r in results:
+        _show(r)
+
+
+def _show(r: RegionResult) -> None:
+    from pycxl.units import format_size
+
     if not r.executed:
         click.echo(f"{r.plan.title} (dry run: nothing written)")
         if r.layout is not None:

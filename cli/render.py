@@ -1,24 +1,54 @@
-"""Tables for people, JSON for programs."""
+"""Tables for people, JSON for programs.
+
+Tables are drawn here in tabulate's "simple" format (a test holds the two equal): the
+tabulate package takes about as long to import as the rest of ``pycxl list`` runs.
+"""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
 import click
-from tabulate import tabulate
+
+MIN_PADDING = 2  # tabulate's: a header is at least this much narrower than its column
 
 
 def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2))
 
 
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns two spaces apart, a dashed line under the headers."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [
+        max([_width(h) + MIN_PADDING, *(_width(r[i]) for r in cells if i < len(r))])
+        for i, h in enumerate(headers)
+    ]
+    lines = [_line(headers, widths), "  ".join("-" * w for w in widths)]
+    lines += [_line(r, widths) for r in cells]
+    return "\n".join(lines)
+
+
+def _line(values: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(
+        v + " " * (w - _width(v)) for v, w in zip(values, widths, strict=False)
+    ).rstrip()
+
+
+def _width(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def emit_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     if title:
         click.echo(click.style(title, bold=True))
     if rows:
-        click.echo(tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True))
+        click.echo(table(headers, rows))
     else:
         click.echo("  (none)")
     click.echo()
@@ -26,3 +56,16 @@ def emit_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequenc
 
 def dash(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
+
+
+def ranges(ids: Sequence[int]) -> str:
+    """'0-3,8' for (0, 1, 2, 3, 8); '-' for none."""
+    if not ids:
+        return "-"
+    out: list[list[int]] = []
+    for i in ids:
+        if out and out[-1][-1] == i - 1:
+            out[-1][-1] = i
+        else:
+            out.append([i, i])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)

@@ -11,13 +11,14 @@ from pycxl.testbed import DEFAULT_TOPOLOGY, TOPOLOGIES, check_requirements, run_
 from pycxl.testbed.kernel import INSTALL_HINT, missing_recommended, prepare_kernel
 
 
-@click.command("testbed", context_settings={"ignore_unknown_options": True})
+@click.command("testbed", context_settings={"allow_interspersed_args": False})
 @click.option("-t", "--topology", default=DEFAULT_TOPOLOGY, show_default=True,
               type=click.Choice(sorted(TOPOLOGIES)), help="Emulated CXL topology.")  # fmt: skip
 @click.option("--list-topologies", is_flag=True, help="Describe the topologies and exit.")
 @click.option("--setup", "setup_only", is_flag=True,
               help="Check requirements and fetch the kernel, then exit.")  # fmt: skip
-@click.option("--timeout", default=1500, show_default=True, help="Seconds before giving up.")
+@click.option("--timeout", type=click.IntRange(min=1), default=1500, show_default=True,
+              help="Seconds before giving up.")  # fmt: skip
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def testbed_command(
     topology: str, list_topologies: bool, setup_only: bool, timeout: int, command: tuple[str, ...]

@@ -1,19 +1,40 @@
 """pycxl: see, configure and measure every memory tier of a GPU host.
 
-Importing pycxl loads no shared library and no numpy; each binding loads on first use.
+GPU HBM, CPU DRAM and CXL memory expanders, named as tiers (``dram0``, ``cxl0``,
+``gpu0``; ``node3``, ``cpu5``) across the whole library::
 
     >>> import pycxl
-    >>> system = pycxl.snapshot()
+    >>> system = pycxl.snapshot()               # CXL objects, NUMA nodes, GPUs, read once
     >>> [n.name for n in system.nodes]          # ['dram0', 'cxl0']
     >>> system.resolve("cxl0").node             # NUMA node id of the first CXL tier
+    >>> buf = pycxl.allocate("64M", "cxl0")     # memory bound to that node
+    >>> buf.pages_by_node()                     # {1: 16384}
     >>> pycxl.create_region(pycxl.RegionRequest(ways=2)).tier   # 'cxl0' (as root)
+    >>> from pycxl import bench
+    >>> bench.measure_latency("cxl0")[0].latency_ns
+
+What is here:
+
+- ``snapshot``, ``System``: the host's memory, and every name resolved against it.
+- ``allocate``, ``migrate``, ``NumaBuffer``, ``Policy``: memory on tiers, by name.
+- ``create_region``, ``destroy_region``, ``enable_region``, ``disable_region``,
+  ``RegionRequest``, ``RegionResult``: CXL regions, validated, planned, undoable.
+- ``host_memory``: memory on a tier pinned and mapped for a GPU (``pycxl.gpu``).
+- ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
+- ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
+- ``PycxlError`` and its subclasses: every error, each with a message to act on.
+
+Importing pycxl loads no shared library and no numpy; each part loads on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CommandNotExecutableError,
+    CommandNotFoundError,
     CudaError,
     InvalidRequestError,
     LibraryNotFoundError,
@@ -29,46 +50,66 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .cxl.region_layout import RegionRequest
-    from .cxl.regions import (
-        RegionResult,
+    from . import bench
+    from .api import (
+        allocate,
         create_region,
         destroy_region,
         disable_region,
         enable_region,
+        host_memory,
+        migrate,
     )
+    from .cxl.region_layout import RegionRequest
+    from .cxl.regions import RegionResult
+    from .listing import ListRequest, list_json
+    from .numa.placement import NumaBuffer
+    from .numa.policy import Policy
     from .system import System, read_cxl, snapshot
 
 _LAZY = {
     "snapshot": "system",
     "read_cxl": "system",
     "System": "system",
+    "allocate": "api",
+    "migrate": "api",
+    "host_memory": "api",
+    "create_region": "api",
+    "destroy_region": "api",
+    "disable_region": "api",
+    "enable_region": "api",
     "RegionRequest": "cxl.region_layout",
     "RegionResult": "cxl.regions",
-    "create_region": "cxl.regions",
-    "destroy_region": "cxl.regions",
-    "disable_region": "cxl.regions",
-    "enable_region": "cxl.regions",
+    "NumaBuffer": "numa.placement",
+    "Policy": "numa.policy",
+    "ListRequest": "listing",
+    "list_json": "listing",
 }
+_SUBPACKAGES = ("bench", "cxl", "gpu", "numa", "testbed")
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pycxl' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 __all__ = [
+    "CommandNotExecutableError",
+    "CommandNotFoundError",
     "CudaError",
     "InvalidRequestError",
     "LibraryNotFoundError",
+    "ListRequest",
     "NeedsRootError",
     "NotAvailableError",
     "NotFoundError",
+    "NumaBuffer",
     "OperationError",
+    "Policy",
     "PycxlError",
     "RegionRequest",
     "RegionResult",
@@ -76,10 +117,19 @@ __all__ = [
     "System",
     "TestbedError",
     "__version__",
+    "allocate",
+    "bench",
     "create_region",
     "destroy_region",
     "disable_region",
     "enable_region",
+    "host_memory",
+    "list_json",
+    "migrate",
     "read_cxl",
     "snapshot",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

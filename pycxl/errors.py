@@ -55,6 +55,14 @@ class NotFoundError(PycxlError):
         super().__init__(f"unknown {kind} '{name}'; {hint}")
 
 
+class CommandNotFoundError(PycxlError):
+    """A command to run does not exist (exit code 127, as a shell says it)."""
+
+
+class CommandNotExecutableError(PycxlError):
+    """A command to run exists but cannot be executed (exit code 126)."""
+
+
 class SysfsError(OperationError):
     """A kernel attribute file is unreadable or holds a value pycxl cannot parse."""
 

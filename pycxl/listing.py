@@ -1,130 +1,235 @@
-"""What ``pycxl list`` shows, as a library call: selection, filters and JSON shaping.
+"""What ``pycxl list`` shows, as a library call: the kinds of object, one filter per
+kind (as ndctl's filter.c), and the JSON document.
 
-The CLI renders the result; scripts can call ``list_json`` directly.
+The kinds are declared once, in ``pycxl.kinds.KINDS``; the CLI makes its flags from them. As in
+``cxl list``, a filter given without any kind flag lists its own kind (``-m mem0`` lists
+that memdev, ``-d root`` the root decoders); with kind flags, filters narrow every kind
+they relate to (``-D -m mem0``: the decoders on mem0's path). With neither, a summary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from .cxl import ndctl_json as nj
+from . import to_json as js
 from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
 from .cxl.topology import CxlTopology
 from .errors import NotFoundError
 from .gpu.devices import GpuDevice
+from .kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
 from .system import System
 from .tiers import NodeTier
 
-DECODER_KINDS = ("root", "switch", "endpoint")
+PORT_CLASSES = ("root", "switch", "endpoint")
 
 
 @dataclass(frozen=True)
 class ListRequest:
-    memdevs: bool = False
-    decoders: bool = False
-    regions: bool = False
-    buses: bool = False
-    ports: bool = False
-    endpoints: bool = False
+    """Which kinds to show, the filters (idents per kind: ``{"memdevs": ("mem0",)}``),
+    and how: ``targets`` (decoder targets, dports, region mappings), ``include_disabled``,
+    ``human`` (ndctl's -u forms in JSON). ``serials`` filter memdevs by serial number."""
+
+    kinds: frozenset[str] = frozenset()
+    filters: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    serials: tuple[str, ...] = ()
     targets: bool = False
-    dax: bool = False
-    numa: bool = False
-    gpus: bool = False
     include_disabled: bool = False
     human: bool = False
-    memdev_filter: tuple[str, ...] = ()
-    decoder_filter: tuple[str, ...] = ()
-    region_filter: tuple[str, ...] = ()
-    bus_filter: tuple[str, ...] = ()
+
+    @classmethod
+    def showing(cls, *kinds: str, **options: Any) -> ListRequest:
+        """``ListRequest.showing("memdevs", "regions", targets=True)``."""
+        return cls(kinds=frozenset(kinds), **options)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in [*self.kinds, *self.filters] if k not in KIND_NAMES]
+        if unknown:
+            raise NotFoundError("object kind", unknown[0], KIND_NAMES)
+
+    @property
+    def shown(self) -> frozenset[str]:
+        """The kinds listed: those asked for, else those the filters imply."""
+        if self.kinds:
+            return self.kinds
+        implied = {k for k, v in self.filters.items() if v}
+        if self.serials:
+            implied.add("memdevs")
+        return frozenset(implied)
 
     @property
     def summary(self) -> bool:
-        """No object kind asked for: the at-a-glance summary."""
-        return not any(
-            (self.memdevs, self.decoders, self.regions, self.buses, self.ports,
-             self.endpoints, self.dax, self.numa, self.gpus)
-        )  # fmt: skip
+        """Neither a kind nor a filter: the at-a-glance summary."""
+        return not self.shown
 
 
 @dataclass(frozen=True)
 class Selection:
+    """The objects of each kind that pass the filters."""
+
     buses: list[Bus]
     ports: list[Port]
     endpoints: list[Port]
-    decoders: list[Decoder]
     memdevs: list[Memdev]
+    decoders: list[Decoder]
     regions: list[Region]
     dax: list[DaxDevice]
-    nodes: list[NodeTier]
+    numa: list[NodeTier]
     gpus: list[GpuDevice]
 
 
+# --- one filter per kind: does this object match one of the idents? ---------------------
+def _number(ident: str, prefix: str) -> int | None:
+    text = ident.removeprefix(prefix)
+    return int(text) if text.isdigit() else None
+
+
+def bus_matches(b: Bus, ident: str) -> bool:
+    return ident in ("all", b.name, b.provider) or _number(ident, "root") == _number(b.name, "root")
+
+
+def port_matches(p: Port, ident: str) -> bool:
+    if ident in ("all", p.name) or ident == p.kind:
+        return True
+    num = _number(ident, "port")
+    return num is not None and p.kind == "switch" and num == _number(p.name, "port")
+
+
+def endpoint_matches(p: Port, ident: str) -> bool:
+    num = _number(ident, "endpoint")
+    return ident in ("all", p.name) or (num is not None and num == _number(p.name, "endpoint"))
+
+
+def memdev_matches(m: Memdev, ident: str) -> bool:
+    if ident in ("all", m.name, m.host):
+        return True
+    num = _number(ident, "mem")
+    if num is not None and num == _number(m.name, "mem"):
+        return True
+    return serial_matches(m, ident) and not ident.isdigit()  # '1' is mem1, '0x1' a serial
+
+
+def serial_matches(m: Memdev, ident: str) -> bool:
+    try:
+        return m.serial is not None and int(ident, 0) == m.serial
+    except ValueError:
+        return False
+
+
+def decoder_matches(d: Decoder, ident: str) -> bool:
+    if ident in ("all", d.name) or ident == d.kind:
+        return True
+    return d.name == f"decoder{ident}"  # '0.0' is decoder0.0
+
+
+def region_matches(r: Region, ident: str) -> bool:
+    num = _number(ident, "region")
+    return ident in ("all", r.name) or (num is not None and num == _number(r.name, "region"))
+
+
+_WORDS = {
+    "buses": ("all",),
+    "ports": ("all", *PORT_CLASSES),
+    "endpoints": ("all",),
+    "memdevs": ("all",),
+    "decoders": ("all", *PORT_CLASSES),
+    "regions": ("all",),
+}
+
+
+def _pick(kind: str, items: Sequence[Any], idents: Iterable[str],
+          matches: Callable[[Any, str], bool]) -> list[Any]:  # fmt: skip
+    """Items matching any ident; an ident (other than all/root/...) matching nothing is
+    NotFoundError naming those that exist."""
+    out: list[Any] = []
+    for ident in idents:
+        hits = [o for o in items if matches(o, ident)]
+        if not hits and ident not in _WORDS.get(kind, ()):
+            raise NotFoundError(SINGULAR[kind], ident, [o.name for o in items])
+        out += [h for h in hits if h not in out]
+    return out
+
+
 def select(system: System, req: ListRequest) -> Selection:
-    """Apply the filters; raises NotFoundError for a filter that matches nothing known."""
+    """Apply the filters: each narrows its own kind and every kind related to it."""
     cxl = system.cxl
-    memdevs = list(cxl.memdevs)
-    ports = list(cxl.ports)
-    endpoints = list(cxl.endpoints)
-    decoders = list(cxl.decoders)
-    regions = list(cxl.regions)
-    buses = list(cxl.buses)
-    if req.bus_filter:
-        wanted = _match(req.bus_filter, buses, "bus", lambda b: (b.name, b.provider))
-        keep = {b.port for b in wanted}
-        under = {p.name for p in cxl.all_ports if _root_of(cxl, p) in keep}
-        buses = [b for b in buses if b.name in keep]
+    buses, ports, endpoints = list(cxl.buses), list(cxl.ports), list(cxl.endpoints)
+    memdevs, decoders, regions = list(cxl.memdevs), list(cxl.decoders), list(cxl.regions)
+    f = req.filters
+    if f.get("memdevs") or req.serials:
+        chosen = _pick("memdevs", memdevs, f.get("memdevs", ()), memdev_matches)
+        if req.serials:
+            by_serial = _pick("memdevs", memdevs, req.serials, serial_matches)
+            chosen = [m for m in chosen if m in by_serial] if f.get("memdevs") else by_serial
+        path = _ports_above(m.endpoint for m in chosen)
+        memdevs = chosen
+        buses = [b for b in buses if b.port in path]
+        ports = [p for p in ports if p.name in path]
+        endpoints = [p for p in endpoints if p.name in path]
+        decoders = [d for d in decoders if d.port in path]
+        regions = [r for r in regions if {m.name for m in chosen} & set(r.memdevs)]
+    if f.get("buses"):
+        roots = {b.port for b in _pick("buses", buses, f["buses"], bus_matches)}
+        under = {p.name for p in cxl.all_ports if _root_of(cxl, p) in roots}
+        buses = [b for b in buses if b.port in roots]
         ports = [p for p in ports if p.name in under]
         endpoints = [p for p in endpoints if p.name in under]
         decoders = [d for d in decoders if d.port in under]
         memdevs = [m for m in memdevs if m.endpoint and m.endpoint.name in under]
         regions = [r for r in regions if cxl.decoder(r.decoder).port in under]
-    if req.memdev_filter:
-        chosen = {cxl.find_memdev(i).name for i in req.memdev_filter}
-        memdevs = [m for m in memdevs if m.name in chosen]
-        path = set()
-        for m in memdevs:
-            p = m.endpoint
-            while p is not None:
-                path.add(p.name)
-                p = p.parent_port
-        ports = [p for p in ports if p.name in path]
-        endpoints = [p for p in endpoints if p.name in path]
-        decoders = [d for d in decoders if d.port in path]
-        regions = [r for r in regions if chosen & set(r.memdevs)]
-    if req.region_filter:
-        wanted_r = _match(req.region_filter, regions, "region", lambda r: (r.name,))
-        names = {r.name for r in wanted_r}
-        regions = wanted_r
-        members = {m for r in wanted_r for m in r.memdevs}
+    if f.get("ports"):
+        chosen_p = _pick("ports", ports + endpoints, f["ports"], port_matches)
+        below = _ports_below(cxl, chosen_p)
+        ports = [p for p in ports if p in chosen_p]
+        endpoints = [p for p in endpoints if p.name in below]
+        decoders = [d for d in decoders if d.port in {p.name for p in chosen_p}]
+        memdevs = [m for m in memdevs if m.endpoint and m.endpoint.name in below]
+    if f.get("endpoints"):
+        chosen_e = _pick("endpoints", endpoints, f["endpoints"], endpoint_matches)
+        names = {p.name for p in chosen_e}
+        endpoints = chosen_e
+        decoders = [d for d in decoders if d.port in names]
+        memdevs = [m for m in memdevs if m.endpoint and m.endpoint.name in names]
+    if f.get("decoders"):
+        chosen_d = _pick("decoders", decoders, f["decoders"], decoder_matches)
+        below = _ports_below(cxl, [cxl.port(d.port) for d in chosen_d])
+        decoders = chosen_d
+        memdevs = [m for m in memdevs if m.endpoint and m.endpoint.name in below]
+    if f.get("regions"):
+        chosen_r = _pick("regions", regions, f["regions"], region_matches)
+        names = {r.name for r in chosen_r}
+        members = {m for r in chosen_r for m in r.memdevs}
+        regions = chosen_r
         memdevs = [m for m in memdevs if m.name in members]
-        decoders = [
-            d for d in decoders if d.region in names or d.name in {r.decoder for r in wanted_r}
-        ]
-    if req.decoder_filter:
-        kinds = {f for f in req.decoder_filter if f in DECODER_KINDS}
-        named = tuple(f for f in req.decoder_filter if f not in DECODER_KINDS and f != "all")
-        if "all" not in req.decoder_filter:
-            by_name = {d.name for d in _match(named, decoders, "decoder", lambda d: (d.name,))}
-            decoders = [d for d in decoders if d.kind in kinds or d.name in by_name]
+        decoders = [d for d in decoders
+                    if d.region in names or d.name in {r.decoder for r in chosen_r}]  # fmt: skip
     if not req.include_disabled:
         decoders = [d for d in decoders if d.enabled]
         memdevs = [m for m in memdevs if m.enabled]
         ports = [p for p in ports if p.enabled]
         endpoints = [p for p in endpoints if p.enabled]
         regions = [r for r in regions if r.enabled or r.committed]
-    dax = [d for d in cxl.dax_devices if d.region in {r.name for r in regions}]
+    kept = {r.name for r in regions}
     return Selection(
-        buses=buses,
-        ports=ports,
-        endpoints=endpoints,
-        decoders=decoders,
-        memdevs=memdevs,
-        regions=regions,
-        dax=dax,
-        nodes=list(system.nodes),
-        gpus=list(system.gpus.devices),
-    )
+        buses=buses, ports=ports, endpoints=endpoints, memdevs=memdevs, decoders=decoders,
+        regions=regions, dax=[d for d in cxl.dax_devices if d.region in kept],
+        numa=list(system.nodes), gpus=list(system.gpus.devices),
+    )  # fmt: skip
+
+
+def _ports_above(endpoints: Iterable[Port | None]) -> set[str]:
+    path: set[str] = set()
+    for p in endpoints:
+        while p is not None:
+            path.add(p.name)
+            p = p.parent_port
+    return path
+
+
+def _ports_below(cxl: CxlTopology, tops: Iterable[Port]) -> set[str]:
+    names = {p.name for p in tops}
+    return {p.name for p in cxl.all_ports if names & _ports_above([p])}
 
 
 def _root_of(cxl: CxlTopology, port: Port) -> str:
@@ -134,97 +239,55 @@ def _root_of(cxl: CxlTopology, port: Port) -> str:
     return p.name
 
 
-def _match(idents: tuple[str, ...], items: list[Any], kind: str, keys: Any) -> list[Any]:
-    out = []
-    for ident in idents:
-        hits = [o for o in items if ident in keys(o)]
-        if not hits:
-            raise NotFoundError(kind, ident, [k for o in items for k in keys(o)[:1]])
-        out += [h for h in hits if h not in out]
-    return out
-
-
-# --- JSON ---------------------------------------------------------------------
-def node_json(nt: NodeTier) -> dict[str, Any]:
-    n = nt.node
-    j: dict[str, Any] = {
-        "node": n.id,
-        "name": nt.name,
-        "tier": nt.tier,
-        "cpus": list(n.cpus),
-        "mem_total": n.mem_total,
-        "mem_free": n.mem_free,
-        "distances": {str(k): v for k, v in n.distances.items()},
+# --- JSON ------------------------------------------------------------------------------
+def kind_json(kind: str, sel: Selection, req: ListRequest) -> list[Any]:
+    """The JSON objects of one kind in the selection."""
+    h, t = req.human, req.targets
+    builders: dict[str, Callable[[], list[Any]]] = {
+        "buses": lambda: [js.bus_json(b) for b in sel.buses],
+        "ports": lambda: [js.port_json(p, t, h) for p in sel.ports if p.kind != "root"],
+        "endpoints": lambda: [js.port_json(p, t, h) for p in sel.endpoints],
+        "memdevs": lambda: [js.memdev_json(m, h) for m in sel.memdevs],
+        "decoders": lambda: [js.decoder_json(d, t, h) for d in sel.decoders],
+        "regions": lambda: [js.region_json(r, t, h) for r in sel.regions],
+        "dax": lambda: [js.dax_json(d, h) for d in sel.dax],
+        "numa": lambda: [js.node_json(n) for n in sel.numa],
+        "gpus": lambda: [js.gpu_json(g) for g in sel.gpus],
     }
-    if nt.region:
-        j["region"] = nt.region
-    if nt.explicit:
-        j["explicit"] = True
-    return j
+    return builders[kind]()
 
 
-def gpu_json(g: GpuDevice) -> dict[str, Any]:
-    return {
-        "gpu": g.target_name,
-        "ordinal": g.ordinal,
-        "name": g.name,
-        "uuid": g.uuid,
-        "pci_bus_id": g.pci_bus_id,
-        "total_memory": g.total_memory,
-        "sm_count": g.sm_count,
-        "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
-        "numa_node": g.numa_node,
-        "numa_node_source": g.numa_node_source,
-        # what matters for host memory: zero-copy mapping, pageable access, registration
-        "can_map_host_memory": g.can_map_host_memory,
-        "pageable_memory_access": g.pageable_memory_access,
-        "host_register_supported": g.host_register_supported,
-        "unified_addressing": g.unified_addressing,
-        "async_engines": g.async_engines,
-        "l2_cache": g.l2_cache,
-    }
+# ndctl's container names: decoders are split by level
+DECODER_GROUPS = (("root", "root decoders"), ("switch", "port decoders"),
+                  ("endpoint", "endpoint decoders"))  # fmt: skip
+CONTAINERS = {k.name: k.json_name for k in KINDS}
 
 
 def list_json(system: System, req: ListRequest) -> Any:
     """The JSON document ``pycxl list --json`` prints for this request.
 
     Like ``cxl list``: one kind of object gives a flat array; several give an array of
-    single-key objects ('memdevs', 'root decoders', ...). With no kind asked for, an
-    object summarising memdevs, regions, NUMA nodes and GPUs, with what is absent.
+    single-key objects ('memdevs', 'root decoders', ...). The summary is an object with
+    'memdevs', 'regions', 'numa_nodes', 'gpus' and 'absent' (what this host lacks).
     """
     sel = select(system, req)
-    h, t = req.human, req.targets
     if req.summary:
-        return {
-            "memdevs": [nj.memdev_json(m, h) for m in sel.memdevs],
-            "regions": [nj.region_json(r, True, h) for r in sel.regions],
-            "numa_nodes": [node_json(n) for n in sel.nodes],
-            "gpus": [gpu_json(g) for g in sel.gpus],
-            "absent": system.absent,
-        }
+        doc: dict[str, Any] = {CONTAINERS[k]: kind_json(k, sel, req) for k in SUMMARY_KINDS}
+        doc["regions"] = [js.region_json(r, True, req.human) for r in sel.regions]
+        doc["absent"] = system.absent
+        return doc
     groups: list[tuple[str, list[Any]]] = []
-    if req.buses:
-        groups.append(("buses", [nj.bus_json(b) for b in sel.buses]))
-    if req.ports:
-        groups.append(("ports", [nj.port_json(p, t, h) for p in sel.ports if p.kind != "root"]))
-    if req.endpoints:
-        groups.append(("endpoints", [nj.port_json(p, t, h) for p in sel.endpoints]))
-    if req.memdevs:
-        groups.append(("memdevs", [nj.memdev_json(m, h) for m in sel.memdevs]))
-    if req.decoders:
-        for kind, label in (("root", "root decoders"), ("switch", "port decoders"),
-                            ("endpoint", "endpoint decoders")):  # fmt: skip
-            items = [nj.decoder_json(d, t, h) for d in sel.decoders if d.kind == kind]
-            if items:
-                groups.append((label, items))
-    if req.regions:
-        groups.append(("regions", [nj.region_json(r, t, h) for r in sel.regions]))
-    if req.dax:
-        groups.append(("dax", [nj.dax_json(d, h) for d in sel.dax]))
-    if req.numa:
-        groups.append(("numa_nodes", [node_json(n) for n in sel.nodes]))
-    if req.gpus:
-        groups.append(("gpus", [gpu_json(g) for g in sel.gpus]))
+    for kind in KIND_NAMES:
+        if kind not in req.shown:
+            continue
+        items = kind_json(kind, sel, req)
+        if kind == "decoders":
+            groups += [
+                (label, [j for j, d in zip(items, sel.decoders, strict=True) if d.kind == level])
+                for level, label in DECODER_GROUPS
+            ]
+        else:
+            groups.append((CONTAINERS[kind], items))
     groups = [(k, v) for k, v in groups if v]
     if len(groups) == 1:
         return groups[0][1]

@@ -1,48 +1,301 @@
-"""One snapshot of a host's memory: CXL objects, NUMA nodes with tiers, GPUs."""
+"""One snapshot of a host's memory, and the one place that turns names into things.
+
+``System`` holds the CXL objects, the NUMA nodes with their tiers and the GPUs, read
+once. Every name a user types (``cxl0``, ``dram0``, ``node3``, ``gpu1``, ``cpu5``, node
+lists such as ``0-2,cxl0`` or ``all``) is resolved here, against that one snapshot, into
+node ids, CPU ids, GPUs or a benchmark placement. Code below this floor (``cxl``,
+``numa``, ``gpu``, ``bench``) takes what this returns and never resolves names itself.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .bench.context import Placement
 from .cxl.topology import CxlTopology
-from .gpu.devices import GpuInventory
-from .sysfs import Sysfs
-from .tiers import NodeTier, Target, classify_nodes, explicit_cxl_nodes, resolve
+from .errors import InvalidRequestError, NotAvailableError
+from .gpu.devices import GpuDevice, GpuInventory
+from .numa.launch import LaunchPlan
+from .numa.policy import Policy
+from .sysfs import Sysfs, parse_cpulist
+from .tiers import (
+    NodeTier,
+    Target,
+    classify_nodes,
+    explicit_cxl_nodes,
+    is_gpu_name,
+    resolve,
+    split_names,
+)
 
 Backend = Literal["sysfs", "libcxl"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class System:
+    """CXL topology, NUMA nodes with tier names, and GPUs, as read at one moment."""
+
     cxl: CxlTopology
     nodes: tuple[NodeTier, ...]
     gpus: GpuInventory
+
+    def __repr__(self) -> str:
+        cxl = (
+            f"{len(self.cxl.memdevs)} memdevs, {len(self.cxl.regions)} regions"
+            if self.cxl.present
+            else "no CXL"
+        )
+        nodes = ", ".join(f"{n.name}=node{n.node.id}" for n in self.nodes)
+        gpus = ", ".join(g.target_name for g in self.gpus.devices) or "no GPU"
+        return f"<System {cxl}; {nodes}; {gpus}>"
 
     @property
     def absent(self) -> list[str]:
         """What this host lacks, in words, for the summary line."""
         out = []
         if not self.cxl.present:
-            out.append(
-                "no CXL bus (CXL drivers not loaded or no CXL hardware: "
-                "modprobe cxl_acpi cxl_pci cxl_mem)"
-            )
+            out.append(self.cxl.NO_BUS)
         elif not self.cxl.memdevs:
             out.append("no CXL memdevs")
         if self.gpus.absent_reason:
             out.append(self.gpus.absent_reason)
         return out
 
+    # --- single names ----------------------------------------------------------------
     def resolve(self, name: str, *, initiator: bool = False) -> Target:
+        """What ``name`` stands for; NotFoundError lists the names that exist."""
         return resolve(name, self.nodes, self.gpus.devices, initiator=initiator)
+
+    def tier(self, node: int) -> NodeTier | None:
+        """The tier entry of NUMA node ``node``."""
+        return next((t for t in self.nodes if t.node.id == node), None)
+
+    def tier_name(self, node: int | None) -> str | None:
+        """'cxl0' for the node fed by the first CXL region, and so on; None if unknown."""
+        t = self.tier(node) if node is not None else None
+        return t.name if t else None
+
+    def gpu(self, name: str) -> GpuDevice:
+        """A GPU by name (gpu0); NotAvailableError without a driver or a GPU."""
+        self.require_gpus()
+        t = self.resolve(name)
+        if t.gpu is None:
+            raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...")
+        return t.gpu
+
+    def gpus_named(self, name: str) -> tuple[GpuDevice, ...]:
+        """``all`` for every GPU, or one GPU by name."""
+        if name.strip().lower() == "all":
+            return self.require_gpus()
+        return (self.gpu(name),)
+
+    def require_gpus(self) -> tuple[GpuDevice, ...]:
+        """Every GPU; NotAvailableError without a driver or a GPU."""
+        if not self.gpus.devices:
+            raise NotAvailableError(self.gpus.absent_reason or "no GPU")
+        return self.gpus.devices
+
+    # --- lists of names ---------------------------------------------------------------
+    def memory_nodes(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
+        """Nodes with memory, from names, ids, ranges (``0-2``) or ``all``, in order given."""
+        out: list[int] = []
+        for item in split_names(spec):
+            if item == "all":
+                ids = [t.node.id for t in self.nodes if t.node.has_memory]
+            else:
+                ids = self._node_ids(item, initiator=False)
+            for node in ids:
+                t = self.tier(node)
+                if t is None or not t.node.has_memory:
+                    raise InvalidRequestError(
+                        f"{item} (node {node}) has no memory online; online it first "
+                        "(pycxl region enable REGION)"
+                    )
+                if node not in out:
+                    out.append(node)
+        return tuple(out)
+
+    def cpu_nodes(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
+        """Nodes with CPUs, from names, ids, ranges or ``all``."""
+        out: list[int] = []
+        for item in split_names(spec):
+            ids = (
+                [t.node.id for t in self.nodes if t.node.cpus]
+                if item == "all"
+                else self._node_ids(item, initiator=True)
+            )
+            for node in ids:
+                t = self.tier(node)
+                if t is None or not t.node.cpus:
+                    raise InvalidRequestError(f"{item} (node {node}) has no CPUs")
+                if node not in out:
+                    out.append(node)
+        return tuple(out)
+
+    def cpus(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
+        """CPU ids from a CPU list (``0-3,8``), ``cpuN`` names or ``all`` (every online
+        CPU); each must exist."""
+        online = sorted(c for t in self.nodes for c in t.node.cpus)
+        out: list[int] = []
+        for item in split_names(spec):
+            if item == "all":
+                ids = online
+            else:
+                text = item[3:] if item.startswith("cpu") else item
+                try:
+                    ids = list(parse_cpulist(text))
+                except ValueError:
+                    raise InvalidRequestError(
+                        f"'{item}' is not a CPU list: use numbers and ranges such as 0-3,8"
+                    ) from None
+            missing = [c for c in ids if c not in online]
+            if missing:
+                raise InvalidRequestError(
+                    f"CPU {missing[0]} is not online; online CPUs: {_ranges(online)}"
+                )
+            out += [c for c in ids if c not in out]
+        return tuple(out)
+
+    def _node_ids(self, item: str, *, initiator: bool) -> list[int]:
+        lo, sep, hi = item.partition("-")
+        if sep and lo.isdigit() and hi.isdigit():
+            ids = list(range(int(lo), int(hi) + 1))
+            known = {t.node.id for t in self.nodes}
+            missing = [i for i in ids if i not in known]
+            if missing:
+                from .errors import NotFoundError
+
+                raise NotFoundError("NUMA node", str(missing[0]), [str(k) for k in known])
+            return ids
+        t = self.resolve(item, initiator=initiator)
+        if t.kind == "gpu":
+            raise InvalidRequestError(f"'{item}' is a GPU: its memory is not a NUMA node")
+        assert t.node is not None
+        return [t.node]
+
+    # --- what operations take ---------------------------------------------------------
+    def placement(self, target: str, initiator: str | None = None) -> Placement:
+        """Host memory named ``target`` and the CPUs that access it: ``initiator``'s
+        (a node with CPUs, or one CPU), by default those of the node with CPUs nearest
+        the target."""
+        t = self.resolve(target)
+        if t.kind != "node" or t.node is None:
+            raise InvalidRequestError(
+                f"'{target}' is not host memory; GPU memory is measured from its GPU"
+            )
+        node = self._tier(t.node).node
+        if not node.has_memory:
+            raise InvalidRequestError(f"{target} (node {node.id}) has no memory online")
+        if initiator is None:
+            near = self.nearest_cpu_node(node.id)
+            return Placement(target, node.id, near.name, near.node.cpus, node.mem_available)
+        i = self.resolve(initiator, initiator=True)
+        if i.kind == "cpu" and i.cpu is not None:
+            cpus: tuple[int, ...] = (i.cpu,)
+        elif i.kind == "node" and i.node is not None and self._tier(i.node).node.cpus:
+            cpus = self._tier(i.node).node.cpus
+        else:
+            raise InvalidRequestError(f"initiator '{initiator}' has no CPUs")
+        allowed = os.sched_getaffinity(0)
+        cpus = tuple(c for c in cpus if c in allowed)
+        if not cpus:
+            raise InvalidRequestError(f"initiator '{initiator}': none of its CPUs is allowed here")
+        return Placement(target, node.id, i.name, cpus, node.mem_available)
+
+    def nearest_cpu_node(self, node: int) -> NodeTier:
+        """The node with CPUs nearest ``node`` (itself, if it has CPUs)."""
+        with_cpus = [n for n in self.nodes if n.node.cpus]
+        if not with_cpus:
+            raise NotAvailableError("no NUMA node has CPUs")
+        dist = self._tier(node).node.distances
+        return min(with_cpus, key=lambda n: (dist.get(n.node.id, 255), n.node.id))
+
+    def copy_cpus(self, gpu: GpuDevice, limit: int) -> tuple[int, ...]:
+        """Up to ``limit`` CPUs of the GPU's nearest node that this process may use."""
+        allowed = os.sched_getaffinity(0)
+        t = self.tier(gpu.numa_node) if gpu.numa_node is not None else None
+        return tuple([c for c in t.node.cpus if c in allowed][:limit]) if t else ()
+
+    def launch_plan(
+        self,
+        *,
+        membind: Sequence[str] = (),
+        preferred: str | None = None,
+        preferred_many: Sequence[str] = (),
+        interleave: Sequence[str] = (),
+        weighted_interleave: Sequence[str] = (),
+        localalloc: bool = False,
+        cpunodebind: Sequence[str] = (),
+        physcpubind: Sequence[str] = (),
+    ) -> LaunchPlan:
+        """A memory policy and CPU set from numactl-style choices, validated."""
+        chosen = [
+            bool(membind), preferred is not None, bool(preferred_many), bool(interleave),
+            bool(weighted_interleave), localalloc,
+        ]  # fmt: skip
+        if sum(chosen) > 1:
+            raise InvalidRequestError(
+                "choose one memory policy: --membind, --preferred, --preferred-many, "
+                "--interleave, --weighted-interleave or --localalloc"
+            )
+        if cpunodebind and physcpubind:
+            raise InvalidRequestError("choose one of --cpunodebind and --physcpubind")
+        policy: Policy | None = None
+        if membind:
+            policy = Policy.bind(*self.memory_nodes(membind))
+        elif preferred is not None:
+            nodes = self.memory_nodes(preferred)
+            if len(nodes) != 1:
+                raise InvalidRequestError(
+                    f"--preferred takes one node, not {len(nodes)}; use --preferred-many"
+                )
+            policy = Policy.preferred(nodes[0])
+        elif preferred_many:
+            policy = Policy.preferred_many(*self.memory_nodes(preferred_many))
+        elif interleave:
+            policy = Policy.interleave(*self.memory_nodes(interleave))
+        elif weighted_interleave:
+            policy = Policy.weighted_interleave(*self.memory_nodes(weighted_interleave))
+        elif localalloc:
+            policy = Policy.local()
+        cpus: tuple[int, ...] = ()
+        if cpunodebind:
+            cpus = tuple(c for n in self.cpu_nodes(cpunodebind) for c in self._tier(n).node.cpus)
+        elif physcpubind:
+            cpus = self.cpus(physcpubind)
+        return LaunchPlan(policy, cpus)
+
+    def _tier(self, node: int) -> NodeTier:
+        t = self.tier(node)
+        if t is None:
+            from .errors import NotFoundError
+
+            raise NotFoundError("NUMA node", str(node), [str(n.node.id) for n in self.nodes])
+        return t
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    """'0-3,8' for (0, 1, 2, 3, 8)."""
+    out: list[str] = []
+    for i in ids:
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
 
 
 def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopology:
+    """The CXL objects, read through the kernel's sysfs or through ndctl's libcxl."""
     if backend == "libcxl":
         from .cxl import libcxl_backend
 
         return libcxl_backend.read_topology(sysfs)
+    if backend != "sysfs":
+        raise InvalidRequestError(f"backend={backend!r}: use 'sysfs' or 'libcxl'")
     from .cxl import sysfs_backend
 
     return sysfs_backend.read_topology(sysfs)
@@ -55,7 +308,9 @@ def snapshot(
     gpus: bool = True,
     explicit_cxl: str | None = None,
 ) -> System:
-    """Read everything once. ``gpus=False`` skips the CUDA driver (it is slow to start)."""
+    """Read everything once. ``gpus=False`` skips the CUDA driver (it is slow to start);
+    ``explicit_cxl`` ('2,3') names nodes CXL on a machine without CXL (default:
+    ``PYCXL_CXL_NODES``)."""
     from .gpu.devices import read_gpus
     from .numa.nodes import read_nodes
 
@@ -64,3 +319,8 @@ def snapshot(
     nodes = classify_nodes(read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl))
     inventory = read_gpus(fs) if gpus else GpuInventory((), None, "GPUs not queried")
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory)
+
+
+def wants_gpus(*names: str | None) -> bool:
+    """Whether any of these names is a GPU (so the snapshot must ask the driver)."""
+    return any(n is not None and is_gpu_name(n) for n in names)

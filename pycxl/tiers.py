@@ -51,6 +51,15 @@ def is_gpu_name(name: str) -> bool:
     return bool(m and m.group(1) == "gpu")
 
 
+def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
+    """'dram0,cxl0' or ['0-2', 3] -> ['dram0', 'cxl0'] or ['0-2', '3'], lower case."""
+    items = [spec] if isinstance(spec, str | int) else list(spec)
+    out = [p.strip().lower() for i in items for p in str(i).split(",")]
+    if not out or any(not p for p in out):
+        raise InvalidRequestError(f"empty name in '{','.join(map(str, items))}'")
+    return out
+
+
 def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
     """Nodes the user maps to CXL names (``PYCXL_CXL_NODES=2,3``); never guessed."""
     text = value if value is not None else os.environ.get(EXPLICIT_CXL_ENV, "")

@@ -23,7 +23,7 @@ RECORD = """
 set -e
 W=$PYCXL_TESTBED_WORKDIR
 rec() {{
-  {py} -m pycxl.testbed.record $W/$1
+  {py} {repo}/scripts/record_sysfs.py $W/$1
   mkdir -p $W/$1/ndctl
   cxl list -M > $W/$1/ndctl/M.json
   cxl list -D {dflag} > $W/$1/ndctl/D.json
@@ -43,7 +43,7 @@ PLANS = {"two-dev": ("", True), "four-dev": ("-i", False)}
 
 def main() -> int:
     for topo, (dflag, with_region) in PLANS.items():
-        script = RECORD.format(py=PY, dflag=dflag)
+        script = RECORD.format(py=PY, dflag=dflag, repo=REPO)
         if with_region:
             script += REGION.format(py=PY)
         result = run_in_guest(script, topo, on_output=sys.stdout.write)

@@ -1,1 +1,82 @@
-"""Benchmarks on memory tiers; each returns result objects and prints nothing."""
+"""Benchmarks of memory tiers, from CPUs and GPUs: latency, bandwidth, first touch,
+host<->GPU transfers, and the initiator x target matrix.
+
+Every measurement takes names (``"cxl0"``, ``"gpu0"``, ``"cpu3"``), sizes as bytes or
+strings (``"256M"``), and returns a list of typed results::
+
+    >>> from pycxl import bench
+    >>> (lat,) = bench.measure_latency("cxl0")
+    >>> lat.latency_ns, lat.pages_on_node == lat.pages
+    >>> [r.bytes_per_s for r in bench.measure_bandwidth("dram0", kernel="triad")]
+
+The modules beside this one measure resolved placements (``bench.latency``,
+``bench.bandwidth``...); ``bench.dispatch`` decides which of them a pair of names gets.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .dispatch import (
+        Matrix,
+        MatrixCell,
+        latency_sweep_sizes,
+        matrix_pairs,
+        measure_bandwidth,
+        measure_first_touch,
+        measure_latency,
+        measure_matrix,
+        measure_transfer,
+    )
+    from .results import (
+        BandwidthResult,
+        BenchResult,
+        FirstTouchResult,
+        Lane,
+        LatencyResult,
+        TransferResult,
+    )
+
+_LAZY = {
+    **dict.fromkeys(
+        ("Matrix", "MatrixCell", "latency_sweep_sizes", "matrix_pairs", "measure_bandwidth",
+         "measure_first_touch", "measure_latency", "measure_matrix", "measure_transfer"),
+        "dispatch",
+    ),
+    **dict.fromkeys(
+        ("BandwidthResult", "BenchResult", "FirstTouchResult", "Lane", "LatencyResult",
+         "TransferResult"),
+        "results",
+    ),
+}  # fmt: skip
+
+__all__ = [
+    "BandwidthResult",
+    "BenchResult",
+    "FirstTouchResult",
+    "Lane",
+    "LatencyResult",
+    "Matrix",
+    "MatrixCell",
+    "TransferResult",
+    "latency_sweep_sizes",
+    "matrix_pairs",
+    "measure_bandwidth",
+    "measure_first_touch",
+    "measure_latency",
+    "measure_matrix",
+    "measure_transfer",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pycxl.bench' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

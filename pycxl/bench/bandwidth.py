@@ -10,52 +10,61 @@ values the same sequence of kernels must produce, like STREAM's checkSTREAMresul
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from .._lib.compiled import kernels
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, last_level_cache, place
-from .results import BenchResult
+from .context import Placement, check_fits, default, last_level_cache
+from .results import BandwidthResult
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
 INIT = 4
 BYTES_PER_ELEMENT = {"copy": 16, "scale": 16, "add": 24, "triad": 24}
 SCALAR = 3.0
+SAMPLES = 10
 
 
 def default_array_size() -> int:
     """Each array at least 4x the last-level cache (STREAM's rule), at least 64 MiB."""
-    return max(4 * last_level_cache(), 64 << 20)
+    return default(max(4 * last_level_cache(), 64 << 20), 1 << 20)
 
 
-def measure_bandwidth(
-    target: str,
-    *,
-    initiator: str | None = None,
-    threads: int | None = None,
-    kernel: str = "all",
-    size: int | None = None,
-    ntimes: int = 10,
-    nt_stores: bool = False,
-    placement: Placement | None = None,
-) -> list[BenchResult]:
-    p = placement or place(target, initiator)
+def kernel_names(kernel: str) -> list[str]:
+    """'all' or one kernel name -> the kernels to run, in STREAM's order."""
     names = list(KERNELS) if kernel == "all" else [kernel]
     if any(k not in KERNELS for k in names):
         raise InvalidRequestError(f"kernel '{kernel}': use copy, scale, add, triad or all")
+    return names
+
+
+def stream_bandwidth(
+    p: Placement,
+    *,
+    threads: int | None = None,
+    kernel: str = "all",
+    size: int | None = None,
+    samples: int | None = None,
+    nt_stores: bool = False,
+) -> list[BandwidthResult]:
+    """STREAM on three arrays on ``p.node`` by threads on ``p.cpus``; one result per
+    kernel. ``samples`` timed passes follow one untimed pass."""
+    names = kernel_names(kernel)
     nthreads = threads or len(p.cpus)
     if not 1 <= nthreads <= len(p.cpus):
         raise InvalidRequestError(
             f"{nthreads} threads but initiator {p.initiator} has {len(p.cpus)} CPUs"
         )
-    if ntimes < 2:
-        raise InvalidRequestError("ntimes must be at least 2 (the first pass is dropped)")
+    samples = samples or default(SAMPLES, 2)
+    if samples < 1:
+        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
+    ntimes = samples + 1
     ffi, lib = kernels()
     if nt_stores and not lib.stream_has_nt():
-        raise NotAvailableError("--nt-stores needs a CPU with AVX")
-    array = (size or default_array_size()) // 4096 * 4096
+        raise NotAvailableError("non-temporal stores need a CPU with AVX")
+    array = max(4096, (size or default_array_size()) // 4096 * 4096)
     check_fits(3 * array, p)
     n = array // 8
     cpus = ffi.new("int[]", list(p.cpus[:nthreads]))
@@ -71,7 +80,9 @@ def measure_bandwidth(
         _run(ffi, lib, [INIT], (pa, pb, pc), n, nthreads, cpus, 1, 0, times)
         _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(nt_stores), times)
         _validate((a, b, c), expected_values(names, ntimes))
-        on_node = a.pages_by_node().get(p.node, 0)
+        placed = [x.pages_by_node() for x in (a, b, c)]
+    on_node = sum(pl.get(p.node, 0) for pl in placed)
+    total_pages = sum(sum(pl.values()) for pl in placed)
     per_kernel = {
         k: [int(times[t * len(seq) + q]) for t in range(ntimes)] for q, k in enumerate(names)
     }
@@ -80,25 +91,21 @@ def measure_bandwidth(
         kept = per_kernel[k][1:]  # the first pass warms caches and TLBs
         nbytes = BYTES_PER_ELEMENT[k] * n
         results.append(
-            BenchResult(
-                benchmark="bandwidth",
+            BandwidthResult(
                 target=p.target,
                 node=p.node,
                 initiator=p.initiator,
                 cpus=tuple(p.cpus[:nthreads]),
                 size=array,
                 page_size=4096,
-                figures={
-                    "bytes_per_s": nbytes / (min(kept) / 1e9),
-                    "bytes_per_s_median": nbytes / (statistics.median(kept) / 1e9),
-                },
-                params={
-                    "kernel": k,
-                    "threads": nthreads,
-                    "ntimes": ntimes,
-                    "nt_stores": nt_stores,
-                    "pages_on_node": on_node,
-                },
+                pages_on_node=on_node,
+                pages=total_pages,
+                kernel=k,
+                bytes_per_s=nbytes / (min(kept) / 1e9),
+                bytes_per_s_median=nbytes / (statistics.median(kept) / 1e9),
+                samples=samples,
+                threads=nthreads,
+                nt_stores=nt_stores,
             )
         )
     return results
@@ -125,7 +132,7 @@ def _run(
 INITIAL = (1.0, 2.0, 0.0)  # a, b, c as STREAM initialises them (K_INIT in bench.c)
 
 
-def expected_values(kernels: list[str], ntimes: int) -> list[float]:
+def expected_values(kernels: Sequence[str], ntimes: int) -> list[float]:
     """a, b, c after ``ntimes`` passes of ``kernels`` in order, as STREAM checks them."""
     a, b, c = INITIAL
     for _ in range(ntimes):

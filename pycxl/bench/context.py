@@ -1,5 +1,8 @@
-"""What every benchmark needs first: the target's node, the initiator's CPUs, sizes
-from the caches, page sizes, and a pinned calling thread."""
+"""What every benchmark needs first: a resolved placement (the target's node, the
+initiator's CPUs), sizes from the caches, page sizes, and a pinned calling thread.
+
+Names are resolved above this floor (``System.placement``); benchmarks take the result.
+"""
 
 from __future__ import annotations
 
@@ -9,71 +12,38 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import InvalidRequestError, NotAvailableError
-from ..gpu.devices import GpuDevice
 from ..numa.placement import HugePages
 from ..sysfs import Sysfs
-from ..system import System, snapshot
 from ..units import format_size
 
-CACHE_DIR = "/sys/devices/system/cpu"
+QUICK_ENV = "PYCXL_BENCH_QUICK"
+CPU_DIR = "/sys/devices/system/cpu"
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 PAGE_SIZES = {"4k": 4096, "2m": 2 << 20}
+FALLBACK_LLC = 32 << 20  # when neither sysfs nor the C library knows the caches
+
+
+def quick() -> bool:
+    """``PYCXL_BENCH_QUICK=1``: small default working sets and few samples, for a first
+    look at a code path or memory as slow as emulated CXL (docs/benchmarks.md). The
+    figures then describe caches, not the tier; explicit sizes and counts still win."""
+    return os.environ.get(QUICK_ENV, "") not in ("", "0")
+
+
+def default(normal: int, quick_value: int) -> int:
+    """A default size or count: ``normal``, or ``quick_value`` in quick mode."""
+    return quick_value if quick() else normal
 
 
 @dataclass(frozen=True)
 class Placement:
-    target: str
+    """Host memory on one node, and the CPUs that access it."""
+
+    target: str  # the name it was resolved from (cxl0, dram0, node1)
     node: int
-    initiator: str
+    initiator: str  # dram0, cpu3...
     cpus: tuple[int, ...]
     free: int  # target node's available memory (free + reclaimable), bytes
-
-
-def place(target: str, initiator: str | None = None, system: System | None = None) -> Placement:
-    """Resolve a host-memory target and its initiator (default: the CPUs of the node
-    with CPUs nearest the target)."""
-    s = system or snapshot(gpus=False)
-    t = s.resolve(target)
-    if t.kind != "node" or t.node is None:
-        raise InvalidRequestError(f"'{target}' is not host memory; GPU targets need the GPU tier")
-    nodes = {n.node.id: n for n in s.nodes}
-    node = nodes[t.node].node
-    if not node.has_memory:
-        raise InvalidRequestError(f"{target} (node {node.id}) has no memory online")
-    if initiator is None:
-        with_cpus = [n for n in s.nodes if n.node.cpus]
-        if not with_cpus:
-            raise NotAvailableError("no NUMA node has CPUs")
-        near = min(with_cpus, key=lambda n: (node.distances.get(n.node.id, 255), n.node.id))
-        return Placement(target, node.id, near.name, near.node.cpus, node.mem_available)
-    i = s.resolve(initiator, initiator=True)
-    if i.kind == "cpu" and i.cpu is not None:
-        cpus: tuple[int, ...] = (i.cpu,)
-    elif i.kind == "node" and i.node is not None and nodes[i.node].node.cpus:
-        cpus = nodes[i.node].node.cpus
-    else:
-        raise InvalidRequestError(f"initiator '{initiator}' has no CPUs")
-    allowed = os.sched_getaffinity(0)
-    cpus = tuple(c for c in cpus if c in allowed)
-    if not cpus:
-        raise InvalidRequestError(f"initiator '{initiator}': none of its CPUs is allowed here")
-    return Placement(target, node.id, initiator, cpus, node.mem_available)
-
-
-def available_gpus(system: System) -> tuple[GpuDevice, ...]:
-    """Every GPU; no driver or no GPU is NotAvailableError."""
-    if not system.gpus.devices:
-        raise NotAvailableError(system.gpus.absent_reason or "no GPU")
-    return system.gpus.devices
-
-
-def resolve_gpu(gpu: str, system: System) -> GpuDevice:
-    """A GPU by target name; no driver or no GPU is NotAvailableError."""
-    available_gpus(system)
-    g = system.resolve(gpu)
-    if g.gpu is None:
-        raise InvalidRequestError(f"'{gpu}' is not a GPU; name one: gpu0, gpu1...")
-    return g.gpu
 
 
 def huge_pages(page_bytes: int) -> HugePages:
@@ -84,16 +54,23 @@ def huge_pages(page_bytes: int) -> HugePages:
 
 
 def last_level_cache(fs: Sysfs | None = None) -> int:
-    """Bytes of last-level cache on the machine (all instances), from sysfs."""
+    """Bytes of last-level cache on the machine (all instances).
+
+    From sysfs (``cpuN/cache/indexM``: only those directories are caches; the kernel
+    keeps other entries there, such as ``uevent``); else from the C library
+    (``sysconf``); else 32 MiB.
+    """
     fs = fs or Sysfs()
     seen: dict[str, int] = {}
     best_level = 0
-    for cpu in fs.listdir(CACHE_DIR):
+    for cpu in fs.listdir(CPU_DIR):
         if not (cpu.startswith("cpu") and cpu[3:].isdigit()):
             continue
-        base = f"{CACHE_DIR}/{cpu}/cache"
+        base = f"{CPU_DIR}/{cpu}/cache"
         for idx in fs.listdir(base):
             d = f"{base}/{idx}"
+            if not (idx.startswith("index") and idx[5:].isdigit() and fs.is_dir(d)):
+                continue
             level = fs.read_int(f"{d}/level") or 0
             if (fs.read(f"{d}/type") or "") == "Instruction" or level < best_level:
                 continue
@@ -101,13 +78,26 @@ def last_level_cache(fs: Sysfs | None = None) -> int:
                 seen, best_level = {}, level
             size = _cache_size(fs.read(f"{d}/size") or "0")
             seen[fs.read(f"{d}/shared_cpu_list") or cpu] = size
-    return sum(seen.values()) or 32 << 20
+    return sum(seen.values()) or _sysconf_llc() or FALLBACK_LLC
+
+
+def _sysconf_llc() -> int:
+    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        if name in os.sysconf_names:
+            try:
+                size = os.sysconf(name)
+            except (OSError, ValueError):
+                continue
+            if size > 0:
+                return size
+    return 0
 
 
 def _cache_size(text: str) -> int:
     t = text.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    return int(t.rstrip("KMG") or 0) * mult
+    digits = t.rstrip("KMG")
+    return int(digits) * mult if digits.isdigit() else 0
 
 
 def page_size(name: str, fs: Sysfs | None = None) -> int:

@@ -5,21 +5,18 @@ from __future__ import annotations
 from .._lib.compiled import kernels
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, huge_pages, page_size, pinned, place
-from .results import BenchResult
+from .context import Placement, check_fits, default, huge_pages, page_size, pinned
+from .results import FirstTouchResult
+
+DEFAULT_SIZE = 64 << 20
 
 
-def measure_first_touch(
-    target: str,
-    *,
-    initiator: str | None = None,
-    size: int = 64 << 20,
-    page: str = "4k",
-    placement: Placement | None = None,
-) -> BenchResult:
+def first_touch(p: Placement, *, size: int | None = None, page: str = "4k") -> FirstTouchResult:
+    """Write the first byte of each page of a fresh buffer on ``p.node``, timing each
+    (default: 64 MiB)."""
     import numpy as np
 
-    p = placement or place(target, initiator)
+    size = size or default(DEFAULT_SIZE, 1 << 20)
     psize = page_size(page)
     size = max(psize, size // psize * psize)
     check_fits(size, p)
@@ -42,20 +39,19 @@ def measure_first_touch(
         pages = buf.pages_by_node()
     per_page = np.maximum(ns.astype(np.int64) - timer, 0)
     p50, p90, p99 = (float(np.percentile(per_page, q)) for q in (50, 90, 99))
-    return BenchResult(
-        benchmark="first-touch",
+    return FirstTouchResult(
         target=p.target,
         node=p.node,
         initiator=p.initiator,
         cpus=(p.cpus[0],),
         size=size,
         page_size=psize,
-        figures={
-            "p50_ns": p50,
-            "p90_ns": p90,
-            "p99_ns": p99,
-            "max_ns": float(per_page.max()),
-            "bytes_per_s": size / (total / 1e9),
-        },
-        params={"pages": npages, "timer_ns": timer, "pages_on_node": pages.get(p.node, 0)},
+        pages_on_node=pages.get(p.node, 0),
+        pages=sum(pages.values()),
+        p50_ns=p50,
+        p90_ns=p90,
+        p99_ns=p99,
+        max_ns=float(per_page.max()),
+        bytes_per_s=size / (total / 1e9),
+        timer_ns=timer,
     )

@@ -18,87 +18,72 @@ from typing import Any
 
 from .._lib.compiled import kernels
 from ..errors import InvalidRequestError
-from ..gpu import driver as drv
 from ..gpu.devices import GpuDevice
-from ..gpu.kernels import Module
+from ..gpu.kernels import Module, u64
 from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
 from ..gpu.streams import Stream, Timer
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from ..system import System, snapshot
-from .context import check_fits, huge_pages, page_size, place, resolve_gpu
-from .latency import MIN_SIZE, STRIDE, TLB_PAGES, sweep_sizes
-from .results import BenchResult
+from .context import Placement, check_fits, default, huge_pages, page_size
+from .latency import STRIDE, TLB_PAGES, check_size, sweep_sizes
+from .results import LatencyResult
 
 LOADS = 1 << 18  # per sample: 0.05-0.3 s at GPU memory latencies
 WARM_LOADS = 1 << 22  # the first walk covers the cycle (up to 1 GiB arenas)
+SAMPLES = 5
 
 
 def default_size(g: GpuDevice) -> int:
     """Four times the GPU's L2 cache, at least 256 MiB."""
-    return max(4 * g.l2_cache, 256 << 20)
+    return default(max(4 * g.l2_cache, 256 << 20), 1 << 20)
 
 
-def gpu_sweep_sizes(gpu: str, top: int | None = None) -> list[int]:
+def gpu_sweep_sizes(g: GpuDevice, top: int | None = None) -> list[int]:
     """Working sets from 16 KiB to twice the GPU's L2 cache."""
-    g = resolve_gpu(gpu, snapshot())
     return sweep_sizes(top or 2 * max(g.l2_cache, 1 << 20))
 
 
-def measure_gpu_latency(
-    gpu: str,
-    target: str | None = None,
+def gpu_chase_latency(
+    g: GpuDevice,
+    host: Placement | None = None,
     *,
     size: int | None = None,
     page: str = "4k",
-    samples: int = 5,
-    loads: int = LOADS,
-    system: System | None = None,
-) -> BenchResult:
-    """Latency of loads from ``gpu`` to its own memory (``target`` None or the same GPU)
-    or to host memory on ``target`` (dram0, cxl0, nodeN), mapped for the GPU."""
+    samples: int | None = None,
+    loads: int | None = None,
+) -> LatencyResult:
+    """Latency of loads from ``g`` to its own memory (``host`` None) or to host memory
+    placed by ``host``, registered and mapped for the GPU (zero-copy)."""
     began = time.perf_counter()
+    samples = samples or default(SAMPLES, 2)
+    loads = loads or default(LOADS, 1 << 14)
     if samples < 1:
-        raise InvalidRequestError("samples must be at least 1")
-    s = system or snapshot()
-    g = resolve_gpu(gpu, s)
-    gpu_target = s.resolve(target).gpu if target is not None else g
-    in_hbm = gpu_target is not None
-    if in_hbm and gpu_target != g:
-        raise InvalidRequestError(
-            f"{gpu} cannot be measured against another GPU's memory ({target}): "
-            f"use --target {g.target_name}, or a host tier with --from {g.target_name}"
-        )
-    psize = 4096 if in_hbm else page_size(page)
-    size = max(MIN_SIZE, size or default_size(g))
+        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
+    psize = 4096 if host is None else page_size(page)
+    check_size(size)
+    size = size or default_size(g)
     group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
     size = size // group * group
     loads = max(16, loads - loads % 16)
     ctx = GpuContext(g.ordinal)
-    if in_hbm:
+    if host is None:
         run = _in_gpu_memory(ctx, size, group)
-        node, name, reported_page = None, g.target_name, 0
     else:
-        assert target is not None
-        p = place(target, None, s)
-        check_fits(size, p)
-        run = _in_host_memory(ctx, size, group, p.node, psize)
-        node, name, reported_page = p.node, p.target, psize
+        check_fits(size, host)
+        run = _in_host_memory(ctx, size, group, host.node, psize)
     warm = max(16, min(size // STRIDE, WARM_LOADS) // 16 * 16)
     with run as chain:
         ns = chain.sample(loads, samples, warm)
         placed = chain.pages_by_node()
-    params: dict[str, Any] = {
-        "loads": loads, "samples": samples, "stride": STRIDE, "tlb_group": group,
-        "gpu": g.name, "measure_s": time.perf_counter() - began,
-    }  # fmt: skip
-    if node is not None:
-        params |= {"pages_on_node": placed.get(node, 0), "pages": sum(placed.values())}
-    return BenchResult(
-        benchmark="latency", target=name, node=node, initiator=g.target_name, cpus=(),
-        size=size, page_size=reported_page,
-        figures={"latency_ns": min(ns), "latency_ns_median": statistics.median(ns)},
-        params=params,
+    on_host = host is not None
+    return LatencyResult(
+        target=host.target if host else g.target_name, node=host.node if host else None,
+        initiator=g.target_name, cpus=(), size=size, page_size=psize if on_host else 0,
+        pages_on_node=placed.get(host.node, 0) if host else None,
+        pages=sum(placed.values()) if on_host else None,
+        latency_ns=min(ns), latency_ns_median=statistics.median(ns), loads=loads,
+        samples=samples, stride=STRIDE, tlb_group=group, gpu=g.name,
+        measure_s=time.perf_counter() - began,
     )  # fmt: skip
 
 
@@ -110,20 +95,18 @@ class _Chain:
         self.ctx, self.start, self.keep, self.host = ctx, start, keep, host
 
     def sample(self, loads: int, samples: int, warm: int) -> list[float]:
-        ffi, lib = drv.driver()
+        import numpy as np
+
         mod = Module(self.ctx, "chase.ptx")
         state = DeviceMemory(self.ctx, 8)  # where the walk is: each launch goes on from it
         stream = Stream(self.ctx)
         timer = Timer(stream)
-        here = ffi.new("unsigned long long *", self.start)
-        drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(state.ptr, here, 8))
-        state_p = ffi.new("unsigned long long *", state.ptr)
+        state.copy_from_host(np.array([self.start], dtype=np.uint64))
         try:
 
             def launch(n: int) -> float:
-                count = ffi.new("unsigned long long *", n)
-                return timer.time(lambda: mod.launch("chase", 1, 1, stream.handle,
-                                                     [state_p, count]))  # fmt: skip
+                args = [u64(state.ptr), u64(n)]
+                return timer.time(lambda: mod.launch("chase", 1, 1, stream, args))
 
             launch(warm)  # JIT, TLB and caches warm: the whole cycle once
             return [launch(loads) * 1e6 / loads for _ in range(samples)]
@@ -165,8 +148,7 @@ def _in_gpu_memory(ctx: GpuContext, size: int, group: int) -> _Chain:
     host = np.zeros(size // 8, dtype=np.uint64)
     _build(host.ctypes.data, size, group)
     _relocate(host, dev.ptr - host.ctypes.data)
-    ffi, lib = drv.driver()
-    drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(dev.ptr, ffi.from_buffer(host), size))
+    dev.copy_from_host(host)
     return _Chain(ctx, dev.ptr, [dev])
 
 

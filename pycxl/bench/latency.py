@@ -14,83 +14,98 @@ import statistics
 import time
 
 from .._lib.compiled import kernels
+from ..errors import InvalidRequestError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import (
     Placement,
     check_fits,
+    default,
     huge_pages,
     last_level_cache,
     page_size,
     pinned,
-    place,
 )
-from .results import BenchResult
+from .results import LatencyResult
 
 STRIDE = 256  # bytes between chased lines
 TLB_PAGES = 64  # pages per randomisation group
 MIN_SIZE = 16 << 10
+SAMPLES = 7
+
+
+QUICK_SIZE = 1 << 20
+QUICK_LOADS = 1 << 16
 
 
 def default_size() -> int:
     """Four times the last-level cache, at least 256 MiB: beyond every cache."""
-    return max(4 * last_level_cache(), 256 << 20)
+    return default(max(4 * last_level_cache(), 256 << 20), QUICK_SIZE)
 
 
-def measure_latency(
-    target: str,
+def chase_latency(
+    p: Placement,
     *,
-    initiator: str | None = None,
     size: int | None = None,
     page: str = "4k",
-    samples: int = 7,
+    samples: int | None = None,
     loads: int | None = None,
-    placement: Placement | None = None,
-) -> BenchResult:
+) -> LatencyResult:
+    """Latency of dependent loads from ``p.cpus[0]`` to memory on ``p.node``."""
     began = time.perf_counter()
-    p = placement or place(target, initiator)
+    samples = samples or default(SAMPLES, 2)
+    if samples < 1:
+        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     psize = page_size(page)
-    size = max(MIN_SIZE, size or default_size())
+    check_size(size)
+    size = size or default_size()
     group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
     size = size // group * group
     check_fits(size, p)
     ffi, lib = kernels()
     n_lines = size // STRIDE
-    loads = loads or max(n_lines, 1 << 22)
-    loads -= loads % 16
+    loads = loads or default(max(n_lines, 1 << 22), QUICK_LOADS)
+    loads = max(16, loads - loads % 16)
     with (
         NumaBuffer(size, Policy.bind(p.node), huge=huge_pages(psize), populate=False) as buf,
         pinned(p.cpus[0]),
     ):
         start = ffi.cast("char *", buf.address)
         if lib.chase_build(start, n_lines, STRIDE, group, 0) != 0:
-            raise ValueError(f"cannot build a chase over {size} bytes in groups of {group}")
+            raise InvalidRequestError(
+                f"cannot build a chase over {size} bytes in groups of {group}"
+            )
         lib.chase_run(start, max(16, n_lines - n_lines % 16))  # warm TLB and caches
         ns = [lib.chase_run(start, loads) / loads for _ in range(samples)]
         pages = buf.pages_by_node()
-    return BenchResult(
-        benchmark="latency",
+    return LatencyResult(
         target=p.target,
         node=p.node,
         initiator=p.initiator,
         cpus=(p.cpus[0],),
         size=size,
         page_size=psize,
-        figures={"latency_ns": min(ns), "latency_ns_median": statistics.median(ns)},
-        params={
-            "loads": loads,
-            "samples": samples,
-            "stride": STRIDE,
-            "tlb_group": group,
-            "pages_on_node": pages.get(p.node, 0),
-            "pages": sum(pages.values()),
-            "measure_s": time.perf_counter() - began,
-        },
+        pages_on_node=pages.get(p.node, 0),
+        pages=sum(pages.values()),
+        latency_ns=min(ns),
+        latency_ns_median=statistics.median(ns),
+        loads=loads,
+        samples=samples,
+        stride=STRIDE,
+        tlb_group=group,
+        measure_s=time.perf_counter() - began,
     )
 
 
+def check_size(size: int | None) -> None:
+    if size is not None and size < MIN_SIZE:
+        raise InvalidRequestError(
+            f"a chase needs at least {MIN_SIZE // 1024} KiB, not {size} bytes"
+        )
+
+
 def sweep_sizes(top: int | None = None) -> list[int]:
-    """Working-set sizes from 16 KiB to beyond the last-level cache, doubling."""
+    """Working-set sizes from 16 KiB to ``top`` (default: twice the last-level cache)."""
     top = top or 2 * last_level_cache()
     sizes, s = [], MIN_SIZE
     while s <= top:

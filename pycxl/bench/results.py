@@ -1,38 +1,115 @@
-"""Result objects of every benchmark: one shape for tables, JSON and plots."""
+"""Result objects of every benchmark: typed fields, one JSON shape, units in the names.
+
+Every result says what was measured (``target``, its NUMA ``node``), from where
+(``initiator``, the ``cpus`` that ran it), over how much memory (``size``, ``page_size``)
+and, for host memory, how many of its pages sat on the target node when it was measured
+(``pages_on_node`` of ``pages``): a figure is never reported for memory that was not on
+the tier it names.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult:
+    """What every measurement has. Subclasses add the figures and their settings."""
+
+    benchmark: ClassVar[str] = ""
+    target: str  # the name the user gave (cxl0, dram0, node1, gpu0)
+    node: int | None  # NUMA node of the target memory; None for GPU memory
+    initiator: str  # dram0, cpu3, gpu0...
+    cpus: tuple[int, ...]  # CPUs that ran the measurement (none for GPU initiators)
+    size: int  # bytes of the working set (per array for bandwidth)
+    page_size: int  # bytes; 0 for GPU memory
+    pages_on_node: int | None = None  # host memory: pages found on ``node`` afterwards
+    pages: int | None = None  # host memory: pages of the measured buffers
+
+    def as_json(self) -> dict[str, Any]:
+        """Field names as keys, the benchmark's name first; nested results as objects."""
+        out: dict[str, Any] = {"benchmark": self.benchmark}
+        for f in dataclasses.fields(self):
+            out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyResult(BenchResult):
+    """Load-to-use latency by pointer chase: best and median of ``samples``."""
+
+    benchmark: ClassVar[str] = "latency"
+    latency_ns: float
+    latency_ns_median: float
+    loads: int  # dependent loads per sample
+    samples: int
+    stride: int  # bytes between chased lines
+    tlb_group: int  # bytes per randomisation group
+    gpu: str | None = None  # the GPU's name, for GPU initiators
+    measure_s: float = 0.0  # wall time of the whole measurement
+
+
+@dataclass(frozen=True, kw_only=True)
+class BandwidthResult(BenchResult):
+    """STREAM bandwidth of one kernel: best and median of ``samples`` timed passes."""
+
+    benchmark: ClassVar[str] = "bandwidth"
+    kernel: str  # copy, scale, add, triad
+    bytes_per_s: float
+    bytes_per_s_median: float
+    samples: int  # timed passes (one more, untimed, runs first)
+    threads: int | None = None  # CPU initiators
+    nt_stores: bool = False
+    gpu: str | None = None  # GPU STREAM: the GPU's name and launch shape
+    grid: int | None = None
+    block: int | None = None
+    unroll: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstTouchResult(BenchResult):
+    """Time of each page's first write (allocate, zero, map), as percentiles."""
+
+    benchmark: ClassVar[str] = "first-touch"
+    p50_ns: float
+    p90_ns: float
+    p99_ns: float
+    max_ns: float
+    bytes_per_s: float
+    timer_ns: int  # the clock's own cost, taken off each page's time
 
 
 @dataclass(frozen=True)
-class BenchResult:
-    """One measurement of one target from one initiator.
+class Lane:
+    """One GPU copying in one direction, within a transfer."""
 
-    ``figures`` hold the numbers, with units in the key (``latency_ns``,
-    ``bytes_per_s``, ``p99_ns``...); ``params`` the settings that produced them.
-    """
+    gpu: str
+    direction: str
+    bytes_per_s: float
+    bytes_per_s_median: float
 
-    benchmark: str  # 'latency', 'bandwidth', 'first-touch'
-    target: str  # the name the user gave (cxl0, dram0, node1)
-    node: int | None  # NUMA node of the target memory
-    initiator: str  # dram0, cpu3...
-    cpus: tuple[int, ...]  # CPUs that ran the measurement
-    size: int  # bytes of the working set (per array for bandwidth)
-    page_size: int
-    figures: dict[str, float]
-    params: dict[str, Any] = field(default_factory=dict)
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "benchmark": self.benchmark,
-            "target": self.target,
-            "node": self.node,
-            "initiator": self.initiator,
-            "cpus": list(self.cpus),
-            "size": self.size,
-            "page_size": self.page_size,
-            **self.figures,
-            **self.params,
-        }
+@dataclass(frozen=True, kw_only=True)
+class TransferResult(BenchResult):
+    """Copy bandwidth between GPUs and host memory: all lanes together, and each lane."""
+
+    benchmark: ClassVar[str] = "transfer"
+    direction: str  # h2d, d2h or bidir
+    memory: str  # pinned, pageable or staged
+    bytes_per_s: float
+    bytes_per_s_median: float
+    samples: int
+    gpu: str  # the GPU's name, or 'all'
+    lanes: tuple[Lane, ...] = ()
+    chunk: int | None = None  # staged copies: staging buffer size
+    copy_threads: int | None = None  # staged copies: CPU threads

@@ -15,23 +15,22 @@ of the driver's own pageable path, and is timed by the host's clock around the w
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError
-from ..gpu import driver as drv
 from ..gpu.devices import GpuDevice
 from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
-from ..gpu.staged import MAX_THREADS, StagedCopier
+from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer, allocate
-from ..system import System, snapshot
-from .context import Placement, available_gpus, check_fits, place, resolve_gpu
-from .results import BenchResult
+from .context import Placement, check_fits, default
+from .results import Lane, TransferResult
 
-DIRECTIONS = ("h2d", "d2h")
+DIRECTIONS = ("h2d", "d2h", "both", "bidir")
+MEMORY = ("pinned", "pageable", "staged")
 PHASES: dict[str, list[tuple[str, ...]]] = {
     "h2d": [("h2d",)],
     "d2h": [("d2h",)],
@@ -39,74 +38,73 @@ PHASES: dict[str, list[tuple[str, ...]]] = {
     "bidir": [("h2d", "d2h")],
 }
 WARMUP = 2
+DEFAULT_SIZE = 1 << 30
+SAMPLES = 20
 
 
-def measure_transfer(
-    gpu: str,
-    target: str,
-    *,
-    direction: str = "both",
-    size: int = 1 << 30,
-    pageable: bool = False,
-    staged: bool = False,
-    iterations: int = 20,
-) -> list[BenchResult]:
-    """``gpu``: gpuN or "all". ``direction``: h2d, d2h, both (one after the other) or
-    bidir (at once). One result per phase (h2d, d2h or bidir)."""
+def check_transfer(direction: str, memory: str, lanes_at_once: int) -> None:
+    """Refuse what cannot work, before anything is allocated."""
     if direction not in PHASES:
         raise InvalidRequestError(f"direction '{direction}': use h2d, d2h, both or bidir")
-    if iterations < 1:
-        raise InvalidRequestError("iterations must be at least 1")
-    if size <= 0:
-        raise InvalidRequestError(f"size must be positive, not {size}")
-    every_gpu = gpu.strip().lower() == "all"
-    mode = "staged" if staged else "pageable" if pageable else "pinned"
-    if mode != "pinned" and (direction == "bidir" or every_gpu):
+    if memory not in MEMORY:
+        raise InvalidRequestError(f"memory '{memory}': use pinned, pageable or staged")
+    if memory != "pinned" and (direction == "bidir" or lanes_at_once > 1):
         raise InvalidRequestError(
-            f"{mode} copies block the host, so they cannot run at once (bidir, --gpu all): "
+            f"{memory} copies block the host, so they cannot run at once (bidir, every GPU): "
             "measure one GPU and one direction at a time (h2d, d2h or both)"
         )
-    if pageable and staged:
-        raise InvalidRequestError("--pageable and --staged: choose one (both copy unpinned memory)")
-    s = snapshot()
-    gpus = list(available_gpus(s)) if every_gpu else [resolve_gpu(gpu, s)]
-    p = place(target, None, s)
+
+
+def copy_bandwidth(
+    gpus: Sequence[GpuDevice],
+    p: Placement,
+    *,
+    direction: str = "both",
+    size: int | None = None,
+    memory: str = "pinned",
+    samples: int | None = None,
+    copy_cpus: Mapping[int, Sequence[int]] | None = None,
+    every_gpu: bool = False,
+) -> list[TransferResult]:
+    """Copies between each GPU of ``gpus`` (at once) and host memory placed by ``p``.
+    ``memory``: pinned, pageable (the driver's copy) or staged (pycxl's pipelined copy,
+    its threads on ``copy_cpus[gpu.index]``). One result per phase of ``direction``."""
+    check_transfer(direction, memory, len(gpus))
+    size = size or default(DEFAULT_SIZE, 16 << 20)
+    samples = samples or default(SAMPLES, 2)
+    if samples < 1:
+        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
+    if size <= 0:
+        raise InvalidRequestError(f"size must be positive, not {size}")
     lanes_per_phase = max(len(ph) for ph in PHASES[direction]) * len(gpus)
     check_fits(size * lanes_per_phase, p)
+    cpus = copy_cpus or {}
     results = []
     for phase in PHASES[direction]:
-        lanes = [_Lane(g, d, p, size, mode, _copy_cpus(g, s)) for g in gpus for d in phase]
+        lanes = [_Lane(g, d, p, size, memory, cpus.get(g.index)) for g in gpus for d in phase]
         try:
-            results.append(_measure(lanes, p, size, iterations, every_gpu, phase, mode))
+            results.append(_measure(lanes, p, size, samples, every_gpu, phase, memory))
         finally:
             for lane in lanes:
                 lane.close()
     return results
 
 
-def _copy_cpus(g: GpuDevice, s: System) -> list[int] | None:
-    """The staged copy's threads: CPUs of the GPU's nearest node this process may use."""
-    allowed = os.sched_getaffinity(0)
-    node = next((n.node for n in s.nodes if n.node.id == g.numa_node), None)
-    cpus = [c for c in node.cpus if c in allowed][:MAX_THREADS] if node else []
-    return cpus or None
-
-
 class _Lane:
     """One GPU copying in one direction: its buffers, stream and events."""
 
-    def __init__(self, g: GpuDevice, direction: str, p: Placement, size: int, mode: str,
-                 copy_cpus: list[int] | None) -> None:  # fmt: skip
-        self.gpu, self.direction, self.size, self.mode = g, direction, size, mode
+    def __init__(self, g: GpuDevice, direction: str, p: Placement, size: int, memory: str,
+                 copy_cpus: Sequence[int] | None) -> None:  # fmt: skip
+        self.gpu, self.direction, self.size, self.memory = g, direction, size, memory
         self.ctx = GpuContext(g.ordinal)
         self._closers: list[Any] = []
-        self.dev = self._keep(DeviceMemory(self.ctx, size))
-        self.host: NumaBuffer = self._keep(allocate(size, p.target))
-        if mode == "pinned":
+        self.dev: DeviceMemory = self._keep(DeviceMemory(self.ctx, size))
+        self.host: NumaBuffer = self._keep(allocate(size, [p.node]))
+        if memory == "pinned":
             self._keep(HostMemory(self.ctx, self.host))
         self.copier = (
             self._keep(StagedCopier(self.ctx, node=g.numa_node, cpus=copy_cpus))
-            if mode == "staged"
+            if memory == "staged"
             else None
         )
         self.stream = self._keep(Stream(self.ctx))
@@ -129,14 +127,11 @@ class _Lane:
                 self.copier.to_host(self.host, self.dev.ptr)
             self.staged_ms = (time.perf_counter() - t0) * 1e3
             return
-        ffi, lib = drv.driver()
-        h, s = ffi.cast("void *", self.host.address), self.stream.handle
         self.start.record(self.stream)
         if self.direction == "h2d":
-            rc, call = lib.cuMemcpyHtoDAsync_v2(self.dev.ptr, h, self.size, s), "cuMemcpyHtoDAsync"
+            self.dev.copy_from_host(self.host, stream=self.stream)
         else:
-            rc, call = lib.cuMemcpyDtoHAsync_v2(h, self.dev.ptr, self.size, s), "cuMemcpyDtoHAsync"
-        drv.check(call, rc)
+            self.dev.copy_to_host(self.host, stream=self.stream)
         self.end.record(self.stream)
 
     def finish(self) -> float:
@@ -151,11 +146,11 @@ class _Lane:
             obj.close()
 
 
-def _measure(lanes: list[_Lane], p: Placement, size: int, iterations: int, every_gpu: bool,
-             phase: tuple[str, ...], mode: str) -> BenchResult:  # fmt: skip
+def _measure(lanes: list[_Lane], p: Placement, size: int, samples: int, every_gpu: bool,
+             phase: tuple[str, ...], memory: str) -> TransferResult:  # fmt: skip
     own: list[list[float]] = [[] for _ in lanes]
     wall: list[float] = []
-    for it in range(WARMUP + iterations):
+    for it in range(WARMUP + samples):
         t0 = time.perf_counter()
         for lane in lanes:
             lane.enqueue()
@@ -168,32 +163,26 @@ def _measure(lanes: list[_Lane], p: Placement, size: int, iterations: int, every
     # one lane: the copy's own GPU time; lanes at once: the host's wall time
     times = [m / 1e3 for m in own[0]] if len(lanes) == 1 else wall
     total = size * len(lanes)
-    per_lane = [
-        {
-            "gpu": lane.gpu.target_name,
-            "direction": lane.direction,
-            "bytes_per_s": size / (min(t) / 1e3),
-            "bytes_per_s_median": size / (statistics.median(t) / 1e3),
-        }
+    per_lane = tuple(
+        Lane(
+            gpu=lane.gpu.target_name,
+            direction=lane.direction,
+            bytes_per_s=size / (min(t) / 1e3),
+            bytes_per_s_median=size / (statistics.median(t) / 1e3),
+        )
         for lane, t in zip(lanes, own, strict=True)
-    ]
+    )
+    placed = [lane.host.pages_by_node() for lane in lanes]
     first = lanes[0]
-    params: dict[str, Any] = {
-        "direction": "bidir" if len(phase) > 1 else phase[0],
-        "pinned": mode == "pinned",
-        "staged": mode == "staged",
-        "iterations": iterations,
-        "gpu": "all" if every_gpu else first.gpu.name,
-        "pages_on_node": sum(lane.host.pages_by_node().get(p.node, 0) for lane in lanes),
-    }
-    params["lanes"] = per_lane
-    if mode == "staged" and first.copier is not None:
-        params |= {"chunk": first.copier.chunk, "copy_threads": first.copier.threads}
-    return BenchResult(
-        benchmark="transfer", target=p.target, node=p.node,
+    return TransferResult(
+        target=p.target, node=p.node,
         initiator="all" if every_gpu else first.gpu.target_name, cpus=(),
         size=size, page_size=4096,
-        figures={"bytes_per_s": total / min(times),
-                 "bytes_per_s_median": total / statistics.median(times)},
-        params=params,
+        pages_on_node=sum(pl.get(p.node, 0) for pl in placed),
+        pages=sum(sum(pl.values()) for pl in placed),
+        direction="bidir" if len(phase) > 1 else phase[0], memory=memory,
+        bytes_per_s=total / min(times), bytes_per_s_median=total / statistics.median(times),
+        samples=samples, gpu="all" if every_gpu else first.gpu.name, lanes=per_lane,
+        chunk=first.copier.chunk if first.copier else None,
+        copy_threads=first.copier.threads if first.copier else None,
     )  # fmt: skip

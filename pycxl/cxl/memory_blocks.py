@@ -11,12 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import InvalidRequestError
 from ..sysfs import Sysfs
 
 MEMORY_BLOCKS = "/sys/devices/system/memory"
 
 Zone = Literal["movable", "normal"]
 ONLINE_STATE: dict[Zone, str] = {"movable": "online_movable", "normal": "online_kernel"}
+
+
+def check_zone(zone: str) -> Zone:
+    """``zone`` if it is 'movable' or 'normal', else InvalidRequestError."""
+    if zone not in ONLINE_STATE:
+        raise InvalidRequestError(f"zone {zone!r}: use 'movable' or 'normal'")
+    return zone
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
-from ..units import format_size
-from .memory_blocks import Zone
+from ..units import format_size, parse_size
+from .memory_blocks import Zone, check_zone
 from .model import Decoder, Memdev
 from .topology import CxlTopology
 
@@ -39,13 +39,38 @@ class RegionRequest:
 
     memdevs: tuple[str, ...] = ()  # names, serials or host PCI addresses
     ways: int | None = None
-    granularity: int | None = None
-    size: int | None = None
+    granularity: int | str | None = None  # bytes, or a string such as "4k"
+    size: int | str | None = None  # bytes, or a string such as "512M"
     type: RegionType | None = None
     decoder: str | None = None  # root decoder
+    bus: str | None = None  # only root decoders of this bus (name, id or provider)
     uuid: str | None = None  # pmem only
     online: bool = True
     zone: Zone = "movable"
+
+    def __post_init__(self) -> None:
+        if self.type not in (None, "ram", "pmem"):
+            raise InvalidRequestError(f"type {self.type!r}: use 'ram' or 'pmem'")
+        check_zone(self.zone)
+        if isinstance(self.memdevs, str):  # one name, not its letters
+            object.__setattr__(self, "memdevs", (self.memdevs,))
+        for name in ("size", "granularity"):
+            value = getattr(self, name)
+            if value is not None:
+                n = parse_size(value)
+                if n <= 0:
+                    raise InvalidRequestError(f"{name} must be positive, not {value!r}")
+                object.__setattr__(self, name, n)
+
+    @property
+    def size_bytes(self) -> int | None:
+        """``size`` as bytes (strings were parsed when the request was made)."""
+        return None if self.size is None else int(self.size)
+
+    @property
+    def granularity_bytes(self) -> int | None:
+        """``granularity`` as bytes."""
+        return None if self.granularity is None else int(self.granularity)
 
 
 @dataclass(frozen=True)
@@ -74,27 +99,24 @@ class RegionLayout:
 
 def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
     """Decide and validate a region; raises InvalidRequestError / NotFoundError."""
-    if not topo.present:
-        raise InvalidRequestError(
-            "no CXL bus: load the CXL drivers (modprobe cxl_acpi cxl_pci cxl_mem)"
-        )
+    topo.require()
     ways = req.ways if req.ways is not None else (len(req.memdevs) or 1)
     _check_ways(ways)
-    if req.granularity is not None:
-        _check_granularity_value(req.granularity)
-    if req.size is not None:
-        _check_size_alignment(req.size, ways)
+    if req.granularity_bytes is not None:
+        _check_granularity_value(req.granularity_bytes)
+    if req.size_bytes is not None:
+        _check_size_alignment(req.size_bytes, ways)
     memdevs = _resolve_memdevs(topo, req.memdevs)
     if memdevs and len(memdevs) != ways:
         raise InvalidRequestError(
             f"{len(memdevs)} memdev(s) named for a {ways}-way region; name exactly {ways} "
             f"or change --interleave"
         )
-    roots = _candidate_roots(topo, req.decoder)
+    roots = _candidate_roots(topo, req.decoder, req.bus)
     rtype: RegionType = req.type or _default_type(roots, req.decoder)
     _check_uuid(req.uuid, rtype)
     for m in memdevs:
-        _check_memdev(m, rtype, req.size // ways if req.size else DPA_ALIGN)
+        _check_memdev(m, rtype, req.size_bytes // ways if req.size_bytes else DPA_ALIGN)
 
     reasons: list[str] = []
     for root in roots:
@@ -199,14 +221,20 @@ def _check_memdev(m: Memdev, rtype: RegionType, needed: int) -> None:
         )
 
 
-def _candidate_roots(topo: CxlTopology, name: str | None) -> list[Decoder]:
+def _candidate_roots(topo: CxlTopology, name: str | None, bus: str | None) -> list[Decoder]:
     roots = topo.root_decoders()
+    if bus is not None:
+        b = next((b for b in topo.buses if bus in (b.name, b.provider, b.name[4:])), None)
+        if b is None:
+            raise NotFoundError("bus", bus, [b.name for b in topo.buses])
+        roots = [d for d in roots if d.port == b.port]
     if name is None:
         if not roots:
-            raise InvalidRequestError("no root decoder (CXL window) on this system")
+            where = f" on {bus}" if bus else ""
+            raise InvalidRequestError(f"no root decoder (CXL window){where} on this system")
         return roots
     dec = next((d for d in topo.decoders if d.name == name), None)
-    if dec is None:
+    if dec is None or (dec.kind == "root" and dec not in roots):
         raise NotFoundError("root decoder", name, [d.name for d in roots])
     if dec.kind != "root":
         raise InvalidRequestError(
@@ -240,13 +268,13 @@ def _layout_on_root(
             f"{root.name} interleaves {root_ways} host bridges; region ways must be a "
             f"multiple of {root_ways}"
         )
-    granularity = _granularity(root, req.granularity)
+    granularity = _granularity(root, req.granularity_bytes)
     if memdevs:
         ordered = order_by_position(root, memdevs)
     else:
-        ordered = _pick_memdevs(topo, root, rtype, ways, req.size)
+        ordered = _pick_memdevs(topo, root, rtype, ways, req.size_bytes)
     _check_port_decoders(ordered)
-    size = _size(root, ordered, rtype, ways, req.size)
+    size = _size(root, ordered, rtype, ways, req.size_bytes)
     targets = tuple(
         RegionTarget(position=i, memdev=m, decoder=_must(next_free_decoder(m)))
         for i, m in enumerate(ordered)

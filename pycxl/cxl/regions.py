@@ -44,8 +44,8 @@ class RegionResult:
     executed: bool
     region: Region | None = None  # as read back afterwards; None once destroyed
     layout: RegionLayout | None = None  # create only
-    numa_node: int | None = None
-    tier: str | None = None
+    numa_node: int | None = None  # the node its memory is online in
+    tier: str | None = None  # that node's tier name (cxl0...), where names were resolved
     warnings: tuple[str, ...] = ()
 
 
@@ -88,7 +88,7 @@ def destroy_region(
 ) -> RegionResult:
     """Offline, disable and tear down a region; pmem needs ``force``."""
     fs = Sysfs(sysroot)
-    region = read_topology(fs).region(name)
+    region = read_topology(fs).require().region(name)
     if region.type == "pmem" and not force:
         raise InvalidRequestError(
             f"{name} is a pmem region: destroying it discards its data and labels; "
@@ -107,7 +107,7 @@ def disable_region(
 ) -> RegionResult:
     """Offline the region's memory and unbind its driver; the decode stays committed."""
     fs = Sysfs(sysroot)
-    region = read_topology(fs).region(name)
+    region = read_topology(fs).require().region(name)
     return _teardown(fs, region, delete=False, force=force, dry_run=dry_run, hook=before_step)
 
 
@@ -122,7 +122,7 @@ def enable_region(
 ) -> RegionResult:
     """Bind a committed region's driver and online its memory; no-op parts are skipped."""
     fs = Sysfs(sysroot)
-    region = read_topology(fs).region(name)
+    region = read_topology(fs).require().region(name)
     if not region.committed:
         raise InvalidRequestError(
             f"{name} is not committed (decode reset); it has no memory to enable. "
@@ -164,22 +164,16 @@ def _result(
     layout: RegionLayout | None = None,
     warnings: list[str] | None = None,
 ) -> RegionResult:
-    from ..system import snapshot
-
-    system = snapshot(fs.root, gpus=False)
-    region = system.cxl.region(name)
+    region = read_topology(fs).require().region(name)
     # The region's memory is a node's only once some of it is online.
     online = [d.target_node for d in region.dax_devices if d.online_memblocks]
-    node = online[0] if online else None
-    tier = next((t.name for t in system.nodes if node is not None and t.node.id == node), None)
     return RegionResult(
         name,
         plan,
         executed=True,
         region=region,
         layout=layout,
-        numa_node=node,
-        tier=tier,
+        numa_node=online[0] if online else None,
         warnings=tuple(warnings or ()),
     )
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..errors import NotFoundError, _natural_key
+from ..errors import NotAvailableError, NotFoundError, _natural_key
 from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region, _Linked
 
 T = TypeVar("T")
@@ -56,6 +56,17 @@ class CxlTopology:
         object.__setattr__(topo, "regions", _attach(regions, topo))
         object.__setattr__(topo, "dax_devices", _attach(dax_devices, topo))
         return topo
+
+    NO_BUS = (
+        "no CXL bus: the CXL drivers are not loaded or there is no CXL hardware "
+        "(modprobe cxl_acpi cxl_pci cxl_mem)"
+    )
+
+    def require(self) -> CxlTopology:
+        """This topology, or NotAvailableError when the kernel has no CXL bus."""
+        if not self.present:
+            raise NotAvailableError(self.NO_BUS)
+        return self
 
     # --- lookup --------------------------------------------------------------
     @property

@@ -3,16 +3,37 @@ at hand, and launched through the driver API."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from ..errors import OperationError
 from . import driver as drv
 from .memory import GpuContext
+from .streams import Stream
 
 CU_JIT_ERROR_LOG_BUFFER = 5
 CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
 LOG_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument with its C type (the PTX parameter's)."""
+
+    ctype: str  # 'unsigned long long', 'double'
+    value: int | float
+
+
+def u64(value: int) -> Arg:
+    """A .u64 parameter: a count, or a device pointer."""
+    return Arg("unsigned long long", int(value))
+
+
+def f64(value: float) -> Arg:
+    """A .f64 parameter."""
+    return Arg("double", float(value))
 
 
 class Module:
@@ -44,11 +65,12 @@ class Module:
             self._functions[name] = f[0]
         return self._functions[name]
 
-    def launch(self, name: str, grid: int, block: int, stream: Any, args: list[Any]) -> None:
-        """``args``: cffi pointers to each argument's value, in order."""
+    def launch(self, name: str, grid: int, block: int, stream: Stream, args: Sequence[Arg]) -> None:
+        """Enqueue kernel ``name`` on ``stream``: ``grid`` blocks of ``block`` threads."""
         ffi, lib = drv.driver()
-        params = ffi.new("void *[]", [ffi.cast("void *", a) for a in args])
-        rc = int(lib.cuLaunchKernel(self.function(name), grid, 1, 1, block, 1, 1, 0, stream,
-                                    params, ffi.NULL))  # fmt: skip
+        values = [ffi.new(f"{a.ctype} *", a.value) for a in args]
+        params = ffi.new("void *[]", [ffi.cast("void *", v) for v in values])
+        rc = int(lib.cuLaunchKernel(self.function(name), grid, 1, 1, block, 1, 1, 0,
+                                    stream.handle, params, ffi.NULL))  # fmt: skip
         if rc != 0:
             raise drv.error(f"cuLaunchKernel({name})", rc)

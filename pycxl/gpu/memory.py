@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import resource
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CudaError, InvalidRequestError, OperationError
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..numa.placement import HugePages
+    from .streams import Stream
 
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -78,6 +80,40 @@ class DeviceMemory:
         self.size = size
         self._free = weakref.finalize(self, lib.cuMemFree_v2, self.ptr)
 
+    def __repr__(self) -> str:
+        return f"DeviceMemory(ptr={self.ptr:#x}, size={self.size})"
+
+    def copy_from_host(self, src: Any, *, offset: int = 0, stream: Stream | None = None) -> None:
+        """Copy all of ``src`` (a buffer, array or HostMemory) to this memory at
+        ``offset``; with ``stream``, enqueued there (asynchronous), else done on return."""
+        address, n = self._host_span(src, offset)
+        ffi, lib = drv.driver()
+        h = ffi.cast("void *", address)
+        if stream is None:
+            drv.check("cuMemcpyHtoD", lib.cuMemcpyHtoD_v2(self.ptr + offset, h, n))
+        else:
+            rc = lib.cuMemcpyHtoDAsync_v2(self.ptr + offset, h, n, stream.handle)
+            drv.check("cuMemcpyHtoDAsync", rc)
+
+    def copy_to_host(self, dst: Any, *, offset: int = 0, stream: Stream | None = None) -> None:
+        """Copy ``len(dst)`` bytes from this memory at ``offset`` into ``dst``."""
+        address, n = self._host_span(dst, offset)
+        ffi, lib = drv.driver()
+        h = ffi.cast("void *", address)
+        if stream is None:
+            drv.check("cuMemcpyDtoH", lib.cuMemcpyDtoH_v2(h, self.ptr + offset, n))
+        else:
+            rc = lib.cuMemcpyDtoHAsync_v2(h, self.ptr + offset, n, stream.handle)
+            drv.check("cuMemcpyDtoHAsync", rc)
+
+    def _host_span(self, host: Any, offset: int) -> tuple[int, int]:
+        address, n = pages.buffer_span(host)
+        if offset < 0 or offset + n > self.size:
+            raise InvalidRequestError(
+                f"{n} bytes at offset {offset} do not fit in {self.size} bytes of GPU memory"
+            )
+        return address, n
+
     def close(self) -> None:
         self._free()
 
@@ -127,13 +163,13 @@ class HostMemory:
 
     @classmethod
     def allocate(
-        cls, ctx: GpuContext, size: int, target: Any, *, huge: HugePages = "auto"
+        cls, ctx: GpuContext, size: int, nodes: int | Sequence[int], *, huge: HugePages = "auto"
     ) -> HostMemory:
-        """``size`` bytes on ``target`` (a tier name, node, or several), touched there,
-        then pinned and mapped; ``close()`` unregisters and frees them."""
+        """``size`` bytes bound to ``nodes``, touched there, then pinned and mapped;
+        ``close()`` unregisters and frees them. By name: ``pycxl.host_memory``."""
         from ..numa.placement import allocate
 
-        buf = allocate(size, target, huge=huge)
+        buf = allocate(size, nodes, huge=huge)
         try:
             mem = cls(ctx, buf)
         except BaseException:

@@ -1,116 +1,67 @@
-"""Run a command under a memory policy and CPU binding, named by tiers (numactl-like)."""
+"""Start a command under a memory policy and CPU binding, as numactl does: set them on
+this process, then exec the command, which keeps the PID and receives its signals
+directly. Nothing system-wide is changed.
+
+Names (``--membind cxl0``) are resolved above this floor (``System.launch_plan``); this
+module takes node and CPU ids.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
-import signal
-import subprocess
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError
-from ..sysfs import Sysfs
-from .placement import resolve_nodes
-from .policy import Policy, read_weights, set_thread_policy, write_weights
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    command: tuple[str, ...]
-    membind: tuple[str, ...] = ()
-    preferred: str | None = None
-    interleave: tuple[str, ...] = ()
-    weights: tuple[int, ...] = ()
-    cpunodebind: tuple[str, ...] = ()
+from ..errors import CommandNotExecutableError, CommandNotFoundError, InvalidRequestError
+from .policy import Policy, set_thread_policy
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    policy: Policy | None
-    cpus: tuple[int, ...]
-    weights: dict[int, int]
+    """What to set before the command starts: a memory policy and a CPU set."""
 
-
-def plan_launch(req: LaunchRequest, sysroot: str | None = None) -> LaunchPlan:
-    """Validate and resolve names before anything runs or changes."""
-    if not req.command:
-        raise InvalidRequestError("no command given; put it after '--'")
-    chosen = [bool(req.membind), req.preferred is not None, bool(req.interleave)]
-    if sum(chosen) > 1:
-        raise InvalidRequestError("choose one of --membind, --preferred, --interleave")
-    if req.weights and not req.interleave:
-        raise InvalidRequestError("--weights applies to --interleave")
     policy: Policy | None = None
-    weights: dict[int, int] = {}
-    if req.membind:
-        policy = Policy.bind(*resolve_nodes(req.membind, sysroot))
-    elif req.preferred is not None:
-        policy = Policy.preferred(*resolve_nodes(req.preferred, sysroot))
-    elif req.interleave:
-        nodes = resolve_nodes(req.interleave, sysroot)
-        if req.weights:
-            if len(req.weights) != len(nodes):
-                raise InvalidRequestError(
-                    f"{len(req.weights)} weight(s) for {len(nodes)} interleave node(s); "
-                    "give one weight per node, in the same order"
-                )
-            read_weights(Sysfs(sysroot))  # the kernel has weighted interleave
-            weights = dict(zip(nodes, req.weights, strict=True))
-            policy = Policy.weighted_interleave(*nodes)
-        else:
-            policy = Policy.interleave(*nodes)
     cpus: tuple[int, ...] = ()
-    if req.cpunodebind:
-        from .nodes import read_nodes
 
-        by_id = {n.id: n for n in read_nodes(Sysfs(sysroot))}
-        ids = _node_ids(req.cpunodebind, sysroot)
-        cpus = tuple(c for i in ids for c in by_id[i].cpus)
-        if not cpus:
-            raise InvalidRequestError(
-                f"--cpunodebind {','.join(req.cpunodebind)}: those nodes have no CPUs"
-            )
-    return LaunchPlan(policy, cpus, weights)
+    def describe(self) -> str:
+        parts = [self.policy.describe()] if self.policy else []
+        if self.cpus:
+            parts.append("cpus " + ",".join(map(str, self.cpus)))
+        return "; ".join(parts) or "no change"
 
 
-def _node_ids(names: Sequence[str], sysroot: str | None) -> list[int]:
-    from ..system import snapshot
+def find_command(argv: Sequence[str]) -> str:
+    """The executable ``argv[0]`` names (a path, or found on PATH); checked up front so
+    a typo is an error before anything is set."""
+    if not argv:
+        raise InvalidRequestError("no command given; put it after '--'")
+    name = argv[0]
+    path = name if os.sep in name else shutil.which(name)
+    if path is None or not os.path.exists(path):
+        raise CommandNotFoundError(f"command not found: {name}")
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise CommandNotExecutableError(f"cannot execute {name}: permission denied")
+    return path
 
-    system = snapshot(sysroot, gpus=False)
-    out = []
-    for name in (n for item in names for n in item.split(",")):
-        t = system.resolve(name.strip(), initiator=True)
-        if t.node is None:
-            raise InvalidRequestError(f"'{name}' has no NUMA node")
-        out.append(t.node)
-    return out
 
-
-def run(req: LaunchRequest, sysroot: str | None = None) -> int:
-    """Run the command under the request's policy; its exit status (128+N on signal N).
-    System-wide interleave weights, if set, are restored when it ends."""
-    plan = plan_launch(req, sysroot)
-    previous = write_weights(plan.weights, Sysfs(sysroot)) if plan.weights else {}
-
-    def in_child() -> None:
-        if plan.cpus:
+def exec_command(plan: LaunchPlan, argv: Sequence[str]) -> None:
+    """Apply ``plan`` to this process and replace it with ``argv`` (never returns)."""
+    path = find_command(argv)
+    if plan.cpus:
+        try:
             os.sched_setaffinity(0, plan.cpus)
-        if plan.policy is not None:
-            set_thread_policy(plan.policy)
-
-    try:
-        try:
-            proc = subprocess.Popen(list(req.command), preexec_fn=in_child)
-        except FileNotFoundError:
+        except OSError as e:
             raise InvalidRequestError(
-                f"command not found: {req.command[0]} (not on PATH)"
+                f"cannot run on CPUs {','.join(map(str, plan.cpus))}: {e.strerror} "
+                "(outside this process's cpuset?)"
             ) from None
-        try:
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            rc = proc.wait()
-    finally:
-        if previous:
-            write_weights(previous, Sysfs(sysroot))
-    return 128 - rc if rc < 0 else rc
+    if plan.policy is not None:
+        set_thread_policy(plan.policy)
+    try:
+        os.execv(path, list(argv))
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise CommandNotFoundError(f"command not found: {argv[0]}") from None
+        raise CommandNotExecutableError(f"cannot execute {argv[0]}: {e.strerror}") from None

@@ -1,10 +1,13 @@
-"""Putting memory on a tier: target names to nodes, buffers placed under a policy.
+"""Buffers whose pages follow a memory policy, and moving pages between nodes.
 
->>> from pycxl.numa import placement
->>> buf = placement.allocate(64 << 20, "cxl0")        # bound to the first CXL node
+This floor takes node ids; names (``cxl0``, ``dram0``) are resolved above it
+(``pycxl.allocate(size, "cxl0")`` and ``System.memory_nodes``).
+
+>>> from pycxl.numa.placement import allocate
+>>> buf = allocate(64 << 20, [1])                      # bound to node 1
 >>> a = buf.array("float64")                           # numpy view, no copy
->>> placement.pages_by_node(a)                         # {1: 16384}
->>> buf.migrate("dram0")
+>>> buf.pages_by_node()                                # {1: 16384}
+>>> buf.migrate([0])
 """
 
 from __future__ import annotations
@@ -12,56 +15,43 @@ from __future__ import annotations
 import ctypes
 import mmap
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..errors import InvalidRequestError, OperationError
 from ..numa.nodes import NumaNode, read_nodes
 from ..sysfs import Sysfs
+from ..units import format_size
 from . import pages
 from .policy import Mode, Policy, bind_range
 
 if TYPE_CHECKING:
     import numpy as np
 
-TargetLike = str | int
 # auto: whatever the system's THP setting gives; none: base pages only (MADV_NOHUGEPAGE);
 # thp: transparent huge pages (MADV_HUGEPAGE); hugetlb: reserved huge pages (MAP_HUGETLB).
 HugePages = Literal["auto", "none", "thp", "hugetlb"]
 HUGE_2M = 2 << 20
 
 
-def resolve_nodes(
-    targets: TargetLike | Sequence[TargetLike], sysroot: str | None = None
-) -> list[int]:
-    """Target names ('dram0', 'cxl0', 'node3', '3') or node ids -> node ids with memory."""
-    from ..system import snapshot
-
-    items = [targets] if isinstance(targets, str | int) else list(targets)
-    names = [t for i in items for t in (str(i).split(",") if isinstance(i, str) else [i])]
-    system = snapshot(sysroot, gpus=False)
-    nodes = {n.node.id: n.node for n in system.nodes}
-    out = []
-    for name in names:
-        t = system.resolve(f"node{name}" if isinstance(name, int) else name.strip())
-        if t.kind != "node" or t.node is None:
-            raise InvalidRequestError(f"'{name}' is not host memory (a GPU's HBM is not a node)")
-        node = nodes[t.node]
-        if not node.has_memory:
-            raise InvalidRequestError(
-                f"{name} (node {node.id}) has no memory online; online it first "
-                "(pycxl region enable REGION)"
-            )
-        out.append(node.id)
-    return out
+def check_huge(huge: str) -> HugePages:
+    """``huge`` if it is one of the HugePages choices, else InvalidRequestError."""
+    choices = get_args(HugePages)
+    if huge not in choices:
+        raise InvalidRequestError(f"huge={huge!r}: use one of {', '.join(choices)}")
+    return huge  # type: ignore[return-value]
 
 
 def check_room(size: int, node_ids: Sequence[int], sysroot: str | None = None) -> None:
-    """Refuse sizes the nodes cannot hold (their free memory, together)."""
+    """Refuse sizes the nodes cannot hold (their available memory, together)."""
     nodes: dict[int, NumaNode] = {n.id: n for n in read_nodes(Sysfs(sysroot))}
-    free = sum(nodes[n].mem_available for n in node_ids if n in nodes)
+    unknown = [n for n in node_ids if n not in nodes]
+    if unknown:
+        raise InvalidRequestError(
+            f"node(s) {','.join(map(str, unknown))} are not online; online nodes: "
+            + ",".join(str(n) for n in nodes)
+        )
+    free = sum(nodes[n].mem_available for n in node_ids)
     if size > free:
-        from ..units import format_size
-
         raise InvalidRequestError(
             f"{format_size(size)} does not fit: node(s) {','.join(map(str, node_ids))} have "
             f"{format_size(free)} available"
@@ -75,6 +65,7 @@ class NumaBuffer:
                  populate: bool = True) -> None:  # fmt: skip
         if size <= 0:
             raise InvalidRequestError(f"buffer size must be positive, not {size}")
+        huge = check_huge(huge)
         align = HUGE_2M if huge in ("thp", "hugetlb") else mmap.PAGESIZE
         self.size = -(-size // align) * align
         self.policy = policy
@@ -102,10 +93,16 @@ class NumaBuffer:
         if populate:
             ctypes.memset(self.address, 0, self.size)  # first touch, under the policy
 
+    def __repr__(self) -> str:
+        state = "closed" if self._map.closed else f"at {self.address:#x}"
+        return f"NumaBuffer({format_size(self.size)}, {self.policy.describe()}, {state})"
+
     def span(self) -> tuple[int, int]:
+        """(address, length) of the buffer."""
         return self.address, self.size
 
     def memoryview(self) -> memoryview:
+        """The buffer as a writable memoryview (no copy)."""
         return memoryview(self._map)
 
     def array(self, dtype: Any = "uint8", shape: int | tuple[int, ...] | None = None) -> np.ndarray:
@@ -116,19 +113,19 @@ class NumaBuffer:
         return arr.reshape(shape) if shape is not None else arr
 
     def pages_by_node(self) -> dict[int, int]:
+        """Pages per node now (key -1: pages not yet touched)."""
         return pages.pages_by_node(self)
 
-    def migrate(
-        self, target: TargetLike | Sequence[TargetLike], sysroot: str | None = None
-    ) -> dict[int, int]:
-        """Move the pages to the target's node(s), and make later faults follow."""
-        nodes = resolve_nodes(target, sysroot)
-        check_room(self.size, nodes, sysroot)
-        self.policy = Policy.bind(*nodes)
+    def migrate(self, nodes: int | Sequence[int], sysroot: str | None = None) -> dict[int, int]:
+        """Move the pages to ``nodes``, and make later faults follow; pages per node after."""
+        ids = [nodes] if isinstance(nodes, int) else list(nodes)
+        check_room(self.size, ids, sysroot)
+        self.policy = Policy.bind(*ids)
         bind_range(self.address, self.size, self.policy, move=True)
         return self.pages_by_node()
 
     def close(self) -> None:
+        """Unmap the buffer (drop numpy views of it first)."""
         try:
             self._map.close()
         except BufferError:
@@ -148,23 +145,23 @@ class NumaBuffer:
 
 def allocate(
     size: int,
-    target: TargetLike | Sequence[TargetLike] | None = None,
+    nodes: int | Sequence[int] | None = None,
     *,
     policy: Policy | None = None,
     huge: HugePages = "auto",
     populate: bool = True,
     sysroot: str | None = None,
 ) -> NumaBuffer:
-    """A buffer of ``size`` bytes bound to ``target`` (or under ``policy``), checked
-    against the nodes' free memory before anything is allocated."""
-    if (target is None) == (policy is None):
-        raise InvalidRequestError("give a target or a policy (one of them)")
+    """A buffer of ``size`` bytes bound to ``nodes`` (or under ``policy``), checked
+    against the nodes' available memory before anything is allocated."""
+    if (nodes is None) == (policy is None):
+        raise InvalidRequestError("give nodes or a policy (one of them)")
     if policy is None:
-        assert target is not None
-        policy = Policy.bind(*resolve_nodes(target, sysroot))
+        assert nodes is not None
+        policy = Policy.bind(*([nodes] if isinstance(nodes, int) else nodes))
     if policy.nodes:
         check_room(size, policy.nodes, sysroot)
-    return NumaBuffer(size, policy, huge=huge, populate=populate)
+    return NumaBuffer(size, policy, huge=check_huge(huge), populate=populate)
 
 
 def pages_by_node(obj: Any) -> dict[int, int]:
@@ -172,9 +169,8 @@ def pages_by_node(obj: Any) -> dict[int, int]:
     return pages.pages_by_node(obj)
 
 
-def migrate(obj: Any, target: TargetLike, sysroot: str | None = None) -> dict[int, int]:
-    """Move the pages of any buffer or numpy array to a target's node."""
-    (node,) = resolve_nodes(target, sysroot)
+def migrate(obj: Any, node: int, sysroot: str | None = None) -> dict[int, int]:
+    """Move the pages of any buffer or numpy array to ``node``; pages per node after."""
     _, length = pages.buffer_span(obj)
     check_room(length, [node], sysroot)
     return pages.migrate(obj, node)

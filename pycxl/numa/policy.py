@@ -56,6 +56,11 @@ class Policy:
         return cls(Mode.PREFERRED, (node,))
 
     @classmethod
+    def preferred_many(cls, *nodes: int) -> Policy:
+        """Allocate on any of ``nodes`` first, then elsewhere (Linux 5.15+)."""
+        return cls(Mode.PREFERRED_MANY, _nodes(nodes, "preferred-many"))
+
+    @classmethod
     def interleave(cls, *nodes: int) -> Policy:
         return cls(Mode.INTERLEAVE, _nodes(nodes, "interleave"))
 
@@ -106,6 +111,8 @@ def _refused(call: str, policy: Policy, err: int) -> OperationError:
     hint = ""
     if err == errno.EINVAL and policy.mode == Mode.WEIGHTED_INTERLEAVE:
         hint = "; weighted interleave needs Linux 6.9+"
+    elif err == errno.EINVAL and policy.mode == Mode.PREFERRED_MANY:
+        hint = "; preferred-many needs Linux 5.15+"
     elif err == errno.EINVAL:
         hint = "; a node may be offline or have no memory"
     return OperationError(f"the kernel refused {call}({policy.describe()}): {why}{hint}")

@@ -14,8 +14,8 @@ from tests.kernel.kernel_helpers import backend_differences, ndctl, pycxl_cli
 from tests.ndctl_compare import compare, flatten
 
 ALL_KINDS = ("bus", "port", "endpoint", "memdev", "decoder", "region")
-EVERYTHING = ListRequest(
-    buses=True, ports=True, endpoints=True, memdevs=True, decoders=True, regions=True,
+EVERYTHING = ListRequest.showing(
+    "buses", "ports", "endpoints", "memdevs", "decoders", "regions",
     targets=True, include_disabled=True,
 )  # fmt: skip
 
@@ -54,6 +54,22 @@ def test_four_dev_devices_found_by_serial_under_their_bridge() -> None:
         assert ep is not None and ep.parent_port is not None
         # QEMU puts serials 0x1x behind the first bridge (bus 12), 0x2x behind the second
         assert ep.parent_port.host == bridges[0 if serial < 0x20 else 1]
+
+
+FILTERS = [
+    ["-d", "root"], ["-d", "endpoint"], ["-d", "decoder0.0"], ["-m", "mem0"], ["-s", "0x1"],
+    ["-b", "root0"], ["-e", "endpoint2"], ["-p", "port1"], ["-D", "-m", "mem1"],
+    ["-M", "-d", "root"],
+]  # fmt: skip
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_filters_list_what_cxl_list_lists() -> None:
+    """A filter alone lists its own kind, as cxl list does; the same objects either way."""
+    for args in FILTERS:
+        ours = json.loads(pycxl_cli("list", *args, "--json").stdout)
+        theirs = ndctl(*args)
+        assert set(flatten(ours)) == set(flatten(theirs)) != set(), args
 
 
 @pytest.mark.kernel(topology="two-dev")

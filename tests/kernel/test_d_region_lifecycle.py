@@ -63,13 +63,13 @@ def test_create_online_use_disable_enable_destroy() -> None:
 
     # ndctl and daxctl read the same region and dax device
     n, diffs = compare(
-        list_json(s, ListRequest(regions=True, targets=True)), ndctl("-R", "-T"), ("region",)
+        list_json(s, ListRequest.showing("regions", targets=True)), ndctl("-R", "-T"), ("region",)
     )
     assert (n, diffs) == (1, [])
     daxctl = json.loads(
         subprocess.run(["daxctl", "list"], capture_output=True, text=True, check=True).stdout
     )
-    ours = list_json(s, ListRequest(dax=True))
+    ours = list_json(s, ListRequest.showing("dax"))
     for key in ("chardev", "size", "target_node", "mode", "online_memblocks",
                 "total_memblocks", "movable"):  # fmt: skip
         assert ours[0][key] == daxctl[0][key], key
@@ -93,3 +93,23 @@ def test_create_online_use_disable_enable_destroy() -> None:
     assert doc["numa_node"] is None and doc["decode_state"] == "commit"
     _region_cli("destroy", str(doc["region"]))
     assert state_diff(first, cxl_state()) == []
+
+
+@pytest.mark.kernel(topology="two-dev")
+def test_region_commands_take_several_regions_and_all() -> None:
+    """As cxl destroy-region / disable-region / enable-region: names or 'all'."""
+    first = cxl_state()
+    a = _region_cli("create", "-m", "0x1")
+    b = _region_cli("create", "-m", "0x2", "-b", "root0")
+    names = [str(a["region"]), str(b["region"])]
+    docs = _region_cli("disable", *names)
+    assert [d["region"] for d in docs] == names  # type: ignore[index]
+    docs = _region_cli("enable", "all")
+    # one CXL window, one proximity domain: both regions feed the same node
+    assert [d["tier"] for d in docs] == ["cxl0", "cxl0"]  # type: ignore[index]
+    p = pycxl_cli("region", "destroy", "all")
+    assert p.returncode == 0, p.stderr
+    assert all(f"{n} destroyed" in p.stdout for n in names), p.stdout
+    assert state_diff(first, cxl_state()) == []
+    p = pycxl_cli("region", "destroy", "all")
+    assert p.returncode == 0 and "no regions" in p.stdout

@@ -8,11 +8,13 @@ small programs, not a Python interpreter.
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
 import pytest
 
+import pycxl
 from pycxl.cxl import regions
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.numa import placement
@@ -26,17 +28,17 @@ PAGES = SIZE // 4096
 
 @pytest.mark.kernel(topology="two-dev")
 def test_placement_policies_and_migration_on_a_cxl_node() -> None:
-    made = regions.create_region(RegionRequest(ways=2))
+    made = pycxl.create_region(RegionRequest(ways=2))
     assert made.tier == "cxl0" and made.numa_node is not None
     cxl = made.numa_node
     dram = snapshot(gpus=False).resolve("dram0").node
     assert dram is not None and dram != cxl
 
-    with placement.allocate(SIZE, "cxl0") as buf:
+    with pycxl.allocate(SIZE, "cxl0") as buf:
         assert buf.pages_by_node() == {cxl: PAGES}
         # migrate to DRAM and back: every page moves, and later faults follow
-        assert buf.migrate("dram0") == {dram: PAGES}
-        assert buf.migrate("cxl0") == {cxl: PAGES}
+        assert pycxl.migrate(buf, "dram0") == {dram: PAGES}
+        assert pycxl.migrate(buf, "cxl0") == {cxl: PAGES}
 
     # interleave spreads pages one by one across the two nodes: half each (+-1 page)
     with placement.allocate(SIZE, policy=Policy.interleave(dram, cxl)) as buf:
@@ -56,7 +58,7 @@ def test_placement_policies_and_migration_on_a_cxl_node() -> None:
 
     # a numpy array made without any policy moves to the CXL node
     a = np.ones(SIZE // 8)
-    assert set(placement.migrate(a, "cxl0")) == {cxl}
+    assert set(pycxl.migrate(a, "cxl0")) == {cxl}
 
     # pycxl run: the child runs under the policy, as its own numa_maps says
     p = pycxl_cli("run", "--membind", "cxl0", "--", "cat", "/proc/self/numa_maps")
@@ -64,8 +66,14 @@ def test_placement_policies_and_migration_on_a_cxl_node() -> None:
     anon = [ln for ln in p.stdout.splitlines() if "anon=" in ln]
     assert anon and all(f"bind:{cxl}" in ln for ln in anon), p.stdout
     assert all(re.search(rf"\bN{cxl}=\d+", ln) and f" N{dram}=" not in ln for ln in anon)
-    p = pycxl_cli("run", "--interleave", "dram0,cxl0", "--weights", "3,1", "--",
-                  "cat", "/proc/self/numa_maps")  # fmt: skip
+    # numactl 2.0.19's form: -w takes the nodes and uses the system-wide weights, which
+    # pycxl numa --set-weights sets on purpose (and pycxl run never changes)
+    p = pycxl_cli("numa", "--set-weights", "dram0=3,cxl0=1", "--json")
+    assert p.returncode == 0, p.stderr
+    assert [n["weight"] for n in json.loads(p.stdout)] == [3, 1]
+    try:
+        p = pycxl_cli("run", "-w", "dram0,cxl0", "--", "cat", "/proc/self/numa_maps")
+    finally:
+        write_weights(before)
     assert p.returncode == 0 and f"weighted interleave:{dram}-{cxl}" in p.stdout, p.stdout
-    assert read_weights() == before  # pycxl run put the system-wide weights back
     regions.destroy_region(made.name)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pycxl.bench.bandwidth import measure_bandwidth
-from pycxl.bench.first_touch import measure_first_touch
-from pycxl.bench.latency import measure_latency
-from pycxl.cxl import regions
+import pycxl
+from pycxl import bench
+from pycxl.bench.results import BandwidthResult
 from pycxl.cxl.region_layout import RegionRequest
 
 SIZE = 256 << 10
@@ -16,19 +15,19 @@ SIZE = 256 << 10
 
 @pytest.mark.kernel(topology="two-dev")
 def test_benchmarks_measure_pages_on_the_cxl_node() -> None:
-    made = regions.create_region(RegionRequest(ways=2))
+    made = pycxl.create_region(RegionRequest(ways=2))
     node = made.numa_node
     assert made.tier == "cxl0" and node is not None
 
-    lat = measure_latency("cxl0", size=SIZE, samples=2, loads=1 << 14)
-    assert lat.node == node and lat.initiator == "dram0" and lat.figures["latency_ns"] > 0
-    assert lat.params["pages_on_node"] == lat.params["pages"] == SIZE // 4096
+    (lat,) = bench.measure_latency("cxl0", size=SIZE, samples=2, loads=1 << 14)
+    assert lat.node == node and lat.initiator == "dram0" and lat.latency_ns > 0
+    assert lat.pages_on_node == lat.pages == SIZE // 4096
 
-    bw = measure_bandwidth("cxl0", size=SIZE, ntimes=2, kernel="triad", threads=1)
-    assert bw[0].node == node and bw[0].figures["bytes_per_s"] > 0
-    assert bw[0].params["pages_on_node"] == SIZE // 4096
+    (bw,) = bench.measure_bandwidth("cxl0", size=SIZE, samples=1, kernel="triad", threads=1)
+    assert isinstance(bw, BandwidthResult) and bw.node == node and bw.bytes_per_s > 0
+    assert bw.pages_on_node == bw.pages == 3 * SIZE // 4096
 
-    ft = measure_first_touch("cxl0", size=SIZE)
-    assert ft.node == node and ft.figures["p50_ns"] > 0
-    assert ft.params["pages_on_node"] == SIZE // 4096
-    regions.destroy_region(made.name)
+    (ft,) = bench.measure_first_touch("cxl0", size=SIZE)
+    assert ft.node == node and ft.p50_ns > 0
+    assert ft.pages_on_node == SIZE // 4096
+    pycxl.destroy_region(made.name)

@@ -43,7 +43,7 @@ def test_no_cxl_still_shows_nodes(tmp_path: Path, trees: Path) -> None:
                     symlinks=True)  # fmt: skip
     p = run(sysroot=tmp_path)
     assert p.returncode == 0
-    assert "no CXL bus (CXL drivers not loaded or no CXL hardware" in p.stdout
+    assert "no CXL bus: the CXL drivers are not loaded or there is no CXL hardware" in p.stdout
     assert "dram0" in p.stdout
 
 
@@ -72,10 +72,66 @@ def test_decoder_filter_by_kind_and_memdev(trees: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "key", "names"),
+    [
+        # as cxl list: a filter without a kind flag lists its own kind
+        (["-d", "root"], "decoder", ["decoder0.0"]),
+        (["-d", "decoder0.0"], "decoder", ["decoder0.0"]),
+        (["-d", "0.0"], "decoder", ["decoder0.0"]),
+        (["-m", "mem0"], "memdev", ["mem0"]),
+        (["-m", "1"], "memdev", ["mem1"]),
+        (["-s", "0x2"], "memdev", ["mem1"]),
+        (["-r", "region0"], "region", ["region0"]),
+        (["-r", "0"], "region", ["region0"]),
+        (["-b", "root0"], "bus", ["root0"]),
+        (["-b", "ACPI.CXL"], "bus", ["root0"]),
+        (["-e", "endpoint2"], "endpoint", ["endpoint2"]),
+        (["-p", "port1"], "port", ["port1"]),
+    ],
+)
+def test_a_filter_implies_its_kind(trees: Path, args: list[str], key: str,
+                                   names: list[str]) -> None:  # fmt: skip
+    p = run(*args, "--json", sysroot=trees / "two-dev/region")
+    assert p.returncode == 0, p.stderr
+    assert [o[key] for o in json.loads(p.stdout)] == names
+
+
+def test_two_filters_list_two_kinds_and_narrow_each_other(trees: Path) -> None:
+    doc = json.loads(run("-m", "0x1", "-r", "region0", "--json",
+                         sysroot=trees / "two-dev/region").stdout)  # fmt: skip
+    assert [list(g) for g in doc] == [["memdevs"], ["regions"]]
+    assert [m["memdev"] for m in doc[0]["memdevs"]] == ["mem0"]
+
+
+def test_each_kind_has_one_json_schema(trees: Path) -> None:
+    """The same keys for every object of a kind, whatever its state or level."""
+    tree = trees / "two-dev/region"
+    doc = json.loads(run("-BPEMDRXN", "-i", "--json", sysroot=tree).stdout)
+    for group in doc:
+        ((kind, objects),) = group.items()
+        kind = "decoders" if kind.endswith("decoders") else kind
+        shapes = {tuple(o) for o in objects}
+        assert len(shapes) == 1, (kind, shapes)
+        SCHEMAS.setdefault(kind, shapes.pop())
+    keys = {k: set(v) for k, v in SCHEMAS.items()}
+    assert {"decoder", "dpa_size", "pmem_capable", "nr_targets", "targets"} <= keys["decoders"]
+    assert {"memdev", "ram_size", "serial", "numa_node", "state"} <= keys["memdevs"]
+    assert {"node", "name", "tier", "region", "explicit", "distances"} <= keys["numa_nodes"]
+    # -T fills the keys; it never adds them
+    with_t = json.loads(run("-R", "-T", "--json", sysroot=tree).stdout)
+    without = json.loads(run("-R", "--json", sysroot=tree).stdout)
+    assert list(with_t[0]) == list(without[0]) and without[0]["mappings"] is None
+
+
+SCHEMAS: dict[str, tuple[str, ...]] = {}
+
+
+@pytest.mark.parametrize(
     ("args", "code", "message"),
     [(["-m", "mem9"], 5, "unknown memdev 'mem9'; known: mem0, mem1"),
      (["-r", "region7"], 5, "unknown region 'region7'; known: region0"),
      (["-d", "decoder9.9"], 5, "unknown decoder 'decoder9.9'; known: decoder0.0"),
+     (["-s", "0x99"], 5, "unknown memdev '0x99'"),
      (["--bogus"], 2, "No such option '--bogus'")],
 )  # fmt: skip
 def test_bad_filters_exit_codes(trees: Path, args: list[str], code: int, message: str) -> None:

@@ -36,11 +36,12 @@ def test_two_dev_fresh_objects(trees: Path) -> None:
 def test_two_dev_region_navigation_both_ways(trees: Path) -> None:
     t = topo(trees, "two-dev/region")
     (r,) = t.regions
+    # the default granularity is the root decoder's (256 for this 1-way window)
     assert (r.type, r.size, r.interleave_ways, r.interleave_granularity) == (
         "ram",
         512 << 20,
         2,
-        4096,
+        256,
     )
     assert r.committed and r.enabled and r.decode_state == "commit"
     assert [m.position for m in r.mappings] == [0, 1]

@@ -13,20 +13,21 @@ from tests.ndctl_compare import compare, flatten
 
 CASES = [
     # tree, ndctl file, request, kinds
-    ("two-dev/fresh", "M.json", ListRequest(memdevs=True), ("memdev",)),
-    ("two-dev/fresh", "D.json", ListRequest(decoders=True), ("decoder",)),
+    ("two-dev/fresh", "M.json", ListRequest.showing("memdevs"), ("memdev",)),
+    ("two-dev/fresh", "D.json", ListRequest.showing("decoders"), ("decoder",)),
     ("two-dev/fresh", "all.json",
-     ListRequest(buses=True, ports=True, endpoints=True, memdevs=True, decoders=True,
-                 targets=True, include_disabled=True),
+     ListRequest.showing("buses", "ports", "endpoints", "memdevs", "decoders", targets=True,
+                         include_disabled=True),
      ("bus", "port", "endpoint", "memdev", "decoder")),
-    ("two-dev/region", "M.json", ListRequest(memdevs=True), ("memdev",)),
-    ("two-dev/region", "D.json", ListRequest(decoders=True), ("decoder",)),
-    ("two-dev/region", "RT.json", ListRequest(regions=True, targets=True), ("region",)),
-    ("four-dev/fresh", "M.json", ListRequest(memdevs=True), ("memdev",)),
-    ("four-dev/fresh", "D.json", ListRequest(decoders=True, include_disabled=True), ("decoder",)),
+    ("two-dev/region", "M.json", ListRequest.showing("memdevs"), ("memdev",)),
+    ("two-dev/region", "D.json", ListRequest.showing("decoders"), ("decoder",)),
+    ("two-dev/region", "RT.json", ListRequest.showing("regions", targets=True), ("region",)),
+    ("four-dev/fresh", "M.json", ListRequest.showing("memdevs"), ("memdev",)),
+    ("four-dev/fresh", "D.json", ListRequest.showing("decoders", include_disabled=True),
+     ("decoder",)),
     ("four-dev/fresh", "all.json",
-     ListRequest(buses=True, ports=True, endpoints=True, memdevs=True, decoders=True,
-                 targets=True, include_disabled=True),
+     ListRequest.showing("buses", "ports", "endpoints", "memdevs", "decoders", targets=True,
+                         include_disabled=True),
      ("bus", "port", "endpoint", "memdev", "decoder")),
 ]  # fmt: skip
 
@@ -47,7 +48,7 @@ def test_comparison_catches_a_changed_value(trees: Path) -> None:
     """The comparison is not vacuous: a different size is reported."""
     ndctl_doc = json.loads((trees / "two-dev/region/ndctl/RT.json").read_text())
     ours = list_json(snapshot(str(trees / "two-dev/region"), gpus=False),
-                     ListRequest(regions=True, targets=True))  # fmt: skip
+                     ListRequest.showing("regions", targets=True))  # fmt: skip
     ours[0]["size"] += 1
     ours[0]["mappings"][0]["memdev"] = "mem9"
     _, diffs = compare(ours, ndctl_doc, ("region",))

@@ -1,0 +1,286 @@
+"""Measurements by name: the one place that decides which measurement an (initiator,
+target) pair gets, for the library, the CLI and the matrix alike.
+
+- host memory (dram0, cxl0, nodeN) from CPUs (the default: those nearest it): the CPU
+  chase, STREAM, first touch;
+- host memory from a GPU: the GPU's chase through a mapping (zero-copy), and its
+  pinned copy of the memory (bandwidth);
+- a GPU's own memory, from that GPU: its chase and STREAM; from CPUs or another GPU:
+  not measured (CPUs do not load from GPU memory).
+
+Every function resolves names against one snapshot (``system``, read here when not
+given), accepts sizes as bytes or strings (``"256M"``) and returns a list of results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequestError
+from ..gpu.devices import GpuDevice
+from ..system import System, snapshot, wants_gpus
+from ..units import parse_size
+from .context import default
+from .results import BandwidthResult, BenchResult, FirstTouchResult, LatencyResult, TransferResult
+
+Size = int | str | None
+MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
+
+
+def _system(system: System | None, *names: str | None) -> System:
+    return system or snapshot(gpus=wants_gpus(*names))
+
+
+def _size(size: Size, what: str = "size") -> int | None:
+    if size is None:
+        return None
+    n = parse_size(size)
+    if n <= 0:
+        raise InvalidRequestError(f"{what} must be positive, not {size!r}")
+    return n
+
+
+def _samples(samples: int | None) -> None:
+    if samples is not None and samples < 1:
+        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """An (initiator, target) pair, resolved."""
+
+    gpu: GpuDevice | None  # the GPU that accesses, if a GPU does
+    in_gpu_memory: bool  # the target is that GPU's own memory
+
+
+def _pair(system: System, target: str, initiator: str | None) -> _Pair:
+    if wants_gpus(target) and initiator is not None and not wants_gpus(initiator):
+        raise InvalidRequestError(
+            f"{initiator} cannot load from GPU memory: measure {target} from itself "
+            f"(--target {target}) or host memory from it (--from {target} --target dram0)"
+        )
+    if wants_gpus(target, initiator):
+        system.require_gpus()  # no driver or no GPU says so, before 'unknown gpu0'
+    t = system.resolve(target)
+    i = system.resolve(initiator, initiator=True) if initiator is not None else None
+    if t.kind == "gpu":
+        if i is not None and i.gpu != t.gpu:
+            raise InvalidRequestError(
+                f"{initiator} is not measured against another GPU's memory ({target}): "
+                f"use --target {initiator}, or a host tier with --from {initiator}"
+            )
+        return _Pair(t.gpu, True)
+    if i is not None and i.kind == "gpu":
+        return _Pair(i.gpu, False)
+    return _Pair(None, False)
+
+
+def measure_latency(
+    target: str,
+    initiator: str | None = None,
+    *,
+    size: Size = None,
+    page: str = "4k",
+    samples: int | None = None,
+    loads: int | None = None,
+    system: System | None = None,
+) -> list[LatencyResult]:
+    """Idle load-to-use latency of ``target`` from ``initiator`` (pointer chase).
+
+    CPUs (default: those nearest the target) chase host memory; a GPU chases its own
+    memory (``target="gpu0"``) or host memory mapped for it (``initiator="gpu0"``).
+    Default arena: 4x the last-level cache (CPU) or the L2 (GPU), at least 256 MiB.
+    """
+    from . import gpu_latency, latency
+
+    _samples(samples)
+    s = _system(system, target, initiator)
+    pair = _pair(s, target, initiator)
+    n = _size(size)
+    if pair.gpu is None:
+        p = s.placement(target, initiator)
+        return [latency.chase_latency(p, size=n, page=page, samples=samples, loads=loads)]
+    host = None if pair.in_gpu_memory else s.placement(target)
+    return [
+        gpu_latency.gpu_chase_latency(
+            pair.gpu, host, size=n, page=page, samples=samples, loads=loads
+        )
+    ]
+
+
+def latency_sweep_sizes(
+    target: str, initiator: str | None = None, *, top: Size = None, system: System | None = None
+) -> list[int]:
+    """Working-set sizes of a latency sweep, doubling from 16 KiB: to twice the
+    last-level cache for CPUs, twice the L2 for a GPU, or to ``top``."""
+    from . import gpu_latency, latency
+
+    s = _system(system, target, initiator)
+    pair = _pair(s, target, initiator)
+    limit = _size(top, "top")
+    if pair.gpu is not None:
+        return gpu_latency.gpu_sweep_sizes(pair.gpu, limit)
+    return latency.sweep_sizes(limit)
+
+
+def measure_bandwidth(
+    target: str,
+    initiator: str | None = None,
+    *,
+    threads: int | None = None,
+    kernel: str = "all",
+    size: Size = None,
+    samples: int | None = None,
+    nt_stores: bool = False,
+    system: System | None = None,
+) -> list[BenchResult]:
+    """Bandwidth of ``target`` from ``initiator``: STREAM by CPUs on host memory (one
+    result per kernel), STREAM in a GPU's own memory (``target="gpu0"``), or the pinned
+    copy from a host tier to a GPU (``initiator="gpu0"``)."""
+    from . import bandwidth, gpu_stream, transfer
+
+    _samples(samples)
+    if threads is not None and threads < 1:
+        raise InvalidRequestError(f"threads must be at least 1, not {threads}")
+    s = _system(system, target, initiator)
+    pair = _pair(s, target, initiator)
+    n = _size(size)
+    if pair.gpu is None:
+        p = s.placement(target, initiator)
+        out: list[BandwidthResult] = bandwidth.stream_bandwidth(
+            p, threads=threads, kernel=kernel, size=n, nt_stores=nt_stores, samples=samples
+        )
+        return list(out)
+    if threads is not None or nt_stores:
+        raise InvalidRequestError("--threads and --nt-stores apply to CPU initiators")
+    if pair.in_gpu_memory:
+        return list(gpu_stream.gpu_stream_bandwidth(pair.gpu, kernel=kernel, size=n,
+                                                    samples=samples))  # fmt: skip
+    if kernel not in ("all", "copy"):
+        raise InvalidRequestError(
+            f"a GPU reads host memory by copying it (kernel copy), not with '{kernel}'"
+        )
+    return list(transfer.copy_bandwidth([pair.gpu], s.placement(target), direction="h2d",
+                                        size=n, samples=samples))  # fmt: skip
+
+
+def measure_first_touch(
+    target: str,
+    initiator: str | None = None,
+    *,
+    size: Size = None,
+    page: str = "4k",
+    system: System | None = None,
+) -> list[FirstTouchResult]:
+    """Per-page cost of the first write to fresh memory on ``target`` (CPUs only;
+    default 64 MiB)."""
+    from . import first_touch
+
+    s = _system(system, target, initiator)
+    if _pair(s, target, initiator).gpu is not None:
+        raise InvalidRequestError("first touch is measured from CPUs, on host memory")
+    p = s.placement(target, initiator)
+    return [first_touch.first_touch(p, size=_size(size), page=page)]
+
+
+def measure_transfer(
+    gpu: str,
+    target: str,
+    *,
+    direction: str = "both",
+    size: Size = None,
+    memory: str = "pinned",
+    samples: int | None = None,
+    system: System | None = None,
+) -> list[TransferResult]:
+    """Copy bandwidth between ``gpu`` (gpuN, or ``all`` at once) and host memory on
+    ``target``. ``direction``: h2d, d2h, both (one after the other) or bidir (at once);
+    ``memory``: pinned, pageable (the driver's copy) or staged (pycxl's pipelined copy).
+    Default size 1 GiB. One result per phase."""
+    from ..gpu.staged import MAX_THREADS
+    from . import transfer
+
+    _samples(samples)
+    every = gpu.strip().lower() == "all"
+    transfer.check_transfer(direction, memory, 2 if every else 1)
+    s = system or snapshot()
+    gpus = s.gpus_named(gpu)
+    p = s.placement(target)
+    cpus = {g.index: s.copy_cpus(g, MAX_THREADS) or None for g in gpus}
+    return transfer.copy_bandwidth(
+        gpus, p, direction=direction, size=_size(size), memory=memory, samples=samples,
+        copy_cpus={k: v for k, v in cpus.items() if v}, every_gpu=every,
+    )  # fmt: skip
+
+
+# --- the initiator x target matrix ------------------------------------------------------
+@dataclass(frozen=True)
+class MatrixCell:
+    """One measured cell: ``kind`` is 'latency' or 'bandwidth'."""
+
+    initiator: str
+    target: str
+    kind: str
+    result: BenchResult
+
+    def as_json(self) -> dict[str, Any]:
+        return {"matrix": self.kind, **self.result.as_json()}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """MLC's idle-latency and bandwidth matrices, with GPUs: rows are initiators (nodes
+    with CPUs, GPUs), columns are targets (nodes with memory, each GPU's memory)."""
+
+    initiators: tuple[str, ...]
+    targets: tuple[str, ...]
+    cells: tuple[MatrixCell, ...]
+
+    def cell(self, initiator: str, target: str, kind: str) -> MatrixCell | None:
+        """The cell measured for this pair, if any (CPUs x GPU memory is never measured)."""
+        return next(
+            (c for c in self.cells if (c.initiator, c.target, c.kind) == (initiator, target, kind)),
+            None,
+        )
+
+
+def matrix_pairs(system: System) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """(initiators, targets, the pairs that can be measured)."""
+    gpus = [g.target_name for g in system.gpus.devices]
+    cpu_inits = [n.name for n in system.nodes if n.node.cpus]
+    host_targets = [n.name for n in system.nodes if n.node.has_memory]
+    pairs = [(i, t) for i in cpu_inits for t in host_targets]
+    pairs += [(g, t) for g in gpus for t in [*host_targets, g]]
+    return cpu_inits + gpus, host_targets + gpus, pairs
+
+
+def measure_matrix(
+    *,
+    latency: bool = True,
+    bandwidth: bool = False,
+    size: Size = None,
+    system: System | None = None,
+    progress: Callable[[Sequence[tuple[str, str]]], Any] | None = None,
+) -> Matrix:
+    """Latency and/or bandwidth (triad; a GPU's pinned copy from host tiers) of every
+    pair. ``progress``, given the pairs, returns what to iterate (a progress bar)."""
+    s = system or snapshot()
+    inits, targets, pairs = matrix_pairs(s)
+    n = _size(size)
+    cells: list[MatrixCell] = []
+    for i, t in progress(pairs) if progress else pairs:
+        initiator = None if i == t else i  # a GPU's own memory is measured from itself
+        if latency:
+            (r,) = measure_latency(t, initiator, size=n, samples=default(3, 2), system=s)
+            cells.append(MatrixCell(i, t, "latency", r))
+        if bandwidth:
+            copy = wants_gpus(i) and not wants_gpus(t)  # a GPU reads host memory by copying
+            rs = measure_bandwidth(
+                t, initiator, kernel="copy" if copy else "triad",
+                size=n or (default(MATRIX_COPY_SIZE, 16 << 20) if copy else None),
+                samples=default(4, 2), system=s,
+            )  # fmt: skip
+            cells += [MatrixCell(i, t, "bandwidth", r) for r in rs]
+    return Matrix(tuple(inits), tuple(targets), tuple(cells))

@@ -1,0 +1,177 @@
+"""JSON of every object pycxl shows, built here and nowhere else (as ndctl's json.c).
+
+CXL objects use the field names and value forms of ndctl's ``cxl list`` (dax devices:
+``daxctl list``); NUMA nodes and GPUs use the same style. Each kind has one schema: the
+same keys every time, ``null`` where a value is absent or does not apply to the object
+(a root decoder has no ``dpa_size``), or was not asked for (``mappings`` without
+``targets=True``). Sizes are integers in bytes; with ``human=True`` they become ndctl's
+'-u' strings, and addresses and serials hex strings, as ndctl prints them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+from .gpu.devices import GpuDevice
+from .tiers import NodeTier
+from .units import format_size_ndctl
+
+Json = dict[str, Any]
+
+
+def _size(n: int | None, human: bool) -> int | str | None:
+    if n is None:
+        return None
+    return format_size_ndctl(n) if human else n
+
+
+def _hex(n: int | None, human: bool) -> int | str | None:
+    if n is None:
+        return None
+    return hex(n) if human else n
+
+
+def _state(enabled: bool) -> str:
+    return "enabled" if enabled else "disabled"
+
+
+def memdev_json(m: Memdev, human: bool = False) -> Json:
+    return {
+        "memdev": m.name,
+        "pmem_size": _size(m.pmem_size, human),
+        "ram_size": _size(m.ram_size, human),
+        "serial": _hex(m.serial, human),
+        "numa_node": m.numa_node,
+        "host": m.host,
+        "state": _state(m.enabled),
+        # ndctl prints these only with -F / -I
+        "firmware_version": m.firmware_version,
+        "payload_max": m.payload_max,
+        "label_storage_size": m.label_storage_size,
+        "ram_qos_class": m.ram_qos_class,
+        "pmem_qos_class": m.pmem_qos_class,
+    }
+
+
+def decoder_json(d: Decoder, targets: bool = False, human: bool = False) -> Json:
+    root, endpoint = d.kind == "root", d.kind == "endpoint"
+    extent = d.max_available_extent if root and (d.pmem_capable or d.volatile_capable) else None
+    return {
+        "decoder": d.name,
+        "resource": _hex(d.resource, human) if d.size else None,
+        "size": _size(d.size, human),
+        "interleave_ways": d.interleave_ways,
+        "interleave_granularity": d.interleave_granularity,
+        "region": d.region,
+        "state": _state(d.enabled),
+        # endpoint decoders
+        "dpa_resource": _hex(d.dpa_resource, human) if endpoint and d.dpa_size else None,
+        "dpa_size": _size(d.dpa_size, human) if endpoint else None,
+        "mode": d.mode if endpoint else None,
+        # root decoders
+        "max_available_extent": _size(extent, human),
+        "pmem_capable": d.pmem_capable if root else None,
+        "volatile_capable": d.volatile_capable if root else None,
+        "accelmem_capable": d.accelmem_capable if root else None,
+        "qos_class": d.qos_class if root and d.qos_class is not None and d.qos_class >= 0 else None,
+        # root and switch decoders
+        "nr_targets": None if endpoint else len(d.target_list),
+        "targets": [
+            {"target": dp.name, "alias": dp.alias, "position": pos, "id": _hex(dp.id, human)}
+            for pos, dp in enumerate(d.targets)
+        ]
+        if targets and not endpoint
+        else None,
+    }
+
+
+def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
+    return {
+        "region": r.name,
+        "resource": _hex(r.resource, human),
+        "size": _size(r.size, human),
+        "type": r.type,
+        "uuid": r.uuid,
+        "interleave_ways": r.interleave_ways,
+        "interleave_granularity": r.interleave_granularity,
+        "decode_state": r.decode_state,
+        "state": _state(r.enabled),
+        "mappings": [
+            {"position": m.position, "memdev": m.memdev, "decoder": m.decoder} for m in r.mappings
+        ]
+        if targets
+        else None,
+    }
+
+
+def port_json(p: Port, targets: bool = False, human: bool = False) -> Json:
+    key = "endpoint" if p.kind == "endpoint" else "port"
+    return {
+        key: p.name,
+        "host": p.host,
+        "depth": p.depth,
+        "state": _state(p.enabled),
+        "nr_dports": len(p.dports),
+        "dports": [{"dport": d.name, "alias": d.alias, "id": _hex(d.id, human)} for d in p.dports]
+        if targets
+        else None,
+    }
+
+
+def bus_json(b: Bus) -> Json:
+    return {"bus": b.name, "provider": b.provider}
+
+
+def dax_json(d: DaxDevice, human: bool = False) -> Json:
+    """daxctl's field names ('chardev', 'target_node', 'online_memblocks'...)."""
+    ram = d.mode == "system-ram"
+    return {
+        "chardev": d.name,
+        "size": _size(d.size, human),
+        "target_node": d.target_node,
+        "mode": d.mode,
+        "online_memblocks": d.online_memblocks if ram else None,
+        "total_memblocks": d.total_memblocks if ram else None,
+        "movable": d.movable if ram else None,
+        "region": d.region,
+    }
+
+
+def node_json(nt: NodeTier) -> Json:
+    """A NUMA node with its tier: ids, CPUs, memory in bytes, distances by node id."""
+    n = nt.node
+    return {
+        "node": n.id,
+        "name": nt.name,
+        "tier": nt.tier,
+        "cpus": list(n.cpus),
+        "mem_total": n.mem_total,
+        "mem_free": n.mem_free,
+        "mem_available": n.mem_available,
+        "region": nt.region,  # the CXL region feeding it
+        "explicit": nt.explicit,  # named CXL by PYCXL_CXL_NODES, not by the topology
+        "distances": {str(k): v for k, v in n.distances.items()},
+    }
+
+
+def gpu_json(g: GpuDevice) -> Json:
+    return {
+        "gpu": g.target_name,
+        "ordinal": g.ordinal,
+        "name": g.name,
+        "uuid": g.uuid,
+        "pci_bus_id": g.pci_bus_id,
+        "total_memory": g.total_memory,
+        "sm_count": g.sm_count,
+        "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+        "numa_node": g.numa_node,
+        "numa_node_source": g.numa_node_source,
+        # what matters for host memory: zero-copy mapping, pageable access, registration
+        "can_map_host_memory": g.can_map_host_memory,
+        "pageable_memory_access": g.pageable_memory_access,
+        "host_register_supported": g.host_register_supported,
+        "unified_addressing": g.unified_addressing,
+        "async_engines": g.async_engines,
+        "l2_cache": g.l2_cache,
+    }
