@@ -3,46 +3,58 @@ exit code (usage errors, pycxl's errors, and bugs alike)."""
 
 from __future__ import annotations
 
-import logging
+import importlib
 import sys
-import traceback
 
 import click
 
 from pycxl import __version__
 from pycxl.errors import PycxlError
 
-from .bench_cmd import bench_group
 from .exit_codes import FAILED, INTERNAL, INTERRUPTED, USAGE, exit_code_for
-from .list_cmd import list_command
-from .numa_cmd import numa_command, run_command, where_command
-from .region_cmd import region_group
-from .testbed_cmd import testbed_command
 
 _verbose = False
 
+# Each command's module is imported when that command runs (or for --help), so a
+# command pays only for what it uses: 'pycxl list' never loads the benchmarks.
+COMMANDS = {
+    "list": ("list_cmd", "list_command"),
+    "region": ("region_cmd", "region_group"),
+    "numa": ("numa_cmd", "numa_command"),
+    "run": ("numa_cmd", "run_command"),
+    "where": ("numa_cmd", "where_command"),
+    "bench": ("bench_cmd", "bench_group"),
+    "testbed": ("testbed_cmd", "testbed_command"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(f".{module}", __package__), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="pycxl")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress (and tracebacks) to stderr.")
 def cli(verbose: bool) -> None:
     """See, configure and measure GPU HBM, CPU DRAM and CXL memory."""
     global _verbose
     _verbose = verbose
+    import logging
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="pycxl: %(message)s",
         stream=sys.stderr,
     )
-
-
-cli.add_command(list_command)
-cli.add_command(region_group)
-cli.add_command(numa_command)
-cli.add_command(run_command)
-cli.add_command(where_command)
-cli.add_command(bench_group)
-cli.add_command(testbed_command)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: one line, the traceback only when asked for
         click.echo(f"pycxl: internal error: {type(e).__name__}: {e}", err=True)
         if _verbose:
+            import traceback
+
             traceback.print_exc()
         else:
             click.echo("(run with -v for the traceback; please report it)", err=True)

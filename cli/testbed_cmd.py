@@ -7,8 +7,7 @@ import sys
 
 import click
 
-from pycxl.testbed import DEFAULT_TOPOLOGY, TOPOLOGIES, check_requirements, run_in_guest
-from pycxl.testbed.kernel import INSTALL_HINT, missing_recommended, prepare_kernel
+from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
 
 
 @click.command("testbed", context_settings={"allow_interspersed_args": False})
@@ -29,6 +28,8 @@ def testbed_command(
     The host's file system is visible read-only in the guest; the exit status is
     COMMAND's. With no COMMAND, runs 'pycxl list'.
     """
+    from pycxl.testbed import check_requirements, run_in_guest
+
     if list_topologies:
         for t in TOPOLOGIES.values():
             click.echo(f"{t.name}: {t.description}")
@@ -51,6 +52,7 @@ def testbed_command(
 def _setup() -> None:
     """Everything the testbed uses is present (the optional parts too), and the kernel."""
     from pycxl.errors import NotAvailableError
+    from pycxl.testbed.kernel import INSTALL_HINT, missing_recommended, prepare_kernel
 
     missing = missing_recommended()
     if missing:

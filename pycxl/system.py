@@ -12,14 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from .bench.context import Placement
 from .cxl.topology import CxlTopology
-from .errors import InvalidRequestError, NotAvailableError
+from .errors import InvalidRequestError, NotAvailableError, NotFoundError
 from .gpu.devices import GpuDevice, GpuInventory
-from .numa.launch import LaunchPlan
-from .numa.policy import Policy
 from .sysfs import Sysfs, parse_cpulist
 from .tiers import (
     NodeTier,
@@ -30,6 +27,10 @@ from .tiers import (
     resolve,
     split_names,
 )
+
+if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
+    from .bench.context import Placement
+    from .numa.launch import LaunchPlan
 
 Backend = Literal["sysfs", "libcxl"]
 
@@ -166,8 +167,6 @@ class System:
             known = {t.node.id for t in self.nodes}
             missing = [i for i in ids if i not in known]
             if missing:
-                from .errors import NotFoundError
-
                 raise NotFoundError("NUMA node", str(missing[0]), [str(k) for k in known])
             return ids
         t = self.resolve(item, initiator=initiator)
@@ -181,6 +180,8 @@ class System:
         """Host memory named ``target`` and the CPUs that access it: ``initiator``'s
         (a node with CPUs, or one CPU), by default those of the node with CPUs nearest
         the target."""
+        from .bench.context import Placement
+
         t = self.resolve(target)
         if t.kind != "node" or t.node is None:
             raise InvalidRequestError(
@@ -232,6 +233,9 @@ class System:
         physcpubind: Sequence[str] = (),
     ) -> LaunchPlan:
         """A memory policy and CPU set from numactl-style choices, validated."""
+        from .numa.launch import LaunchPlan
+        from .numa.policy import Policy
+
         chosen = [
             bool(membind), preferred is not None, bool(preferred_many), bool(interleave),
             bool(weighted_interleave), localalloc,
@@ -271,8 +275,6 @@ class System:
     def _tier(self, node: int) -> NodeTier:
         t = self.tier(node)
         if t is None:
-            from .errors import NotFoundError
-
             raise NotFoundError("NUMA node", str(node), [str(n.node.id) for n in self.nodes])
         return t
 

@@ -58,10 +58,12 @@ def create_region(
 ) -> RegionResult:
     """Create, commit, bind and (by default) online a region. See ``RegionRequest``."""
     fs = Sysfs(sysroot)
+    topo = read_topology(fs).require()  # no CXL at all says so, before 'needs root'
     if not dry_run:
         _require_root(fs, "creating a region")
     for attempt in range(RACE_RETRIES):
-        layout = layout_region(read_topology(fs), request)
+        topo = topo if attempt == 0 else read_topology(fs)
+        layout = layout_region(topo, request)
         name = region_plan.next_region_name(fs, layout)
         plan = region_plan.create_plan(fs, layout, name, online=request.online, zone=request.zone)
         if dry_run:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +79,8 @@ def _read_device(ffi: Any, lib: Any, ordinal: int, fs: Sysfs) -> GpuDevice:
     dev = dev_p[0]
     name = ffi.new("char[256]")
     drv.check("cuDeviceGetName", lib.cuDeviceGetName(name, 256, dev))
+    import uuid as uuidlib
+
     uu = ffi.new("CUuuid *")
     try:
         rc = lib.cuDeviceGetUuid_v2(uu, dev)

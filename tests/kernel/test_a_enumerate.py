@@ -57,7 +57,7 @@ def test_four_dev_devices_found_by_serial_under_their_bridge() -> None:
 
 
 FILTERS = [
-    ["-d", "root"], ["-d", "endpoint"], ["-d", "decoder0.0"], ["-m", "mem0"], ["-s", "0x1"],
+    ["-d", "root"], ["-d", "endpoint", "-i"], ["-d", "decoder0.0"], ["-m", "mem0"], ["-s", "0x1"],
     ["-b", "root0"], ["-e", "endpoint2"], ["-p", "port1"], ["-D", "-m", "mem1"],
     ["-M", "-d", "root"],
 ]  # fmt: skip

@@ -1,0 +1,101 @@
+"""The one-floor rule, checked on the source: no module imports a module of a higher
+floor (docs/architecture.md). Names are resolved on floor 2 only; floors 0-1 take ids."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# module name prefix -> floor; the longest matching prefix decides
+FLOORS = {
+    "pycxl.errors": 0, "pycxl.units": 0, "pycxl.sysfs": 0, "pycxl.plan": 0,
+    "pycxl.waiting": 0, "pycxl.kinds": 0, "pycxl._lib": 0, "pycxl.native": 0,
+    "pycxl._bench": 0,
+    "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.bench": 1, "pycxl.testbed": 1,
+    "pycxl.tiers": 2, "pycxl.system": 2,
+    "pycxl": 3, "pycxl.api": 3, "pycxl.bench.dispatch": 3, "pycxl.listing": 3,
+    "pycxl.to_json": 3,
+    "pycxl.cli": 4,
+}  # fmt: skip
+# package __init__ modules that export the floor-3 API
+PACKAGE_FLOORS = {"pycxl.bench": 3}
+
+
+def floor(module: str, *, package_init: bool = False) -> int:
+    if package_init and module in PACKAGE_FLOORS:
+        return PACKAGE_FLOORS[module]
+    best = max((p for p in FLOORS if module == p or module.startswith(p + ".")), key=len)
+    return FLOORS[best]
+
+
+def modules() -> list[tuple[str, Path, bool]]:
+    """(module name, file, is a package __init__) for every module of the package."""
+    out = []
+    for base, prefix in ((ROOT / "pycxl", "pycxl"), (ROOT / "cli", "pycxl.cli"),
+                         (ROOT / "native", "pycxl.native")):  # fmt: skip
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(base).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out.append((".".join([prefix, *parts]), path, path.name == "__init__.py"))
+    return out
+
+
+def imports(module: str, path: Path, is_package: bool) -> set[str]:
+    """Every pycxl module this one imports, anywhere in it (functions included)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:  # 'from . import x' imports module x
+                sub = f"{base}.{alias.name}"
+                found.add(sub if _is_module(sub) else base)
+    return {m for m in found if m == "pycxl" or m.startswith("pycxl.")}
+
+
+def _is_module(name: str) -> bool:
+    return any(name == m for m, _, _ in MODULES)
+
+
+MODULES = modules()
+
+
+@pytest.mark.parametrize(("module", "path", "is_package"), MODULES, ids=[m for m, _, _ in MODULES])
+def test_no_module_imports_a_higher_floor(module: str, path: Path, is_package: bool) -> None:
+    mine = floor(module, package_init=is_package)
+    upward = sorted(
+        f"{t} (floor {floor(t, package_init=t in PACKAGE_FLOORS)})"
+        for t in imports(module, path, is_package)
+        if floor(t, package_init=t in PACKAGE_FLOORS) > mine
+    )
+    assert upward == [], f"{module} (floor {mine}) imports {upward}"
+
+
+def test_the_rule_is_checked_on_every_floor() -> None:
+    floors = {floor(m, package_init=p) for m, _, p in MODULES}
+    assert floors == {0, 1, 2, 3, 4}
+    # it sees relative, aliased and function-level imports
+    found = {m: imports(m, path, p) for m, path, p in MODULES}
+    assert {"pycxl.bench.context", "pycxl.numa.launch", "pycxl.tiers"} <= found["pycxl.system"]
+    assert "pycxl.cxl.regions" in found["pycxl.api"]
+    assert "pycxl.numa.placement" in found["pycxl.gpu.memory"]  # inside a method
+    # and it would catch the kind of import it exists for
+    assert floor("pycxl.system") > floor("pycxl.numa.placement")
+
+
+def test_names_are_parsed_on_the_resolver_floor_only() -> None:
+    """tiers' name grammar is used from the resolver and above, never below."""
+    for module, path, is_package in MODULES:
+        if floor(module, package_init=is_package) < 2:
+            assert "pycxl.tiers" not in imports(module, path, is_package), module
+            assert "pycxl.system" not in imports(module, path, is_package), module
