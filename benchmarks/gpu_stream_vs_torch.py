@@ -14,7 +14,8 @@ import sys
 
 import torch
 
-from pycxl.bench.gpu_stream import measure_gpu_bandwidth
+from pycxl.bench.gpu_stream import gpu_stream_bandwidth
+from pycxl.system import snapshot
 from pycxl.units import parse_size
 
 
@@ -42,8 +43,8 @@ def main() -> int:
         "triad": torch_best(lambda: torch.add(b, c, alpha=3.0, out=a), 24 * n),
         "copy": torch_best(lambda: a.copy_(b), 16 * n),
     }
-    ours = {r.params["kernel"]: r.figures["bytes_per_s"]
-            for r in measure_gpu_bandwidth("gpu0", size=size)}  # fmt: skip
+    ours = {r.kernel: r.bytes_per_s
+            for r in gpu_stream_bandwidth(snapshot().gpu("gpu0"), size=size)}  # fmt: skip
     for k in ("triad", "copy"):
         print(f"{k}: pycxl {ours[k] / 1e12:.3f} TB/s, torch {theirs[k] / 1e12:.3f} TB/s, "
               f"ratio {ours[k] / theirs[k]:.3f}")  # fmt: skip

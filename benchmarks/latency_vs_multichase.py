@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-from pycxl.bench.context import place
-from pycxl.bench.latency import measure_latency
+from pycxl import bench
+from pycxl.system import snapshot
 from pycxl.units import parse_size
 
 
@@ -51,13 +51,14 @@ def main() -> int:
     ap.add_argument("--page-size", default="4k")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    cpu = place(a.target).cpus[0]
+    system = snapshot(gpus=False)
+    cpu = system.placement(a.target).cpus[0]
     theirs, ours = [], []
     for r in range(a.rounds):
         theirs.append(multichase(a.multichase, a.target, cpu, a.size, a.page_size))
-        res = measure_latency(a.target, initiator=f"cpu{cpu}", size=parse_size(a.size),
-                              page=a.page_size)  # fmt: skip
-        ours.append(res.figures["latency_ns"])
+        (res,) = bench.measure_latency(a.target, f"cpu{cpu}", size=parse_size(a.size),
+                                       page=a.page_size, system=system)  # fmt: skip
+        ours.append(res.latency_ns)
         print(f"round {r + 1}: multichase {theirs[-1]:.1f} ns, pycxl {ours[-1]:.1f} ns, "
               f"ratio {ours[-1] / theirs[-1]:.3f}", flush=True)  # fmt: skip
     med_t, med_o = statistics.median(theirs), statistics.median(ours)

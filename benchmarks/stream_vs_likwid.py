@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 
-from pycxl.bench.bandwidth import measure_bandwidth
-from pycxl.bench.context import Placement, place
+from pycxl.bench.bandwidth import stream_bandwidth
+from pycxl.bench.context import Placement
+from pycxl.system import snapshot
 from pycxl.units import parse_size
 
 
@@ -47,11 +48,11 @@ def widest(candidates: list[str]) -> str:
 def one_round(args: argparse.Namespace, p: Placement, threads: int, array: int,
               kernels: dict[str, str]) -> dict[str, float]:  # fmt: skip
     """pycxl (best of 20 passes; plain, then --nt-stores triad), then likwid-bench."""
-    runs = measure_bandwidth(args.target, threads=threads, size=array, ntimes=20, placement=p)
-    best = {r.params["kernel"]: r.figures["bytes_per_s"] for r in runs}
-    median = {r.params["kernel"]: r.figures["bytes_per_s_median"] for r in runs}
-    (nt,) = measure_bandwidth(args.target, threads=threads, size=array, ntimes=20,
-                              kernel="triad", nt_stores=True, placement=p)  # fmt: skip
+    runs = stream_bandwidth(p, threads=threads, size=array, samples=19)
+    best = {r.kernel: r.bytes_per_s for r in runs}
+    median = {r.kernel: r.bytes_per_s_median for r in runs}
+    (nt,) = stream_bandwidth(p, threads=threads, size=array, samples=19, kernel="triad",
+                             nt_stores=True)  # fmt: skip
     theirs = {k: likwid(kernels[k], p.node, threads, array, list(p.cpus)) for k in kernels}
     for k in ("triad", "copy"):
         print(
@@ -59,7 +60,7 @@ def one_round(args: argparse.Namespace, p: Placement, threads: int, array: int,
             f"likwid {kernels[k]} {theirs[k] / 1e9:7.2f} GB/s | ratio best "
             f"{best[k] / theirs[k]:.3f} median {median[k] / theirs[k]:.3f}"
         )
-    ntb = nt.figures["bytes_per_s"]
+    ntb = nt.bytes_per_s
     print(f"triad --nt-stores pycxl best {ntb / 1e9:.2f} GB/s vs likwid triad "
           f"{theirs['triad'] / 1e9:.2f} GB/s | ratio {ntb / theirs['triad']:.3f}")  # fmt: skip
     return {"triad": best["triad"], "copy": best["copy"], "nt": ntb,
@@ -75,7 +76,7 @@ def main() -> int:
     args = ap.parse_args()
     if not shutil.which("likwid-bench"):
         sys.exit("likwid-bench not found: apt-get install likwid")
-    p = place(args.target)
+    p = snapshot(gpus=False).placement(args.target)
     threads = args.threads or len(p.cpus)
     array = parse_size(args.size)
     kernels = {

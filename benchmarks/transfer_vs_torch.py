@@ -4,7 +4,7 @@
 
 PyTorch: a pinned (pin_memory=True) or pageable uint8 tensor copied with copy_ to/from a
 CUDA tensor, timed by CUDA events around each copy, best of 20 after two. pycxl:
-`measure_transfer` (host buffer on the target node): pinned (registered), and pageable
+`bench.measure_transfer` (host buffer on the target node): pinned (registered), and pageable
 through the staged copier (timed by the host clock around the whole copy). Goals:
 pinned >= 0.98x PyTorch's pinned copy; staged >= 3x PyTorch's pageable copy.
 """
@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from pycxl.bench.transfer import measure_transfer
+from pycxl import bench
 from pycxl.units import parse_size
 
 
@@ -45,10 +45,10 @@ def main() -> int:
     a = ap.parse_args()
     size = parse_size(a.size)
     torch.cuda.init()
-    ours = {r.params["direction"]: r.figures["bytes_per_s"]
-            for r in measure_transfer("gpu0", a.target, size=size)}  # fmt: skip
-    staged = {r.params["direction"]: r.figures["bytes_per_s"]
-              for r in measure_transfer("gpu0", a.target, size=size, staged=True)}  # fmt: skip
+    pinned = bench.measure_transfer("gpu0", a.target, size=size)
+    ours = {r.direction: r.bytes_per_s for r in pinned}
+    pageable = bench.measure_transfer("gpu0", a.target, size=size, memory="staged")
+    staged = {r.direction: r.bytes_per_s for r in pageable}
     for d in ("h2d", "d2h"):
         theirs = torch_copy(size, d, pinned=True)
         print(f"{d} pinned: pycxl {ours[d] / 1e9:.2f} GB/s, torch {theirs / 1e9:.2f} GB/s, "

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from pycxl.bench.gpu_latency import measure_gpu_latency
-from pycxl.bench.transfer import measure_transfer
+from pycxl import bench
+from pycxl.bench.results import TransferResult
 from pycxl.errors import InvalidRequestError
 from pycxl.gpu.memory import DeviceMemory, GpuContext
 from pycxl.gpu.staged import StagedCopier
@@ -22,26 +22,30 @@ MiB = 1 << 20
 
 
 def test_gpu_chase_in_cache_hbm_and_host_memory() -> None:
-    l1 = measure_gpu_latency("gpu0", size=16 << 10, samples=3, loads=1 << 14)
-    hbm = measure_gpu_latency("gpu0", size=512 * MiB, samples=3, loads=1 << 16)
-    host = measure_gpu_latency("gpu0", "dram0", size=64 * MiB, samples=3, loads=1 << 14)
+    s = snapshot()  # one snapshot for all three: the dispatcher resolves against it
+    (l1,) = bench.measure_latency("gpu0", size="16K", samples=3, loads=1 << 14, system=s)
+    (hbm,) = bench.measure_latency("gpu0", size="512M", samples=3, loads=1 << 16, system=s)
+    (host,) = bench.measure_latency("dram0", "gpu0", size="64M", samples=3, loads=1 << 14,
+                                    system=s)  # fmt: skip
     for r in (l1, hbm, host):
-        assert r.benchmark == "latency" and r.initiator == "gpu0"
-        assert 0 < r.figures["latency_ns"] <= r.figures["latency_ns_median"]
+        assert r.benchmark == "latency" and r.initiator == "gpu0" and r.gpu
+        assert 0 < r.latency_ns <= r.latency_ns_median
     assert l1.target == hbm.target == "gpu0" and l1.node is None
     # a GPU's L1 answers in tens of ns, its HBM in hundreds, host memory over the link later
-    assert l1.figures["latency_ns"] < 100 < hbm.figures["latency_ns"] < 2000
-    assert host.figures["latency_ns"] > hbm.figures["latency_ns"]
-    node = snapshot(gpus=False).resolve("dram0").node
+    assert l1.latency_ns < 100 < hbm.latency_ns < 2000
+    assert host.latency_ns > hbm.latency_ns
+    node = s.resolve("dram0").node
     assert host.target == "dram0" and host.node == node
-    assert host.params["pages_on_node"] == host.params["pages"] == 64 * MiB // 4096
+    assert host.pages_on_node == host.pages == 64 * MiB // 4096
 
 
 def test_gpu_latency_bad_input() -> None:
     with pytest.raises(InvalidRequestError, match="samples must be at least 1"):
-        measure_gpu_latency("gpu0", samples=0)
+        bench.measure_latency("gpu0", samples=0)
     p = pycxl_cli("bench", "latency", "--from", "dram0", "--target", "gpu0")
     assert p.returncode == 2 and "cannot load from GPU memory" in p.stderr
+    p = pycxl_cli("bench", "latency", "--from", "gpu0", "--target", "gpu7")
+    assert p.returncode == 5 and "unknown target 'gpu7'" in p.stderr
 
 
 @pytest.mark.parametrize("size", [3 * MiB + 12345, 40 * MiB])
@@ -66,25 +70,38 @@ def test_staged_copier_bad_input() -> None:
 
 
 def test_transfer_staged_bidir_and_all_gpus() -> None:
-    staged = measure_transfer("gpu0", "dram0", size=64 * MiB, staged=True, iterations=3)
-    assert [r.params["direction"] for r in staged] == ["h2d", "d2h"]
+    staged = bench.measure_transfer("gpu0", "dram0", size="64M", memory="staged", samples=3)
+    assert [r.direction for r in staged] == ["h2d", "d2h"]
     for r in staged:
-        assert r.params["staged"] and not r.params["pinned"] and r.figures["bytes_per_s"] > 1e9
-    (bidir,) = measure_transfer("gpu0", "dram0", direction="bidir", size=64 * MiB, iterations=3)
-    assert bidir.params["direction"] == "bidir"
-    assert [lane["direction"] for lane in bidir.params["lanes"]] == ["h2d", "d2h"]
-    assert bidir.params["pages_on_node"] == 2 * 64 * MiB // 4096
-    assert bidir.figures["bytes_per_s"] > 1e9
-    assert all(lane["bytes_per_s"] > 1e9 for lane in bidir.params["lanes"])
-    every = measure_transfer("all", "dram0", direction="h2d", size=64 * MiB, iterations=3)
-    assert every[0].initiator == "all" and every[0].figures["bytes_per_s"] > 1e9
-    assert len(every[0].params["lanes"]) == len(snapshot().gpus.devices)
+        assert r.memory == "staged" and r.bytes_per_s > 1e9 and r.copy_threads
+    (bidir,) = bench.measure_transfer("gpu0", "dram0", direction="bidir", size="64M", samples=3)
+    assert bidir.direction == "bidir"
+    assert [lane.direction for lane in bidir.lanes] == ["h2d", "d2h"]
+    assert bidir.pages_on_node == bidir.pages == 2 * 64 * MiB // 4096
+    assert bidir.bytes_per_s > 1e9 and all(lane.bytes_per_s > 1e9 for lane in bidir.lanes)
+    (every,) = bench.measure_transfer("all", "dram0", direction="h2d", size="64M", samples=3)
+    assert every.initiator == "all" and every.bytes_per_s > 1e9
+    assert len(every.lanes) == len(snapshot().gpus.devices)
+
+
+def test_a_gpu_reads_host_memory_by_copying_it() -> None:
+    """bench bandwidth --from gpu0 --target dram0: the matrix's cell, from the CLI too."""
+    (r,) = bench.measure_bandwidth("dram0", "gpu0", size="64M", samples=3)
+    assert isinstance(r, TransferResult) and r.direction == "h2d" and r.memory == "pinned"
+    assert r.bytes_per_s > 1e9 and r.pages_on_node == r.pages
+    p = pycxl_cli("bench", "bandwidth", "--from", "gpu0", "-t", "dram0", "--size", "64M",
+                  "--json")  # fmt: skip
+    assert p.returncode == 0 and json.loads(p.stdout)[0]["benchmark"] == "transfer", p.stderr
 
 
 def test_matrix_has_gpu_rows_and_gpu_memory() -> None:
     p = pycxl_cli("bench", "matrix", "--bandwidth", "--size", "64M", "--json")
     assert p.returncode == 0, p.stderr
     cells = {(r["matrix"], r["initiator"], r["target"]) for r in json.loads(p.stdout)}
+    m = bench.measure_matrix(size="64M", bandwidth=True)
+    assert (
+        m.cell("gpu0", "gpu0", "latency") is not None and m.cell("dram0", "gpu0", "latency") is None
+    )
     for kind in ("latency", "bandwidth"):
         assert {(kind, "gpu0", "gpu0"), (kind, "gpu0", "dram0"), (kind, "dram0", "dram0")} <= cells
     assert not any(i == "dram0" and t.startswith("gpu") for _, i, t in cells)
