@@ -25,6 +25,7 @@ class Kind:
 
     @property
     def json_name(self) -> str:
+        """The kind's JSON container name."""
         return self.container or self.name
 
 

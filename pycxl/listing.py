@@ -86,10 +86,12 @@ def _number(ident: str, prefix: str) -> int | None:
 
 
 def bus_matches(b: Bus, ident: str) -> bool:
+    """Filter for buses: 'all', the name (root0), its number, or the provider."""
     return ident in ("all", b.name, b.provider) or _number(ident, "root") == _number(b.name, "root")
 
 
 def port_matches(p: Port, ident: str) -> bool:
+    """Filter for ports: 'all', root/switch/endpoint, the name, or portN's number."""
     if ident in ("all", p.name) or ident == p.kind:
         return True
     num = _number(ident, "port")
@@ -97,11 +99,13 @@ def port_matches(p: Port, ident: str) -> bool:
 
 
 def endpoint_matches(p: Port, ident: str) -> bool:
+    """Filter for endpoints: 'all', the name, or endpointN's number."""
     num = _number(ident, "endpoint")
     return ident in ("all", p.name) or (num is not None and num == _number(p.name, "endpoint"))
 
 
 def memdev_matches(m: Memdev, ident: str) -> bool:
+    """Filter for memdevs: 'all', the name, its number, the host, or a 0x serial."""
     if ident in ("all", m.name, m.host):
         return True
     num = _number(ident, "mem")
@@ -111,6 +115,7 @@ def memdev_matches(m: Memdev, ident: str) -> bool:
 
 
 def serial_matches(m: Memdev, ident: str) -> bool:
+    """Filter for memdevs by serial number (decimal or 0x hex)."""
     try:
         return m.serial is not None and int(ident, 0) == m.serial
     except ValueError:
@@ -118,12 +123,14 @@ def serial_matches(m: Memdev, ident: str) -> bool:
 
 
 def decoder_matches(d: Decoder, ident: str) -> bool:
+    """Filter for decoders: 'all', root/switch/endpoint, the name, or X.Y."""
     if ident in ("all", d.name) or ident == d.kind:
         return True
     return d.name == f"decoder{ident}"  # '0.0' is decoder0.0
 
 
 def region_matches(r: Region, ident: str) -> bool:
+    """Filter for regions: 'all', the name, or regionN's number."""
     num = _number(ident, "region")
     return ident in ("all", r.name) or (num is not None and num == _number(r.name, "region"))
 

@@ -39,6 +39,7 @@ class Step:
         return f"{self.path} <- {self.value!r}  ({self.description})"
 
     def as_json(self) -> dict[str, str | None]:
+        """The step as JSON: path, value, what it does, and its undo."""
         return {"description": self.description, "path": self.path, "value": self.value}
 
     def run(self, fs: Sysfs) -> Undo | None:
@@ -59,10 +60,12 @@ class Step:
 
 
 def write(description: str, path: str, value: str, *undo: tuple[str, str]) -> Step:
+    """A step that writes ``value`` to ``path``, undone by writing ``undo`` (if any)."""
     return Step(description=description, path=path, value=value, undo_writes=tuple(undo))
 
 
 def action(description: str, fn: Callable[[Sysfs], Undo | None]) -> Step:
+    """A step that runs ``run`` (a wait, a set of writes decided at run time)."""
     return Step(description=description, action=fn)
 
 
@@ -99,9 +102,11 @@ class Plan:
         return len(self.steps)
 
     def show(self) -> list[str]:
+        """The steps as numbered lines, for --dry-run."""
         return [f"{i + 1:2d}. {s.show()}" for i, s in enumerate(self.steps)]
 
     def as_json(self) -> list[dict[str, str | None]]:
+        """The plan as JSON: its title and steps."""
         return [s.as_json() for s in self.steps]
 
     def execute(self, fs: Sysfs, *, before_step: StepHook | None = None) -> None:

@@ -35,9 +35,11 @@ class Sysfs:
         return "/" + r if r != "." else "/"
 
     def exists(self, rel: str) -> bool:
+        """Whether a kernel path exists under the sysroot."""
         return os.path.exists(self.path(rel))
 
     def is_dir(self, rel: str) -> bool:
+        """Whether a kernel path is a directory under the sysroot."""
         return os.path.isdir(self.path(rel))
 
     def listdir(self, rel: str) -> list[str]:
@@ -93,6 +95,7 @@ class Sysfs:
             raise SysfsError(rel, f"expected an integer, found {s!r}") from None
 
     def read_bool(self, rel: str) -> bool | None:
+        """A 0/1 attribute as a bool; None when absent."""
         v = self.read_int(rel)
         return None if v is None else v != 0
 
@@ -118,6 +121,7 @@ class Sysfs:
             raise SysfsError(rel, f"expected a CPU list such as '0-3,8', found {text!r}") from None
 
     def iter_lines(self, rel: str) -> Iterator[str]:
+        """The lines of an attribute (none when absent)."""
         text = self.read(rel)
         if text is not None:
             yield from text.splitlines()
@@ -138,6 +142,7 @@ class Sysfs:
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
+    """A kernel CPU or node list ('0-3,8') as a tuple of ids."""
     cpus: list[int] = []
     for part in text.strip().split(","):
         part = part.strip()

@@ -135,6 +135,7 @@ def resolve(
 def known_names(
     node_tiers: Sequence[NodeTier], gpus: Sequence[GpuDevice] = (), *, initiator: bool = False
 ) -> list[str]:
+    """Every name that resolves here (for error messages)."""
     names = [nt.name for nt in node_tiers if nt.name.startswith(("dram", "cxl"))]
     names += [f"node{nt.node.id}" for nt in node_tiers]
     names += [g.target_name for g in gpus]

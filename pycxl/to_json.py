@@ -37,6 +37,7 @@ def _state(enabled: bool) -> str:
 
 
 def memdev_json(m: Memdev, human: bool = False) -> Json:
+    """A memdev in ndctl's fields."""
     return {
         "memdev": m.name,
         "pmem_size": _size(m.pmem_size, human),
@@ -55,6 +56,7 @@ def memdev_json(m: Memdev, human: bool = False) -> Json:
 
 
 def decoder_json(d: Decoder, targets: bool = False, human: bool = False) -> Json:
+    """A decoder in ndctl's fields; ``targets`` adds its target list."""
     root, endpoint = d.kind == "root", d.kind == "endpoint"
     extent = d.max_available_extent if root and (d.pmem_capable or d.volatile_capable) else None
     return {
@@ -87,6 +89,7 @@ def decoder_json(d: Decoder, targets: bool = False, human: bool = False) -> Json
 
 
 def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
+    """A region in ndctl's fields; ``targets`` adds its mappings."""
     return {
         "region": r.name,
         "resource": _hex(r.resource, human),
@@ -106,6 +109,7 @@ def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
 
 
 def port_json(p: Port, targets: bool = False, human: bool = False) -> Json:
+    """A port or endpoint in ndctl's fields; ``targets`` adds its dports."""
     key = "endpoint" if p.kind == "endpoint" else "port"
     return {
         key: p.name,
@@ -120,6 +124,7 @@ def port_json(p: Port, targets: bool = False, human: bool = False) -> Json:
 
 
 def bus_json(b: Bus) -> Json:
+    """A bus (CXL root) in ndctl's fields."""
     return {"bus": b.name, "provider": b.provider}
 
 
@@ -156,6 +161,7 @@ def node_json(nt: NodeTier) -> Json:
 
 
 def gpu_json(g: GpuDevice) -> Json:
+    """A GPU: identity, memory, nearest node, and what matters for host memory."""
     return {
         "gpu": g.target_name,
         "ordinal": g.ordinal,

@@ -31,6 +31,7 @@ class SharedLibrary:
         return self._loaded
 
     def available(self) -> bool:
+        """Whether the library loads here (loads it if it can)."""
         try:
             self.load()
         except LibraryNotFoundError:

@@ -101,6 +101,7 @@ def _cache_size(text: str) -> int:
 
 
 def page_size(name: str, fs: Sysfs | None = None) -> int:
+    """Bytes of a page size name ('4k', '2m'); 2 MiB needs transparent huge pages."""
     if name not in PAGE_SIZES:
         raise InvalidRequestError(f"page size '{name}': use 4k or 2m")
     if name == "2m":
@@ -115,6 +116,7 @@ def page_size(name: str, fs: Sysfs | None = None) -> int:
 
 
 def check_fits(size: int, p: Placement) -> None:
+    """Refuse a working set the target node cannot hold (its available memory)."""
     if size > p.free:
         raise InvalidRequestError(
             f"{format_size(size)} does not fit on {p.target} (node {p.node}): "

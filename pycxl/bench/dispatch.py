@@ -226,6 +226,7 @@ class MatrixCell:
     result: BenchResult
 
     def as_json(self) -> dict[str, Any]:
+        """The result's JSON with the cell's kind under 'matrix'."""
         return {"matrix": self.kind, **self.result.as_json()}
 
 

@@ -98,6 +98,7 @@ def chase_latency(
 
 
 def check_size(size: int | None) -> None:
+    """Refuse an arena too small to chase (below 16 KiB)."""
     if size is not None and size < MIN_SIZE:
         raise InvalidRequestError(
             f"a chase needs at least {MIN_SIZE // 1024} KiB, not {size} bytes"

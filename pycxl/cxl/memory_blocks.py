@@ -35,22 +35,27 @@ class MemoryBlock:
 
     @property
     def path(self) -> str:
+        """The block's state attribute (the file that onlines and offlines it)."""
         return state_path(self.index)
 
     @property
     def online(self) -> bool:
+        """Whether the block is online."""
         return self.state == "online"
 
     @property
     def movable(self) -> bool:
+        """Whether the online block is in ZONE_MOVABLE."""
         return self.zone == "Movable"
 
 
 def state_path(index: int) -> str:
+    """The state attribute of memory block ``index``."""
     return f"{MEMORY_BLOCKS}/memory{index}/state"
 
 
 def block_size(fs: Sysfs) -> int | None:
+    """Bytes per memory block, as the kernel reports it (None if unknown)."""
     text = fs.read(f"{MEMORY_BLOCKS}/block_size_bytes")
     return int(text, 16) if text else None  # hex without a 0x prefix
 

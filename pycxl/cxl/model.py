@@ -69,14 +69,17 @@ class Port(_Linked):
 
     @property
     def decoders(self) -> list[Decoder]:
+        """The port's HDM decoders."""
         return [d for d in self._topo().decoders if d.port == self.name]
 
     @property
     def parent_port(self) -> Port | None:
+        """The port above this one (None for a root)."""
         return self._topo().port(self.parent) if self.parent else None
 
     @property
     def children(self) -> list[Port]:
+        """The ports directly below this one."""
         return [p for p in self._topo().all_ports if p.parent == self.name]
 
     @property
@@ -87,6 +90,7 @@ class Port(_Linked):
         return self._topo().memdev_or_none(self.host)
 
     def dport_by_id(self, dport_id: int) -> Dport | None:
+        """The downstream port with this target id, if any."""
         return next((d for d in self.dports if d.id == dport_id), None)
 
 
@@ -123,6 +127,7 @@ class Decoder(_Linked):
 
     @property
     def id(self) -> int:
+        """The decoder's index on its port (decoderX.Y -> Y)."""
         return int(self.name.rsplit(".", 1)[1])
 
     @property
@@ -137,6 +142,7 @@ class Decoder(_Linked):
 
     @property
     def port_obj(self) -> Port:
+        """The port this decoder belongs to."""
         return self._topo().port(self.port)
 
     @property
@@ -147,6 +153,7 @@ class Decoder(_Linked):
 
     @property
     def memdev(self) -> Memdev | None:
+        """For an endpoint decoder: the memdev it maps."""
         return self.port_obj.memdev if self.kind == "endpoint" else None
 
     @property
@@ -190,15 +197,18 @@ class Memdev(_Linked):
 
     @property
     def endpoint(self) -> Port | None:
+        """The memdev's endpoint port (None if not enumerated)."""
         return next((p for p in self._topo().endpoints if p.host == self.name), None)
 
     @property
     def decoders(self) -> list[Decoder]:
+        """The memdev's endpoint decoders."""
         ep = self.endpoint
         return ep.decoders if ep else []
 
     @property
     def regions(self) -> list[Region]:
+        """The regions this memdev is part of."""
         return [r for r in self._topo().regions if self.name in r.memdevs]
 
 
@@ -229,18 +239,22 @@ class Region(_Linked):
 
     @property
     def decode_state(self) -> str:
+        """'commit' or 'reset', as ndctl prints it."""
         return "commit" if self.committed else "reset"
 
     @property
     def memdevs(self) -> list[str]:
+        """Names of the memdevs mapped, in position order."""
         return [m.memdev for m in self.mappings if m.memdev]
 
     @property
     def dax_devices(self) -> list[DaxDevice]:
+        """The dax devices the region feeds."""
         return [d for d in self._topo().dax_devices if d.region == self.name]
 
     @property
     def numa_nodes(self) -> list[int]:
+        """NUMA nodes its dax devices target."""
         return sorted({d.target_node for d in self.dax_devices if d.target_node is not None})
 
 

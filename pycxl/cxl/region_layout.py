@@ -94,6 +94,7 @@ class RegionLayout:
 
     @property
     def dpa_size(self) -> int:
+        """Bytes each memdev gives the region."""
         return self.size // self.ways
 
 

@@ -45,6 +45,7 @@ def next_region_name(fs: Sysfs, layout: RegionLayout) -> str:
 
 
 def create_plan(fs: Sysfs, layout: RegionLayout, name: str, *, online: bool, zone: Zone) -> Plan:
+    """The sysfs steps that create, commit, bind and (optionally) online a region."""
     root = _dev(layout.root.name)
     reg = _dev(name)
     steps = [
@@ -89,6 +90,7 @@ def create_plan(fs: Sysfs, layout: RegionLayout, name: str, *, online: bool, zon
 
 
 def bind_step(name: str) -> Step:
+    """The step that binds the region driver to a committed region."""
     return write(
         "bind the region driver",
         f"{REGION_DRIVER}/bind",
@@ -98,6 +100,7 @@ def bind_step(name: str) -> Step:
 
 
 def online_steps(fs: Sysfs, name: str, zone: Zone) -> list[Step]:
+    """Steps that wait for the region's dax device and online its memory in ``zone``."""
     state = ONLINE_STATE[zone]
     return [
         action(f"wait for {name}'s dax device in system-ram mode", lambda f: _wait_dax(f, name)),
@@ -146,6 +149,7 @@ def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[s
 
 # --- actions -------------------------------------------------------------------------
 def region_dax(fs: Sysfs, name: str) -> list[DaxDevice]:
+    """The region's dax devices, as the kernel lists them now."""
     return [d for d in read_dax_devices(fs) if d.region == name]
 
 

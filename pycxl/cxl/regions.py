@@ -14,14 +14,21 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError, NeedsRootError, OperationError, SysfsError
+from ..errors import (
+    InvalidRequestError,
+    NeedsRootError,
+    NotAvailableError,
+    OperationError,
+    SysfsError,
+)
 from ..plan import Plan, PlanFailed, StepHook
 from ..sysfs import Sysfs
 from . import region_plan
 from .memory_blocks import Zone
 from .model import Region
 from .region_layout import RegionLayout, RegionRequest, layout_region
-from .sysfs_backend import read_topology
+from .sysfs_backend import bus_present, read_topology
+from .topology import CxlTopology
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +65,12 @@ def create_region(
 ) -> RegionResult:
     """Create, commit, bind and (by default) online a region. See ``RegionRequest``."""
     fs = Sysfs(sysroot)
-    topo = read_topology(fs).require()  # no CXL at all says so, before 'needs root'
+    if not bus_present(fs):  # no CXL at all says so, before 'needs root'
+        raise NotAvailableError(CxlTopology.NO_BUS)
     if not dry_run:
         _require_root(fs, "creating a region")
     for attempt in range(RACE_RETRIES):
-        topo = topo if attempt == 0 else read_topology(fs)
-        layout = layout_region(topo, request)
+        layout = layout_region(read_topology(fs), request)
         name = region_plan.next_region_name(fs, layout)
         plan = region_plan.create_plan(fs, layout, name, online=request.online, zone=request.zone)
         if dry_run:

@@ -37,10 +37,15 @@ def bus_provider(host: str) -> str:
     return host
 
 
+def bus_present(sysfs: Sysfs | None = None) -> bool:
+    """Whether the kernel has a CXL bus (drivers loaded), without reading any device."""
+    return (sysfs or Sysfs()).is_dir(CXL_DEVICES)
+
+
 def read_topology(sysfs: Sysfs | None = None) -> CxlTopology:
     """Read every CXL object the kernel exposes. No CXL bus: ``present`` is False."""
     fs = sysfs or Sysfs()
-    if not fs.is_dir(CXL_DEVICES):
+    if not bus_present(fs):
         dax = read_dax_devices(fs)
         return CxlTopology(present=False, dax_devices=tuple(dax))
     names = fs.listdir(CXL_DEVICES)

@@ -14,7 +14,7 @@ T = TypeVar("T")
 L = TypeVar("L", bound=_Linked)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CxlTopology:
     """Everything the kernel reports about CXL at one moment.
 
@@ -57,6 +57,15 @@ class CxlTopology:
         object.__setattr__(topo, "dax_devices", _attach(dax_devices, topo))
         return topo
 
+    def __repr__(self) -> str:
+        if not self.present:
+            return "CxlTopology(no CXL bus)"
+        names = ", ".join(
+            f"{kind}=[{', '.join(o.name for o in getattr(self, kind))}]"
+            for kind in ("memdevs", "regions", "dax_devices")
+        )
+        return f"CxlTopology({len(self.decoders)} decoders, {names})"
+
     NO_BUS = (
         "no CXL bus: the CXL drivers are not loaded or there is no CXL hardware "
         "(modprobe cxl_acpi cxl_pci cxl_mem)"
@@ -71,24 +80,31 @@ class CxlTopology:
     # --- lookup --------------------------------------------------------------
     @property
     def all_ports(self) -> tuple[Port, ...]:
+        """Root, switch and endpoint ports together."""
         return self.ports + self.endpoints
 
     def port(self, name: str) -> Port:
+        """A port or endpoint by name; NotFoundError lists the known ones."""
         return _find(self.all_ports, name, "port")
 
     def decoder(self, name: str) -> Decoder:
+        """A decoder by name; NotFoundError lists the known ones."""
         return _find(self.decoders, name, "decoder")
 
     def memdev(self, name: str) -> Memdev:
+        """A memdev by name; NotFoundError lists the known ones."""
         return _find(self.memdevs, name, "memdev")
 
     def memdev_or_none(self, name: str) -> Memdev | None:
+        """A memdev by name, or None."""
         return next((m for m in self.memdevs if m.name == name), None)
 
     def region(self, name: str) -> Region:
+        """A region by name; NotFoundError lists the known ones."""
         return _find(self.regions, name, "region")
 
     def root_decoders(self) -> list[Decoder]:
+        """The root decoders (one per CXL window)."""
         return [d for d in self.decoders if d.kind == "root"]
 
     def find_memdev(self, ident: str) -> Memdev:
@@ -100,6 +116,7 @@ class CxlTopology:
         raise NotFoundError("memdev", ident, known)
 
     def bus_of(self, port: Port) -> Bus | None:
+        """The bus (CXL root) a port hangs under."""
         p: Port | None = port
         while p is not None and p.parent is not None:
             p = self.port(p.parent)

@@ -34,6 +34,7 @@ class GpuDevice:
 
     @property
     def target_name(self) -> str:
+        """The GPU's tier name: gpu0, gpu1... in PCI bus order."""
         return f"gpu{self.index}"
 
 

@@ -49,6 +49,7 @@ def initialised_without_devices() -> bool:
 
 
 def error(call: str, code: int) -> CudaError:
+    """The CudaError for a driver call's result code, with the driver's name and text."""
     ffi, lib = LIBCUDA.load()
     name_p = ffi.new("const char **")
     text_p = ffi.new("const char **")
@@ -62,5 +63,6 @@ def error(call: str, code: int) -> CudaError:
 
 
 def check(call: str, code: int) -> None:
+    """Raise the CudaError of ``call`` unless ``code`` is CUDA_SUCCESS."""
     if code != CUDA_SUCCESS:
         raise error(call, code)

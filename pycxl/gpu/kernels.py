@@ -57,6 +57,7 @@ class Module:
         self._functions: dict[str, Any] = {}
 
     def function(self, name: str) -> Any:
+        """The kernel ``name`` of this module (looked up once)."""
         if name not in self._functions:
             ffi, lib = drv.driver()
             f = ffi.new("CUfunction *")

@@ -51,11 +51,16 @@ class GpuContext:
         self.activate()
         self._release = weakref.finalize(self, lib.cuDevicePrimaryCtxRelease_v2, self.device)
 
+    def __repr__(self) -> str:
+        return f"GpuContext(device {self.device}, primary)"
+
     def activate(self) -> None:
+        """Make this context current on the calling thread."""
         _, lib = drv.driver()
         drv.check("cuCtxSetCurrent", lib.cuCtxSetCurrent(self.handle))
 
     def free_memory(self) -> int:
+        """Bytes of the GPU's memory free now."""
         ffi, lib = drv.driver()
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
         drv.check("cuMemGetInfo", lib.cuMemGetInfo_v2(free, total))
@@ -115,6 +120,7 @@ class DeviceMemory:
         return address, n
 
     def close(self) -> None:
+        """Free the memory (idempotent)."""
         self._free()
 
 
@@ -178,7 +184,15 @@ class HostMemory:
         mem._owned = True
         return mem
 
+    def __repr__(self) -> str:
+        state = "registered" if self._unregister.alive else "closed"
+        return (
+            f"HostMemory({self.size} bytes at {self.address:#x}, device pointer "
+            f"{self.device_pointer:#x}, {state})"
+        )
+
     def span(self) -> tuple[int, int]:
+        """(address, length) of the registered host memory."""
         return self.address, self.size
 
     def array(self, dtype: Any = "uint8") -> np.ndarray:
@@ -202,9 +216,11 @@ class HostMemory:
         }
 
     def pages_by_node(self) -> dict[int, int]:
+        """Pages per NUMA node of the registered memory, now."""
         return pages.pages_by_node(self)
 
     def close(self) -> None:
+        """Unregister the memory (and free it, when allocate() made it)."""
         self._unregister()
         if self._owned:
             self.buffer.close()

@@ -122,6 +122,7 @@ class StagedCopier:
         self.stream.synchronize()
 
     def close(self) -> None:
+        """Stop the copy threads, unregister and free the staging buffers."""
         self._stop_pool()
         self.stream.close()
         for e in self._events:

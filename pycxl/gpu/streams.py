@@ -25,6 +25,7 @@ class Stream:
         self._destroy = weakref.finalize(self, lib.cuStreamDestroy_v2, self.handle)
 
     def synchronize(self) -> None:
+        """Wait until everything enqueued on the stream is done."""
         _, lib = drv.driver()
         drv.check("cuStreamSynchronize", lib.cuStreamSynchronize(self.handle))
 
@@ -34,6 +35,7 @@ class Stream:
         drv.check("cuStreamWaitEvent", lib.cuStreamWaitEvent(self.handle, event.handle, 0))
 
     def close(self) -> None:
+        """Destroy the stream (idempotent)."""
         self._destroy()
 
 
@@ -48,10 +50,12 @@ class Event:
         self._destroy = weakref.finalize(self, lib.cuEventDestroy_v2, self.handle)
 
     def record(self, stream: Stream) -> None:
+        """Record the event on ``stream`` (after what is enqueued there)."""
         _, lib = drv.driver()
         drv.check("cuEventRecord", lib.cuEventRecord(self.handle, stream.handle))
 
     def synchronize(self) -> None:
+        """Wait until the event has completed."""
         _, lib = drv.driver()
         drv.check("cuEventSynchronize", lib.cuEventSynchronize(self.handle))
 
@@ -63,6 +67,7 @@ class Event:
         return float(ms[0])
 
     def close(self) -> None:
+        """Destroy the event (idempotent)."""
         self._destroy()
 
 
@@ -74,6 +79,7 @@ class Timer:
         self.start, self.end = Event(), Event()
 
     def time(self, work: Callable[[], Any]) -> float:
+        """GPU milliseconds of what ``work`` enqueues on the stream."""
         self.start.record(self.stream)
         work()
         self.end.record(self.stream)
@@ -81,5 +87,6 @@ class Timer:
         return self.end.ms_since(self.start)
 
     def close(self) -> None:
+        """Destroy both events."""
         self.start.close()
         self.end.close()

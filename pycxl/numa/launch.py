@@ -26,6 +26,7 @@ class LaunchPlan:
     cpus: tuple[int, ...] = ()
 
     def describe(self) -> str:
+        """The plan in words ('bind 1; cpus 0,1')."""
         parts = [self.policy.describe()] if self.policy else []
         if self.cpus:
             parts.append("cpus " + ",".join(map(str, self.cpus)))

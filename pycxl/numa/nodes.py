@@ -26,10 +26,12 @@ class NumaNode:
 
     @property
     def cpuless(self) -> bool:
+        """Whether the node has no CPUs (a memory-only node, such as CXL)."""
         return not self.cpus
 
     @property
     def has_memory(self) -> bool:
+        """Whether the node has memory online."""
         return self.mem_total > 0
 
 

@@ -49,10 +49,12 @@ class Policy:
 
     @classmethod
     def bind(cls, *nodes: int) -> Policy:
+        """Allocate only on ``nodes``."""
         return cls(Mode.BIND, _nodes(nodes, "bind"))
 
     @classmethod
     def preferred(cls, node: int) -> Policy:
+        """Allocate on ``node`` first, then elsewhere."""
         return cls(Mode.PREFERRED, (node,))
 
     @classmethod
@@ -62,21 +64,26 @@ class Policy:
 
     @classmethod
     def interleave(cls, *nodes: int) -> Policy:
+        """Allocate page by page round robin over ``nodes``."""
         return cls(Mode.INTERLEAVE, _nodes(nodes, "interleave"))
 
     @classmethod
     def weighted_interleave(cls, *nodes: int) -> Policy:
+        """Round robin over ``nodes`` by the system-wide weights (Linux 6.9+)."""
         return cls(Mode.WEIGHTED_INTERLEAVE, _nodes(nodes, "weighted interleave"))
 
     @classmethod
     def local(cls) -> Policy:
+        """Allocate on the node of the CPU that faults."""
         return cls(Mode.LOCAL)
 
     @classmethod
     def default(cls) -> Policy:
+        """The process's default policy (no policy)."""
         return cls(Mode.DEFAULT)
 
     def describe(self) -> str:
+        """The policy in words ('bind 1', 'interleave 0,1')."""
         name = self.mode.name.lower()
         return f"{name} {','.join(map(str, self.nodes))}" if self.nodes else name
 
@@ -128,6 +135,7 @@ def set_thread_policy(policy: Policy) -> None:
 
 
 def get_thread_policy() -> Policy:
+    """The calling thread's memory policy."""
     ffi, lib = _lib()
     mode = ffi.new("int *")
     mask = ffi.new("unsigned long[]", MASK_BITS // 64)
@@ -162,6 +170,7 @@ def bind_range(address: int, length: int, policy: Policy, *, move: bool = False)
 
 # --- weighted interleave weights (system-wide) -----------------------------------------
 def read_weights(fs: Sysfs | None = None) -> dict[int, int]:
+    """The system-wide weighted-interleave weight of each node (Linux 6.9+)."""
     fs = fs or Sysfs()
     if not fs.is_dir(WEIGHTS_DIR):
         raise NotAvailableError(

@@ -36,6 +36,7 @@ class Kernel:
 
 
 def cache_dir() -> Path:
+    """Where the testbed keeps its kernel and runs (PYCXL_TESTBED_CACHE moves it)."""
     env = os.environ.get("PYCXL_TESTBED_CACHE")
     if env:
         return Path(env)
@@ -78,6 +79,7 @@ def missing_recommended() -> list[str]:
 
 
 def qemu_version(binary: str) -> tuple[int, int] | None:
+    """(major, minor) of a QEMU binary, or None."""
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
     except OSError:
@@ -87,6 +89,7 @@ def qemu_version(binary: str) -> tuple[int, int] | None:
 
 
 def vng_command() -> str | None:
+    """The virtme-ng command beside this interpreter, or on PATH."""
     beside = os.path.join(os.path.dirname(sys.executable), "vng")
     if os.access(beside, os.X_OK):
         return beside
@@ -94,6 +97,7 @@ def vng_command() -> str | None:
 
 
 def find_kernel(root: Path | None = None) -> Kernel | None:
+    """The unpacked testbed kernel, if it is ready."""
     root = root or cache_dir()
     images = sorted(glob.glob(str(root / "kernel" / "boot" / "vmlinuz-6.12*")))
     if not images:

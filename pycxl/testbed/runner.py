@@ -46,6 +46,7 @@ class GuestResult:
 
 
 def topology(name: str) -> Topology:
+    """A topology by name; NotFoundError lists them."""
     try:
         return TOPOLOGIES[name]
     except KeyError:

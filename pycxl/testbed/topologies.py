@@ -37,9 +37,11 @@ class Topology:
 
     @property
     def serials(self) -> tuple[int, ...]:
+        """The memdev serial numbers, bridge by bridge."""
         return tuple(s for b in self.bridges for s in b.serials)
 
     def qemu_args(self) -> list[str]:
+        """QEMU's arguments for this topology."""
         args = ["-cpu", "max,hypervisor=off", "-M", "q35,cxl=on"]
         slot = 2
         for b in self.bridges:
