@@ -29,9 +29,9 @@ Importing pycxl loads no shared library and no numpy; each part loads on first u
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from .errors import (
     CommandNotExecutableError,
     CommandNotFoundError,
@@ -84,17 +84,8 @@ _LAZY = {
     "Policy": "numa.policy",
     "ListRequest": "listing",
     "list_json": "listing",
+    **dict.fromkeys(("bench", "cxl", "gpu", "numa", "testbed"), ""),  # the subpackages
 }
-_SUBPACKAGES = ("bench", "cxl", "gpu", "numa", "testbed")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pycxl' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 __all__ = [
@@ -130,6 +121,4 @@ __all__ = [
     "snapshot",
 ]
 
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, [*__all__, *globals()])
