@@ -1,11 +1,10 @@
-# Make pycxl importable on the GPU machine as installed (pycxl.cli and pycxl.native from
-# cli/ and native/), with the benchmark kernels built: PYTHONPATH=/tmp/site:/tmp/pkg.
-# Expects the wheels pycxl needs (cffi, pycparser, pyudev) in .whl/.
+# Install pycxl on the GPU machine the way a user does (pip install ., from the wheels
+# carried in .whl/: cffi, pycparser, pyudev, and setuptools and wheel to build), then
+# copy the tests and docs outside the source tree, so they run against the installed
+# package: cd /tmp/pkg && python3 -m pytest tests/gpu tests/smoke/test_docs.py
 set -e
-pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg/pycxl
-ln -s "$PWD"/pycxl/* /tmp/pkg/pycxl/ && ln -s "$PWD/cli" /tmp/pkg/pycxl/cli
-ln -s "$PWD/native" /tmp/pkg/pycxl/native
-export PYTHONPATH=/tmp/site:/tmp/pkg
-(cd /tmp/pkg && python3 "$OLDPWD/native/build_bench.py" >/dev/null 2>&1)
-(cd /tmp && python3 -c "import pycxl._bench")
+python3 -m pip install -q --no-index --find-links .whl . 2>&1 | grep -v "Running pip as the 'root' user" || true
+command -v pycxl
+rm -rf /tmp/pkg && mkdir -p /tmp/pkg
+cp -r tests docs README.md pyproject.toml /tmp/pkg/
+(cd /tmp && python3 -c "import pycxl, pycxl._bench; print('pycxl', pycxl.__version__, 'from', pycxl.__file__)")
