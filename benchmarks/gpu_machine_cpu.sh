@@ -5,7 +5,7 @@
 # multichase's sources in .ref/multichase/.
 set -e
 bash benchmarks/gpu_machine_setup.sh
-export PYTHONPATH=/tmp/site:/tmp/pkg
+
 export LD_LIBRARY_PATH=$PWD/.ref/likwid/usr/lib/x86_64-linux-gnu
 export PATH=$PWD/.ref/likwid/usr/bin:$PWD/.ref/likwid/usr/sbin:$PATH
 lscpu | grep -E "Model name|^CPU\(s\)|L3|NUMA node\(s\)"
