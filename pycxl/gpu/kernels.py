@@ -53,6 +53,7 @@ class Module:
             jit = ffi.string(log).decode(errors="replace").strip()
             err = drv.error("cuModuleLoadDataEx", rc)
             raise OperationError(f"{ptx_name}: {err}; JIT log: {jit or '(empty)'}") from err
+        self.ctx = ctx  # the module lives in the context
         self.handle = mod[0]
         self._functions: dict[str, Any] = {}
 

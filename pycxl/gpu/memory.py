@@ -81,6 +81,7 @@ class DeviceMemory:
         ffi, lib = drv.driver()
         p = ffi.new("CUdeviceptr *")
         drv.check("cuMemAlloc", lib.cuMemAlloc_v2(p, size))
+        self.ctx = ctx  # the allocation lives as long as its context
         self.ptr = int(p[0])
         self.size = size
         self._free = weakref.finalize(self, lib.cuMemFree_v2, self.ptr)
@@ -158,6 +159,9 @@ class HostMemory:
         except CudaError:
             lib.cuMemHostUnregister(ffi.cast("void *", address))
             raise
+        # Registration lives in the context: keeping it keeps the primary context from
+        # being released (and the registration dropped) while this object exists.
+        self.ctx = ctx
         self.buffer = buffer  # keeps the memory alive while registered
         self._owned = False  # allocate(): the buffer is freed on close too
         self.address = address

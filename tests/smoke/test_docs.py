@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.errors import NotAvailableError
 from tests.smoke.examples import ROOT, Example, examples, shape_problems
 
 ALL = list(examples())
@@ -102,6 +103,19 @@ def test_example_without_a_gpu(ex: Example) -> None:
 
     if LIBCUDA.available():
         pytest.skip("a CUDA driver is present: this example shows the path without one")
+    check(ex, run_example(ex))
+
+
+@pytest.mark.parametrize("ex", _params("harness"))
+def test_example_with_the_testbed_harness(ex: Example) -> None:
+    from pycxl.testbed import check_requirements
+
+    try:
+        check_requirements()
+    except NotAvailableError as e:
+        if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
+            raise
+        pytest.skip(f"testbed unavailable: {e}")
     check(ex, run_example(ex))
 
 

@@ -57,6 +57,10 @@ def test_shape_check_catches_a_changed_table_or_json() -> None:
     assert shape_problems(ex, same) == []
     other = "decoder     kind\n----------  ------\nd0  root\n"
     assert shape_problems(ex, other) != []
+    more = "decoder     kind    port    extra\n---  ---  ---  ---\nd0  root  root0  x\n"
+    assert shape_problems(ex, more) == []  # more columns (a matrix's targets) are fine
+    moved = "kind    decoder     port\n---  ---  ---\nroot  d0  root0\n"
+    assert shape_problems(ex, moved) != []
     js = Example("d.md", 1, "shell", "x", shown=['[{"memdev": "mem0", "serial": 1}]'])
     assert shape_problems(js, '[{"memdev": "mem1", "serial": 2, "host": "h"}]') == []
     assert shape_problems(js, '[{"memdev": "mem1"}]') != []
