@@ -9,7 +9,7 @@ import click
 
 from pycxl.kinds import KINDS
 
-from .render import dash, emit_json, emit_table, ranges
+from .render import dash, emit_json, emit_table, pins, ranges
 
 if TYPE_CHECKING:
     from pycxl.listing import ListRequest, Selection
@@ -163,9 +163,9 @@ def _dax(system: System, sel: Selection, req: ListRequest) -> None:
 
     emit_table(
         "Dax devices",
-        ["dax", "region", "size", "mode", "node", "online blocks", "movable"],
+        ["dax", "region", "size", "mode", "node", "online blocks", "zone"],
         [[d.name, dash(d.region), format_size(d.size), d.mode, dash(d.target_node),
-          f"{d.online_memblocks}/{d.total_memblocks}", dash(d.movable)] for d in sel.dax],
+          f"{d.online_memblocks}/{d.total_memblocks}", dash(d.zone)] for d in sel.dax],
     )  # fmt: skip
 
 
@@ -174,10 +174,10 @@ def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> No
 
     emit_table(
         "NUMA nodes",
-        ["node", "name", "tier", "cpus", "total", "free", "source"],
+        ["node", "name", "tier", "cpus", "total", "free", "source", "zone", "pins"],
         [[nt.node.id, nt.name, nt.tier, ranges(nt.node.cpus), format_size(nt.node.mem_total),
-          format_size(nt.node.mem_free),
-          nt.region or ("explicit" if nt.explicit else "-")] for nt in sel.numa],
+          format_size(nt.node.mem_free), nt.region or ("explicit" if nt.explicit else "-"),
+          dash(nt.zone), pins(nt.holds_longterm_pins, nt.zone)] for nt in sel.numa],
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ COMMANDS = {
     "numa": ("numa_cmd", "numa_command"),
     "run": ("numa_cmd", "run_command"),
     "where": ("numa_cmd", "where_command"),
+    "pin-probe": ("numa_cmd", "pin_probe_command"),
     "bench": ("bench_cmd", "bench_group"),
     "testbed": ("testbed_cmd", "testbed_command"),
 }

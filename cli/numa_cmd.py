@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from .params import CPUS, NODES, flatten
-from .render import dash, emit_json, emit_table, ranges
+from .params import CPUS, NODES, PAGE_SIZE, flatten
+from .render import dash, emit_json, emit_table, pins, ranges
 
 SYSROOT = click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
                        hidden=True)  # fmt: skip
@@ -38,9 +38,10 @@ def numa_command(set_weights: str | None, as_json: bool, sysroot: str | None) ->
         emit_json([{**node_json(t), "weight": weights.get(t.node.id)} for t in s.nodes])
         return
     rows = [[t.node.id, t.name, t.tier, ranges(t.node.cpus), format_size(t.node.mem_total),
-             format_size(t.node.mem_free), dash(t.region), dash(weights.get(t.node.id))]
+             format_size(t.node.mem_free), dash(t.region), dash(t.zone),
+             pins(t.holds_longterm_pins, t.zone), dash(weights.get(t.node.id))]
             for t in s.nodes]  # fmt: skip
-    headers = ["node", "name", "tier", "cpus", "total", "free", "region", "weight"]
+    headers = ["node", "name", "tier", "cpus", "total", "free", "region", "zone", "pins", "weight"]
     emit_table("NUMA nodes", headers, rows)
     ids = [t.node.id for t in s.nodes]
     matrix = [[t.name] + [dash(t.node.distances.get(j)) for j in ids] for t in s.nodes]
@@ -142,3 +143,25 @@ def where_command(pid: int, as_json: bool, sysroot: str | None) -> None:
     rows = [[n, dash(s.tier_name(n)), dash(t.tier if (t := s.tier(n)) else None),
              format_size(b), f"{100 * b / total:.1f}%"] for n, b in usage.items()]  # fmt: skip
     emit_table(f"process {pid}", ["node", "name", "tier", "resident", "share"], rows)
+
+
+@click.command("pin-probe")
+@click.argument("targets", nargs=-1, metavar="[TARGET]...")
+@click.option("--size", type=PAGE_SIZE, default="2M", show_default=True,
+              help="Memory pinned on each tier.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def pin_probe_command(targets: tuple[str, ...], size: int, as_json: bool) -> None:
+    """Whether each tier keeps long-term-pinned memory (what GPU registration and RDMA
+    take), by trying: SIZE bytes are placed there, pinned as io_uring fixed buffers,
+    and counted page by page. Default: every node with memory. Nothing stays pinned."""
+    from pycxl.api import probe_longterm_pins
+
+    probes = probe_longterm_pins(list(targets) or None, size=size)
+    if as_json:
+        emit_json([p.as_json() for p in probes])
+        return
+    rows = [[p.tier, p.node, dash(p.zone), p.placement.pages, p.placement.on_expected,
+             dash(", ".join(f"node{n}: {c}" for n, c in p.placement.moved_to.items())),
+             "yes" if p.holds else "no"] for p in probes]  # fmt: skip
+    emit_table("Long-term pins", ["tier", "node", "zone", "pages", "stayed", "moved",
+                                  "holds pins"], rows)  # fmt: skip

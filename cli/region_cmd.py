@@ -21,9 +21,16 @@ DRY_RUN = click.option(
     "--dry-run", is_flag=True, help="Show the plan (sysfs writes); change nothing."
 )
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-ZONE = click.option("--zone", type=click.Choice(["movable", "normal"]), default="movable",
-                    show_default=True,
-                    help="Zone to online the memory into (movable: can be offlined).")  # fmt: skip
+ZONE_HELP = (
+    "Zone to online the memory into. normal: GPU-registered (long-term pinned) "
+    "pages stay on the node; movable: the memory can always be offlined, but the "
+    "kernel moves pinned pages off it."
+)
+ZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default="normal",
+                    show_default=True, help=ZONE_HELP)  # fmt: skip
+REZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default=None,
+                      help=ZONE_HELP + " A region online in the other zone is moved "
+                      "(default: as it is; offline memory goes to normal).")  # fmt: skip
 REGIONS = click.argument("regions", nargs=-1, required=True, metavar="REGION... | all")
 ROOT_FILTER = click.option("-d", "--decoder", "root_decoder", default=None, metavar="DECODER",
                            help="With 'all': only regions of this root decoder.")  # fmt: skip
@@ -118,15 +125,16 @@ def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | N
 @region_group.command("enable")
 @REGIONS
 @click.option("--no-online", is_flag=True, help="Bind only; leave the memory offline.")
-@ZONE
+@REZONE
 @ROOT_FILTER
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def enable_command(regions: tuple[str, ...], no_online: bool, zone: str,
+def enable_command(regions: tuple[str, ...], no_online: bool, zone: str | None,
                    root_decoder: str | None, dry_run: bool, as_json: bool,
                    sysroot: str | None) -> None:  # fmt: skip
-    """Bind committed regions and online their memory."""
+    """Bind committed regions and online their memory; with --zone, move memory that is
+    online in the other zone there."""
     from pycxl.api import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
@@ -199,9 +207,13 @@ def result_json(r: RegionResult) -> dict[str, Any]:
                          "decoder": t.decoder.name} for t in lay.targets],
         }  # fmt: skip
     if r.executed and r.region is not None:
+        from pycxl.cxl.memory_blocks import HOLDS_LONGTERM_PINS
+
         doc.update(region_json(r.region, targets=True))
         doc["numa_node"] = r.numa_node
         doc["tier"] = r.tier
+        doc["zone"] = r.zone
+        doc["longterm_pin"] = HOLDS_LONGTERM_PINS.get(r.zone or "")
     if r.warnings:
         doc["warnings"] = list(r.warnings)
     return doc
@@ -243,13 +255,24 @@ def _show(r: RegionResult) -> None:
         reg.interleave_granularity, reg.decoder,
         " ".join(f"{m.position}:{m.memdev}" for m in reg.mappings),
         "enabled" if reg.enabled else "disabled", dash(r.numa_node), dash(r.tier),
+        dash(r.zone),
     ]]  # fmt: skip
     emit_table(
         f"{r.plan.title} ({_count(r.plan.steps)})",
         ["region", "type", "size", "ways", "granularity", "root decoder", "positions",
-         "state", "node", "tier"],
+         "state", "node", "tier", "zone"],
         rows,
     )  # fmt: skip
+    if r.zone:
+        click.echo(ZONE_MEANS[r.zone].format(tier=r.tier or f"node {r.numa_node}"))
+
+
+ZONE_MEANS = {
+    "normal": "zone normal: long-term pins (GPU registration, RDMA) stay on {tier}",
+    "movable": "zone movable: the kernel moves long-term-pinned pages (GPU registration, "
+    "RDMA) off {tier} to DRAM; for GPU memory on {tier}, use --zone normal or device-dax",
+    "mixed": "zones mixed: long-term pins stay only in the normal part of {tier}",
+}
 
 
 def _count(steps: tuple[Step, ...]) -> str:

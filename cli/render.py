@@ -58,6 +58,13 @@ def dash(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+def pins(holds: bool | None, zone: str | None) -> str:
+    """What long-term pins (GPU registration) do to a node's pages: stay, move, partly."""
+    if holds is None:
+        return "partly" if zone == "mixed" else "-"
+    return "stay" if holds else "move"
+
+
 def ranges(ids: Sequence[int]) -> str:
     """'0-3,8' for (0, 1, 2, 3, 8); '-' for none."""
     if not ids:

@@ -19,7 +19,8 @@ What is here:
 - ``allocate``, ``migrate``, ``NumaBuffer``, ``Policy``: memory on tiers, by name.
 - ``create_region``, ``destroy_region``, ``enable_region``, ``disable_region``,
   ``RegionRequest``, ``RegionResult``: CXL regions, validated, planned, undoable.
-- ``host_memory``: memory on a tier pinned and mapped for a GPU (``pycxl.gpu``).
+- ``host_memory``: memory on a tier pinned and mapped for a GPU (``pycxl.gpu``);
+  ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
@@ -42,6 +43,7 @@ from .errors import (
     NotAvailableError,
     NotFoundError,
     OperationError,
+    PlacementError,
     PycxlError,
     SysfsError,
     TestbedError,
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
         enable_region,
         host_memory,
         migrate,
+        probe_longterm_pins,
     )
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
@@ -74,6 +77,7 @@ _LAZY = {
     "allocate": "api",
     "migrate": "api",
     "host_memory": "api",
+    "probe_longterm_pins": "api",
     "create_region": "api",
     "destroy_region": "api",
     "disable_region": "api",
@@ -100,6 +104,7 @@ __all__ = [
     "NotFoundError",
     "NumaBuffer",
     "OperationError",
+    "PlacementError",
     "Policy",
     "PycxlError",
     "RegionRequest",
@@ -117,6 +122,7 @@ __all__ = [
     "host_memory",
     "list_json",
     "migrate",
+    "probe_longterm_pins",
     "read_cxl",
     "snapshot",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cxl import regions as _regions
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .gpu.memory import HostMemory
+    from .numa.longterm import PinnedPlacement
     from .numa.placement import HugePages, NumaBuffer
     from .numa.policy import Policy
 
@@ -75,15 +77,75 @@ def host_memory(
     gpu: str = "gpu0",
     *,
     huge: HugePages = "auto",
+    allow_migration: bool = False,
     system: System | None = None,
 ) -> HostMemory:
     """``size`` bytes on ``target``, touched there, pinned and mapped for ``gpu``
-    (zero-copy and DMA); ``close()`` unregisters and frees them."""
+    (zero-copy and DMA); ``close()`` unregisters and frees them. Pages the pin moved
+    off the target (a CXL node onlined movable) are a PlacementError, unless
+    ``allow_migration`` (then ``.placement`` says where they went)."""
     from .gpu.memory import GpuContext, HostMemory
 
     s = system or snapshot()
     nodes = s.memory_nodes(target)
-    return HostMemory.allocate(GpuContext(s.gpu(gpu).ordinal), _bytes(size), nodes, huge=huge)
+    ctx = GpuContext(s.gpu(gpu).ordinal)
+    return HostMemory.allocate(ctx, _bytes(size), nodes, huge=huge,
+                               allow_migration=allow_migration)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PinProbe:
+    """What a long-term pin did to memory on one tier (``probe_longterm_pins``)."""
+
+    tier: str
+    node: int
+    zone: str | None  # CXL memory's zone, where known
+    placement: PinnedPlacement
+
+    @property
+    def holds(self) -> bool:
+        """Whether the tier kept every pinned page."""
+        return self.placement.stayed
+
+    def as_json(self) -> dict[str, Any]:
+        """The probe as JSON: tier, node, zone, pages, where they were after the pin."""
+        p = self.placement
+        return {
+            "tier": self.tier, "node": self.node, "zone": self.zone, "pages": p.pages,
+            "pages_on_node": p.on_expected,
+            "moved_to": {str(n): c for n, c in sorted(p.moved_to.items())},
+            "longterm_pin": self.holds,
+        }  # fmt: skip
+
+
+def probe_longterm_pins(
+    targets: Names | None = None, *, size: int | str = "2M", system: System | None = None
+) -> list[PinProbe]:
+    """For each tier (default: every node with memory), place ``size`` bytes there, take
+    a long-term pin on them (io_uring fixed buffers: the pin GPU registration takes) and
+    report where the pages are afterwards. Nothing is left pinned or allocated."""
+    from .numa import placement
+
+    s = system or snapshot(gpus=False)
+    nodes = s.memory_nodes(targets if targets is not None else "all")
+    out = []
+    for node in nodes:
+        tier = s.tier(node)
+        assert tier is not None
+        with placement.allocate(_bytes(size), [node]) as buf:
+            out.append(PinProbe(tier.name, node, tier.zone, _pin_and_count(buf)))
+    return out
+
+
+def _pin_and_count(buf: NumaBuffer) -> PinnedPlacement:
+    from .numa.longterm import LongtermPin, pin_placement
+
+    pins: list[LongtermPin] = []
+    try:
+        return pin_placement(buf, lambda: pins.append(LongtermPin(buf)))
+    finally:
+        for pin in pins:
+            pin.close()
 
 
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:
@@ -106,16 +168,18 @@ def enable_region(
     name: str,
     *,
     online: bool = True,
-    zone: str = "movable",
+    zone: str | None = None,
     sysroot: str | None = None,
     dry_run: bool = False,
 ) -> RegionResult:
-    """Bind a committed region and online its memory; the result names its tier."""
+    """Bind a committed region and online its memory (``zone``: normal by default; a
+    region online in the other zone is moved); the result names its tier."""
     from .cxl.memory_blocks import check_zone
 
     result = _regions.enable_region(
-        name, online=online, zone=check_zone(zone), sysroot=sysroot, dry_run=dry_run
-    )
+        name, online=online, zone=check_zone(zone) if zone is not None else None,
+        sysroot=sysroot, dry_run=dry_run,
+    )  # fmt: skip
     return result if dry_run else _with_tier(result, sysroot)
 
 

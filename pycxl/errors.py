@@ -72,6 +72,12 @@ class SysfsError(OperationError):
         super().__init__(f"{path}: {problem}")
 
 
+class PlacementError(OperationError):
+    """Pages are not on the node they were placed on: a long-term pin (GPU registration)
+    made the kernel move them, or a policy could not be met. No figure or buffer is
+    handed out under the wrong tier's name."""
+
+
 class CudaError(OperationError):
     """A CUDA driver call returned an error."""
 

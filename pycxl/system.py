@@ -318,7 +318,9 @@ def snapshot(
 
     fs = Sysfs(sysroot)
     cxl = read_cxl(fs, backend)
-    nodes = classify_nodes(read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl))
+    nodes = classify_nodes(
+        read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones()
+    )
     inventory = read_gpus(fs) if gpus else GpuInventory((), None, "GPUs not queried")
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory)
 

@@ -31,6 +31,19 @@ class NodeTier:
     name: str
     region: str | None = None  # the CXL region feeding it
     explicit: bool = False  # mapped to CXL by the user, not by the topology
+    zone: str | None = None  # CXL memory's zone: movable, normal or mixed
+
+    @property
+    def holds_longterm_pins(self) -> bool | None:
+        """Whether long-term pins (GPU registration) keep their pages on this node:
+        True in ZONE_NORMAL, False in ZONE_MOVABLE (the kernel moves them to another
+        node), None where it is mixed or the zone is not known (nodes with CPUs have
+        normal memory of their own)."""
+        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
+
+        if self.zone is None:
+            return True if self.node.cpus else None
+        return HOLDS_LONGTERM_PINS[self.zone]
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,7 @@ def classify_nodes(
     nodes: Iterable[NumaNode],
     cxl_node_regions: dict[int, str],
     explicit_cxl: Sequence[int] = (),
+    zones: dict[int, str] | None = None,
 ) -> list[NodeTier]:
     """Give each node its tier and tier name."""
     out: list[NodeTier] = []
@@ -92,7 +106,10 @@ def classify_nodes(
         else:
             name = f"{tier}{counters[tier]}"
             counters[tier] += 1
-        out.append(NodeTier(n, tier, name, region, explicit=region is None and tier == "cxl"))
+        out.append(
+            NodeTier(n, tier, name, region, explicit=region is None and tier == "cxl",
+                     zone=(zones or {}).get(n.id))
+        )  # fmt: skip
     return out
 
 

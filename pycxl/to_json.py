@@ -139,6 +139,7 @@ def dax_json(d: DaxDevice, human: bool = False) -> Json:
         "online_memblocks": d.online_memblocks if ram else None,
         "total_memblocks": d.total_memblocks if ram else None,
         "movable": d.movable if ram else None,
+        "zone": d.zone if ram else None,
         "region": d.region,
     }
 
@@ -156,6 +157,8 @@ def node_json(nt: NodeTier) -> Json:
         "mem_available": n.mem_available,
         "region": nt.region,  # the CXL region feeding it
         "explicit": nt.explicit,  # named CXL by PYCXL_CXL_NODES, not by the topology
+        "zone": nt.zone,  # CXL memory's zone: movable, normal, mixed
+        "longterm_pin": nt.holds_longterm_pins,  # GPU-registered pages stay on the node
         "distances": {str(k): v for k, v in n.distances.items()},
     }
 

@@ -17,7 +17,7 @@ from .._lib.compiled import kernels
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, default, last_level_cache
+from .context import Placement, check_fits, default, last_level_cache, require_placed
 from .results import BandwidthResult
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
@@ -81,6 +81,8 @@ def stream_bandwidth(
         _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(nt_stores), times)
         _validate((a, b, c), expected_values(names, ntimes))
         placed = [x.pages_by_node() for x in (a, b, c)]
+    for name, pl in zip("abc", placed, strict=True):
+        require_placed(pl, p, f"STREAM array {name}")
     on_node = sum(pl.get(p.node, 0) for pl in placed)
     total_pages = sum(sum(pl.values()) for pl in placed)
     per_kernel = {

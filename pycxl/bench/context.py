@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError, NotAvailableError
+from ..errors import InvalidRequestError, NotAvailableError, PlacementError
 from ..numa.placement import HugePages
 from ..sysfs import Sysfs
 from ..units import format_size
@@ -113,6 +113,18 @@ def page_size(name: str, fs: Sysfs | None = None) -> int:
                 f"echo madvise > {THP} (now: {mode or 'absent'})"
             )
     return PAGE_SIZES[name]
+
+
+def require_placed(placed: dict[int, int], p: Placement, what: str) -> None:
+    """Refuse to report a figure for memory that was not on the target's node."""
+    total = sum(n for node, n in placed.items() if node >= 0)
+    on = placed.get(p.node, 0)
+    if on < total:
+        elsewhere = {n: c for n, c in placed.items() if n >= 0 and n != p.node}
+        raise PlacementError(
+            f"{total - on} of {total} pages of the {what} were not on {p.target} (node "
+            f"{p.node}) but on {elsewhere}; no figure is reported for {p.target}"
+        )
 
 
 def check_fits(size: int, p: Placement) -> None:

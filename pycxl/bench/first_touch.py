@@ -5,7 +5,15 @@ from __future__ import annotations
 from .._lib.compiled import kernels
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, default, huge_pages, page_size, pinned
+from .context import (
+    Placement,
+    check_fits,
+    default,
+    huge_pages,
+    page_size,
+    pinned,
+    require_placed,
+)
 from .results import FirstTouchResult
 
 DEFAULT_SIZE = 64 << 20
@@ -37,6 +45,7 @@ def first_touch(p: Placement, *, size: int | None = None, page: str = "4k") -> F
             )
         )
         pages = buf.pages_by_node()
+    require_placed(pages, p, "first-touch buffer")
     per_page = np.maximum(ns.astype(np.int64) - timer, 0)
     p50, p90, p99 = (float(np.percentile(per_page, q)) for q in (50, 90, 99))
     return FirstTouchResult(

@@ -25,6 +25,7 @@ from .context import (
     last_level_cache,
     page_size,
     pinned,
+    require_placed,
 )
 from .results import LatencyResult
 
@@ -78,6 +79,7 @@ def chase_latency(
         lib.chase_run(start, max(16, n_lines - n_lines % 16))  # warm TLB and caches
         ns = [lib.chase_run(start, loads) / loads for _ in range(samples)]
         pages = buf.pages_by_node()
+    require_placed(pages, p, "chase arena")
     return LatencyResult(
         target=p.target,
         node=p.node,

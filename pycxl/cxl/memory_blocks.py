@@ -4,6 +4,11 @@ A dax device in system-ram mode (kmem) adds its range as memory blocks; each blo
 onlined into a zone by writing its ``state``: ``online_movable`` (ZONE_MOVABLE: the
 kernel keeps its own allocations out, so the block can be offlined again) or
 ``online_kernel`` (ZONE_NORMAL).
+
+The zone decides what long-term pins do (GPU registration, RDMA, io_uring fixed
+buffers: ``pin_user_pages(FOLL_LONGTERM)``): the kernel never leaves a long-term-pinned
+page in ZONE_MOVABLE, it migrates it to a non-movable zone first, which on a CPU-less
+CXL node means another node. Memory in ZONE_NORMAL keeps its pinned pages.
 """
 
 from __future__ import annotations
@@ -18,6 +23,28 @@ MEMORY_BLOCKS = "/sys/devices/system/memory"
 
 Zone = Literal["movable", "normal"]
 ONLINE_STATE: dict[Zone, str] = {"movable": "online_movable", "normal": "online_kernel"}
+
+
+# The zone of a node's (or device's) online memory: all movable, all normal, or both.
+ZoneState = Literal["movable", "normal", "mixed"]
+# Whether long-term pins stay in memory of that zone (mixed: only in its normal part).
+HOLDS_LONGTERM_PINS: dict[str, bool | None] = {"normal": True, "movable": False, "mixed": None}
+
+
+def zone_of(blocks: list[MemoryBlock]) -> ZoneState | None:
+    """The zone of the online blocks; None when none is online."""
+    zones = {"movable" if b.movable else "normal" for b in blocks if b.online}
+    if not zones:
+        return None
+    return "mixed" if len(zones) > 1 else ("movable" if "movable" in zones else "normal")
+
+
+def combine_zones(zones: list[str | None]) -> str | None:
+    """One zone for several devices' memory (a node fed by more than one region)."""
+    known = {z for z in zones if z is not None}
+    if not known:
+        return None
+    return known.pop() if len(known) == 1 else "mixed"
 
 
 def check_zone(zone: str) -> Zone:

@@ -271,6 +271,7 @@ class DaxDevice(_Linked):
     online_memblocks: int = 0
     total_memblocks: int = 0
     movable: bool | None = None  # all online blocks in ZONE_MOVABLE
+    zone: str | None = None  # zone of the online blocks: movable, normal or mixed
 
 
 @dataclass(frozen=True)

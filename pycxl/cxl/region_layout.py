@@ -46,7 +46,9 @@ class RegionRequest:
     bus: str | None = None  # only root decoders of this bus (name, id or provider)
     uuid: str | None = None  # pmem only
     online: bool = True
-    zone: Zone = "movable"
+    # normal: long-term pins (GPU registration) stay on the node; movable: the memory
+    # can always be offlined, but the kernel moves pinned pages to another node
+    zone: Zone = "normal"
 
     def __post_init__(self) -> None:
         if self.type not in (None, "ram", "pmem"):

@@ -111,6 +111,24 @@ def online_steps(fs: Sysfs, name: str, zone: Zone) -> list[Step]:
     ]
 
 
+def rezone_steps(region: Region, zone: Zone) -> list[Step]:
+    """Move a region's online memory into ``zone``: offline every block (refused, and put
+    back, if the kernel cannot move a page off, as pinned pages), then online them all
+    in the new zone. Undone newest first: offlined again, then back in the old zone."""
+    warnings: list[str] = []
+    steps = [
+        action(f"offline {dax.name}'s memory blocks (node {dax.target_node}, now {dax.zone})",
+               _offliner(dax, False, warnings))
+        for dax in region.dax_devices
+        if dax.online_memblocks
+    ]  # fmt: skip
+    state = ONLINE_STATE[zone]
+    name = region.name
+    steps.append(action(f"online {name}'s memory blocks ({state})",
+                        lambda f: _online_blocks(f, name, state)))  # fmt: skip
+    return steps
+
+
 def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[str]) -> Plan:
     """Disable (offline + unbind) and, with ``delete``, destroy a region."""
     reg = _dev(region.name)

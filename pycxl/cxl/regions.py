@@ -24,7 +24,7 @@ from ..errors import (
 from ..plan import Plan, PlanFailed, StepHook
 from ..sysfs import Sysfs
 from . import region_plan
-from .memory_blocks import Zone
+from .memory_blocks import Zone, combine_zones
 from .model import Region
 from .region_layout import RegionLayout, RegionRequest, layout_region
 from .sysfs_backend import bus_present, read_topology
@@ -52,6 +52,7 @@ class RegionResult:
     region: Region | None = None  # as read back afterwards; None once destroyed
     layout: RegionLayout | None = None  # create only
     numa_node: int | None = None  # the node its memory is online in
+    zone: str | None = None  # the zone it is online in: normal, movable or mixed
     tier: str | None = None  # that node's tier name (cxl0...), where names were resolved
     warnings: tuple[str, ...] = ()
 
@@ -124,12 +125,14 @@ def enable_region(
     name: str,
     *,
     online: bool = True,
-    zone: Zone = "movable",
+    zone: Zone | None = None,
     sysroot: str | None = None,
     dry_run: bool = False,
     before_step: StepHook | None = None,
 ) -> RegionResult:
-    """Bind a committed region's driver and online its memory; no-op parts are skipped."""
+    """Bind a committed region's driver and online its memory (in ``zone``; default:
+    normal); no-op parts are skipped. A region already online in the other zone is
+    moved to ``zone`` when one is given: offlined, then onlined there, as one plan."""
     fs = Sysfs(sysroot)
     region = read_topology(fs).require().region(name)
     if not region.committed:
@@ -139,8 +142,11 @@ def enable_region(
         )
     steps = [] if region.enabled else [region_plan.bind_step(name)]
     offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
-    if region.type == "ram" and online and (not region.enabled or offline):
-        steps += region_plan.online_steps(fs, name, zone)
+    current = {d.zone for d in region.dax_devices if d.zone is not None}
+    if region.type == "ram" and online and zone is not None and current - {zone}:
+        steps += region_plan.rezone_steps(region, zone)
+    elif region.type == "ram" and online and (not region.enabled or offline):
+        steps += region_plan.online_steps(fs, name, zone or "normal")
     plan = Plan(f"enable {name}", tuple(steps))
     if dry_run:
         return RegionResult(name, plan, executed=False, region=region)
@@ -175,14 +181,15 @@ def _result(
 ) -> RegionResult:
     region = read_topology(fs).require().region(name)
     # The region's memory is a node's only once some of it is online.
-    online = [d.target_node for d in region.dax_devices if d.online_memblocks]
+    online = [d for d in region.dax_devices if d.online_memblocks]
     return RegionResult(
         name,
         plan,
         executed=True,
         region=region,
         layout=layout,
-        numa_node=online[0] if online else None,
+        numa_node=online[0].target_node if online else None,
+        zone=combine_zones([d.zone for d in online]),
         warnings=tuple(warnings or ()),
     )
 

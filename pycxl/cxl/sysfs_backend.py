@@ -233,11 +233,13 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
         mode = DAX_DRIVER_MODES.get(driver or "", "unbound" if driver is None else driver)
         online = total = 0
         movable: bool | None = None
+        zone = None
         if mode == "system-ram" and resource is not None:
             blocks = memory_blocks.blocks_in_range(fs, resource, size)
             total = len(blocks)
             online = sum(b.online for b in blocks)
             movable = all(b.movable for b in blocks if b.online) if online else None
+            zone = memory_blocks.zone_of(blocks)
         target = fs.read_int(f"{dev}/target_node")
         out.append(
             DaxDevice(
@@ -250,6 +252,7 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
                 online_memblocks=online,
                 total_memblocks=total,
                 movable=movable,
+                zone=zone,
             )
         )
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import NotAvailableError, NotFoundError, _natural_key
 from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region, _Linked
@@ -121,6 +121,16 @@ class CxlTopology:
         while p is not None and p.parent is not None:
             p = self.port(p.parent)
         return next((b for b in self.buses if p is not None and b.port == p.name), None)
+
+    def node_zones(self) -> dict[int, str]:
+        """NUMA node id -> zone of the CXL memory online there (movable, normal, mixed)."""
+        from .memory_blocks import combine_zones
+
+        by_node: dict[int, list[Any]] = {}
+        for d in self.dax_devices:
+            if d.target_node is not None and d.mode == "system-ram" and d.zone is not None:
+                by_node.setdefault(d.target_node, []).append(d.zone)
+        return {n: z for n, zs in by_node.items() if (z := combine_zones(zs)) is not None}
 
     def node_to_region(self) -> dict[int, str]:
         """NUMA node id -> CXL region name, for nodes fed by a CXL region's dax device."""

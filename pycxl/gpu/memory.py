@@ -5,8 +5,9 @@ writable buffer / numpy array) with the CUDA driver, portable and device-mapped:
 GPU copies to and from it by DMA and can load from it directly (zero-copy). It exposes
 ``__cuda_array_interface__`` (the device pointer), so CuPy, Numba and PyTorch use it
 without a copy, and unregisters on ``close()``, at the end of a ``with`` block, or when
-collected. Registration pins pages where they are: they stay on the node they were
-placed on.
+collected. Registration is a long-term pin, which the kernel does not leave in ZONE_MOVABLE:
+pages are counted per node around it, and a move is an error (or, when accepted,
+reported), never silent.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CudaError, InvalidRequestError, OperationError
-from ..numa import pages
+from ..errors import InvalidRequestError, OperationError
+from ..numa import longterm, pages
 from . import driver as drv
 
 if TYPE_CHECKING:
@@ -31,6 +32,30 @@ CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
 PAGE = pages.PAGE
+REGISTER_CHUNK = 256 << 30  # the driver refuses single registrations of 512 GiB or more
+
+
+def _register(ffi: Any, lib: Any, address: int, n: int, total: int) -> None:
+    flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP
+    rc = int(lib.cuMemHostRegister_v2(ffi.cast("void *", address), n, flags))
+    if rc == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+        raise InvalidRequestError(
+            f"the range at {address:#x} is already registered with CUDA; unregister it first"
+        )
+    if rc == CUDA_ERROR_OUT_OF_MEMORY:
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        raise OperationError(
+            f"cannot pin {total} bytes: the driver is out of pinnable memory "
+            f"(memlock limit {soft if soft >= 0 else 'unlimited'}); pin less, free "
+            "pinned memory elsewhere, or raise the limit (ulimit -l unlimited, or "
+            "LimitMEMLOCK=infinity for a service)"
+        )
+    drv.check("cuMemHostRegister", rc)
+
+
+def _unregister_all(lib: Any, ffi: Any, addresses: tuple[int, ...]) -> None:
+    for a in reversed(addresses):
+        lib.cuMemHostUnregister(ffi.cast("void *", a))
 
 
 class GpuContext:
@@ -126,38 +151,63 @@ class DeviceMemory:
 
 
 class HostMemory:
-    """A host buffer pinned, registered and mapped for the GPU."""
+    """A host buffer pinned, registered and mapped for the GPU.
 
-    def __init__(self, ctx: GpuContext, buffer: Any) -> None:
+    Registration takes a long-term pin, and the kernel moves long-term-pinned pages out
+    of ZONE_MOVABLE (a CXL node onlined movable) to another node, silently. So the pages
+    are counted per node before and after registering: if any left the node(s) the
+    buffer was placed on (its bind policy's, else where they were), nothing stays
+    registered and PlacementError says what happened and what to do, unless
+    ``allow_migration`` accepts it. ``placement`` tells where the pages are.
+
+    Registrations of ``chunk`` bytes or more are made in pieces (the NVIDIA driver
+    refuses single registrations of 512 GiB or more on recent versions); with unified
+    addressing the pieces form one range for the GPU, at the host's own addresses.
+    """
+
+    def __init__(
+        self,
+        ctx: GpuContext,
+        buffer: Any,
+        *,
+        allow_migration: bool = False,
+        chunk: int = REGISTER_CHUNK,
+    ) -> None:
         address, length = pages.buffer_span(buffer)
         if address % PAGE or length % PAGE:
             raise InvalidRequestError(
                 "host memory to register must start and end on a page boundary "
                 f"(address {address:#x}, {length} bytes); allocate it with "
-                "pycxl.numa.placement.allocate or mmap"
+                "pycxl.allocate or mmap"
             )
+        if chunk < PAGE or chunk % PAGE:
+            raise InvalidRequestError(f"chunk must be a positive multiple of {PAGE} bytes")
         ffi, lib = drv.driver()
-        flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP
-        rc = int(lib.cuMemHostRegister_v2(ffi.cast("void *", address), length, flags))
-        if rc == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
-            raise InvalidRequestError(
-                f"the range at {address:#x} is already registered with CUDA; unregister it first"
-            )
-        if rc == CUDA_ERROR_OUT_OF_MEMORY:
-            soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-            raise OperationError(
-                f"cannot pin {length} bytes: the driver is out of pinnable memory "
-                f"(memlock limit {soft if soft >= 0 else 'unlimited'}); pin less, free "
-                "pinned memory elsewhere, or raise the limit (ulimit -l unlimited, or "
-                "LimitMEMLOCK=infinity for a service)"
-            )
-        drv.check("cuMemHostRegister", rc)
-        dptr = ffi.new("CUdeviceptr *")
+        registered: list[int] = []
+
+        def unregister_all() -> None:
+            for a in reversed(registered):
+                lib.cuMemHostUnregister(ffi.cast("void *", a))
+
+        def register() -> None:
+            for off in range(0, length, chunk):
+                _register(ffi, lib, address + off, min(chunk, length - off), length)
+                registered.append(address + off)
+
         try:
+            placed = longterm.pin_placement(buffer, register)
+            dptr = ffi.new("CUdeviceptr *")
             rc = int(lib.cuMemHostGetDevicePointer_v2(dptr, ffi.cast("void *", address), 0))
             drv.check("cuMemHostGetDevicePointer", rc)
-        except CudaError:
-            lib.cuMemHostUnregister(ffi.cast("void *", address))
+            if len(registered) > 1 and int(dptr[0]) != address:
+                raise InvalidRequestError(
+                    f"{length} bytes need {len(registered)} registrations, and without "
+                    "unified addressing they are not one range on the GPU: pin less at once"
+                )
+            what = f"the {length}-byte buffer at {address:#x}"
+            self.placement = longterm.check_pinned(placed, what, allow_migration=allow_migration)
+        except BaseException:
+            unregister_all()
             raise
         # Registration lives in the context: keeping it keeps the primary context from
         # being released (and the registration dropped) while this object exists.
@@ -167,21 +217,27 @@ class HostMemory:
         self.address = address
         self.size = length
         self.device_pointer = int(dptr[0])
-        self._unregister = weakref.finalize(
-            self, lib.cuMemHostUnregister, ffi.cast("void *", address)
-        )
+        self._unregister = weakref.finalize(self, _unregister_all, lib, ffi, tuple(registered))
 
     @classmethod
     def allocate(
-        cls, ctx: GpuContext, size: int, nodes: int | Sequence[int], *, huge: HugePages = "auto"
+        cls,
+        ctx: GpuContext,
+        size: int,
+        nodes: int | Sequence[int],
+        *,
+        huge: HugePages = "auto",
+        allow_migration: bool = False,
+        chunk: int = REGISTER_CHUNK,
     ) -> HostMemory:
-        """``size`` bytes bound to ``nodes``, touched there, then pinned and mapped;
-        ``close()`` unregisters and frees them. By name: ``pycxl.host_memory``."""
+        """``size`` bytes bound to ``nodes``, touched there, then pinned and mapped (and
+        checked to be there still); ``close()`` unregisters and frees them. By name:
+        ``pycxl.host_memory``."""
         from ..numa.placement import allocate
 
         buf = allocate(size, nodes, huge=huge)
         try:
-            mem = cls(ctx, buf)
+            mem = cls(ctx, buf, allow_migration=allow_migration, chunk=chunk)
         except BaseException:
             buf.close()
             raise
