@@ -31,6 +31,11 @@ ZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default=
 REZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default=None,
                       help=ZONE_HELP + " A region online in the other zone is moved "
                       "(default: as it is; offline memory goes to normal).")  # fmt: skip
+MODE_HELP = (
+    "system-ram: the memory becomes a NUMA node; devdax: a device (/dev/daxX.Y) "
+    "that programs map directly (pycxl.map_dax), whose pages long-term pins never "
+    "move."
+)
 REGIONS = click.argument("regions", nargs=-1, required=True, metavar="REGION... | all")
 ROOT_FILTER = click.option("-d", "--decoder", "root_decoder", default=None, metavar="DECODER",
                            help="With 'all': only regions of this root decoder.")  # fmt: skip
@@ -60,13 +65,15 @@ def region_group() -> None:
 @click.option("-U", "--uuid", default=None, help="UUID of a pmem region (default: random).")
 @click.option("--no-online", is_flag=True, help="Stop once the region is committed and bound.")
 @ZONE
+@click.option("--mode", type=click.Choice(["system-ram", "devdax"]), default="system-ram",
+              show_default=True, help=MODE_HELP)  # fmt: skip
 @DRY_RUN
 @AS_JSON
 @SYSROOT  # fmt: skip
 def create_command(
     memdevs: tuple[str, ...], memdev_args: bool, ways: int | None, granularity: int | None,
     size: int | None, rtype: str | None, decoder: str | None, bus: str | None,
-    uuid: str | None, no_online: bool, zone: str, dry_run: bool, as_json: bool,
+    uuid: str | None, no_online: bool, zone: str, mode: str, dry_run: bool, as_json: bool,
     sysroot: str | None,
 ) -> None:  # fmt: skip
     """Assemble memdevs into an interleaved region and online it as a NUMA node.
@@ -82,7 +89,7 @@ def create_command(
         memdevs=tuple(m for arg in memdevs for m in arg.split(",") if m), ways=ways,
         granularity=granularity, size=size, type=rtype,  # type: ignore[arg-type]
         decoder=decoder, bus=bus, uuid=uuid, online=not no_online,
-        zone=zone,  # type: ignore[arg-type]
+        zone=zone, mode=mode,  # type: ignore[arg-type]
     )  # fmt: skip
     _emit([create_region(req, sysroot=sysroot, dry_run=dry_run)], as_json)
 
@@ -126,20 +133,22 @@ def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | N
 @REGIONS
 @click.option("--no-online", is_flag=True, help="Bind only; leave the memory offline.")
 @REZONE
+@click.option("--mode", type=click.Choice(["system-ram", "devdax"]), default=None,
+              help=MODE_HELP + " Switches a region that is in the other mode.")  # fmt: skip
 @ROOT_FILTER
 @DRY_RUN
 @AS_JSON
 @SYSROOT
 def enable_command(regions: tuple[str, ...], no_online: bool, zone: str | None,
-                   root_decoder: str | None, dry_run: bool, as_json: bool,
+                   mode: str | None, root_decoder: str | None, dry_run: bool, as_json: bool,
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
     online in the other zone there."""
     from pycxl.api import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
-          lambda r: enable_region(r, online=not no_online, zone=zone, sysroot=sysroot,
-                                  dry_run=dry_run))  # fmt: skip
+          lambda r: enable_region(r, online=not no_online, zone=zone, mode=mode,
+                                  sysroot=sysroot, dry_run=dry_run))  # fmt: skip
 
 
 def _each(names: tuple[str, ...], root_decoder: str | None, sysroot: str | None,
@@ -214,6 +223,7 @@ def result_json(r: RegionResult) -> dict[str, Any]:
         doc["tier"] = r.tier
         doc["zone"] = r.zone
         doc["longterm_pin"] = HOLDS_LONGTERM_PINS.get(r.zone or "")
+        doc["dax"] = [{"chardev": d.name, "mode": d.mode} for d in r.region.dax_devices]
     if r.warnings:
         doc["warnings"] = list(r.warnings)
     return doc
@@ -265,6 +275,10 @@ def _show(r: RegionResult) -> None:
     )  # fmt: skip
     if r.zone:
         click.echo(ZONE_MEANS[r.zone].format(tier=r.tier or f"node {r.numa_node}"))
+    for d in reg.dax_devices:
+        if d.mode == "devdax":
+            click.echo(f"mode devdax: /dev/{d.name}, mapped directly (pycxl.map_dax); "
+                       "long-term pins (GPU registration) never move its pages")  # fmt: skip
 
 
 ZONE_MEANS = {

@@ -20,7 +20,8 @@ What is here:
 - ``create_region``, ``destroy_region``, ``enable_region``, ``disable_region``,
   ``RegionRequest``, ``RegionResult``: CXL regions, validated, planned, undoable.
 - ``host_memory``: memory on a tier pinned and mapped for a GPU (``pycxl.gpu``);
-  ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying.
+  ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying;
+  ``map_dax``: a devdax region's memory mapped directly.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         disable_region,
         enable_region,
         host_memory,
+        map_dax,
         migrate,
         probe_longterm_pins,
     )
@@ -78,6 +80,7 @@ _LAZY = {
     "migrate": "api",
     "host_memory": "api",
     "probe_longterm_pins": "api",
+    "map_dax": "api",
     "create_region": "api",
     "destroy_region": "api",
     "disable_region": "api",
@@ -121,6 +124,7 @@ __all__ = [
     "enable_region",
     "host_memory",
     "list_json",
+    "map_dax",
     "migrate",
     "probe_longterm_pins",
     "read_cxl",

@@ -18,6 +18,7 @@ from .system import System, snapshot
 from .units import parse_size
 
 if TYPE_CHECKING:
+    from .cxl.dax import DaxMapping
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .gpu.memory import HostMemory
@@ -169,18 +170,41 @@ def enable_region(
     *,
     online: bool = True,
     zone: str | None = None,
+    mode: str | None = None,
     sysroot: str | None = None,
     dry_run: bool = False,
 ) -> RegionResult:
     """Bind a committed region and online its memory (``zone``: normal by default; a
-    region online in the other zone is moved); the result names its tier."""
+    region online in the other zone is moved); ``mode`` switches it between
+    system-ram and devdax. The result names its tier."""
     from .cxl.memory_blocks import check_zone
 
     result = _regions.enable_region(
         name, online=online, zone=check_zone(zone) if zone is not None else None,
-        sysroot=sysroot, dry_run=dry_run,
+        mode=mode, sysroot=sysroot, dry_run=dry_run,
     )  # fmt: skip
     return result if dry_run else _with_tier(result, sysroot)
+
+
+def map_dax(name: str, size: int | str | None = None, *, sysroot: str | None = None) -> DaxMapping:
+    """Map a devdax device (``dax0.0``), or the one of a region (``region0``), into this
+    process: its memory, directly, as a buffer with a numpy view that
+    ``pycxl.gpu.memory.HostMemory`` can register. ``size``: all of it by default, else a
+    multiple of the device's alignment."""
+    from .cxl.dax import DaxMapping
+    from .cxl.sysfs_backend import read_dax_devices
+    from .errors import NotFoundError
+    from .sysfs import Sysfs
+
+    devices = read_dax_devices(Sysfs(sysroot))
+    found = [d for d in devices if name in (d.name, d.region)]
+    if not found:
+        raise NotFoundError("dax device", name, [d.name for d in devices])
+    if len(found) > 1:
+        raise InvalidRequestError(
+            f"{name} has {len(found)} dax devices; name one: " + ", ".join(d.name for d in found)
+        )
+    return DaxMapping(found[0], None if size is None else _bytes(size))
 
 
 destroy_region = _regions.destroy_region

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import time
 from collections.abc import Iterator
 
 from .errors import NeedsRootError, SysfsError
@@ -127,8 +129,16 @@ class Sysfs:
             yield from text.splitlines()
 
     # --- writes ------------------------------------------------------------
-    def write(self, rel: str, value: str) -> None:
-        """Write one attribute; turns errno into an error naming the file."""
+    def write(self, rel: str, value: str, *, timeout: float | None = None) -> None:
+        """Write one attribute; turns errno into an error naming the file.
+
+        With ``timeout``, the write runs in a child process that is killed (SIGKILL) if
+        it has not returned by then: some writes block in the kernel until a fatal
+        signal (offlining memory whose pages cannot move retries forever), and only a
+        fatal signal makes the kernel give up, leaving the attribute as it was."""
+        if timeout is not None:
+            self._write_bounded(rel, value, timeout)
+            return
         p = self.path(rel)
         try:
             with open(p, "w", encoding="utf-8") as f:
@@ -139,6 +149,40 @@ class Sysfs:
             raise SysfsError(rel, f"write of {value!r} refused ({e.strerror})", e.errno) from e
         except OSError as e:
             raise SysfsError(rel, f"write of {value!r} failed ({e.strerror})", e.errno) from e
+
+    def _write_bounded(self, rel: str, value: str, timeout: float) -> None:
+        p = self.path(rel)
+        pid = os.fork()
+        if pid == 0:  # child: write, report the errno as the exit status
+            code = 0
+            try:
+                fd = os.open(p, os.O_WRONLY)
+                try:
+                    os.write(fd, value.encode())
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                code = e.errno or 1
+            os._exit(code)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise SysfsError(
+                    rel,
+                    f"write of {value!r} did not finish within {timeout:.0f} s",
+                    errno.ETIMEDOUT,
+                )
+            time.sleep(0.05)
+        code = os.waitstatus_to_exitcode(status)
+        if code == errno.EACCES and os.geteuid() != 0:
+            raise NeedsRootError(f"writing {rel} needs root; run with sudo")
+        if code:
+            raise SysfsError(rel, f"write of {value!r} failed ({os.strerror(code)})", code)
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:

@@ -272,6 +272,7 @@ class DaxDevice(_Linked):
     total_memblocks: int = 0
     movable: bool | None = None  # all online blocks in ZONE_MOVABLE
     zone: str | None = None  # zone of the online blocks: movable, normal or mixed
+    align: int | None = None  # bytes: mappings of a devdax device are multiples of it
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Literal
 
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
 from ..units import format_size, parse_size
+from .dax import check_mode
 from .memory_blocks import Zone, check_zone
 from .model import Decoder, Memdev
 from .topology import CxlTopology
@@ -49,11 +50,14 @@ class RegionRequest:
     # normal: long-term pins (GPU registration) stay on the node; movable: the memory
     # can always be offlined, but the kernel moves pinned pages to another node
     zone: Zone = "normal"
+    # system-ram: the memory becomes a NUMA node; devdax: /dev/daxX.Y, mapped by programs
+    mode: str = "system-ram"
 
     def __post_init__(self) -> None:
         if self.type not in (None, "ram", "pmem"):
             raise InvalidRequestError(f"type {self.type!r}: use 'ram' or 'pmem'")
         check_zone(self.zone)
+        check_mode(self.mode)
         if isinstance(self.memdevs, str):  # one name, not its letters
             object.__setattr__(self, "memdevs", (self.memdevs,))
         for name in ("size", "granularity"):

@@ -18,13 +18,16 @@ from ..errors import OperationError, SysfsError
 from ..plan import Plan, Step, Undo, action, write
 from ..sysfs import Sysfs
 from ..waiting import wait_until
-from . import memory_blocks
+from . import dax, memory_blocks
 from .memory_blocks import ONLINE_STATE, Zone
 from .model import DaxDevice, Region
 from .region_layout import RegionLayout
 from .sysfs_backend import CXL_DEVICES, read_dax_devices
 
 REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
+# Offlining a block whose pages cannot move (long-term pinned) retries in the kernel
+# until a fatal signal: give up after this long (the block stays online).
+OFFLINE_TIMEOUT_S = 30.0
 DAX_WAIT_S = 60.0  # the dax device appears after the region driver probes (slow under TCG)
 
 
@@ -44,8 +47,12 @@ def next_region_name(fs: Sysfs, layout: RegionLayout) -> str:
     return name
 
 
-def create_plan(fs: Sysfs, layout: RegionLayout, name: str, *, online: bool, zone: Zone) -> Plan:
-    """The sysfs steps that create, commit, bind and (optionally) online a region."""
+def create_plan(
+    fs: Sysfs, layout: RegionLayout, name: str, *, online: bool, zone: Zone,
+    mode: str = "system-ram",
+) -> Plan:  # fmt: skip
+    """The sysfs steps that create, commit, bind and (optionally) online a region, or
+    (``mode="devdax"``) hand its dax device to device_dax."""
     root = _dev(layout.root.name)
     reg = _dev(name)
     steps = [
@@ -84,9 +91,31 @@ def create_plan(fs: Sysfs, layout: RegionLayout, name: str, *, online: bool, zon
         write("commit the decoders", f"{reg}/commit", "1", (f"{reg}/commit", "0")),
         bind_step(name),
     ]
-    if layout.type == "ram" and online:
+    if layout.type == "ram" and mode == "devdax":
+        steps += devdax_steps(name)
+    elif layout.type == "ram" and online:
         steps += online_steps(fs, name, zone)
     return Plan(f"create {name}", tuple(steps))
+
+
+def devdax_steps(name: str) -> list[Step]:
+    """Steps that wait for the region's dax device and leave it in devdax mode."""
+    return [
+        action(f"wait for {name}'s dax device", lambda f: _wait_dax(f, name, "any")),
+        action(f"switch {name}'s dax devices to devdax (offline, kmem -> device_dax)",
+               lambda f: _switch_mode(f, name, "devdax")),
+    ]  # fmt: skip
+
+
+def system_ram_steps(name: str, zone: Zone) -> list[Step]:
+    """Steps that hand a devdax region's dax devices to kmem and online them in ``zone``."""
+    state = ONLINE_STATE[zone]
+    return [
+        action(f"switch {name}'s dax devices to system-ram (device_dax -> kmem)",
+               lambda f: _switch_mode(f, name, "system-ram")),
+        action(f"online {name}'s memory blocks ({state})",
+               lambda f: _online_blocks(f, name, state)),
+    ]  # fmt: skip
 
 
 def bind_step(name: str) -> Step:
@@ -103,7 +132,10 @@ def online_steps(fs: Sysfs, name: str, zone: Zone) -> list[Step]:
     """Steps that wait for the region's dax device and online its memory in ``zone``."""
     state = ONLINE_STATE[zone]
     return [
-        action(f"wait for {name}'s dax device in system-ram mode", lambda f: _wait_dax(f, name)),
+        action(
+            f"wait for {name}'s dax device in system-ram mode",
+            lambda f: _wait_dax(f, name, "system-ram"),
+        ),
         action(
             f"online {name}'s memory blocks ({state})",
             lambda f: _online_blocks(f, name, state),
@@ -117,10 +149,10 @@ def rezone_steps(region: Region, zone: Zone) -> list[Step]:
     in the new zone. Undone newest first: offlined again, then back in the old zone."""
     warnings: list[str] = []
     steps = [
-        action(f"offline {dax.name}'s memory blocks (node {dax.target_node}, now {dax.zone})",
-               _offliner(dax, False, warnings))
-        for dax in region.dax_devices
-        if dax.online_memblocks
+        action(f"offline {d.name}'s memory blocks (node {d.target_node}, now {d.zone})",
+               _offliner(d, False, warnings))
+        for d in region.dax_devices
+        if d.online_memblocks
     ]  # fmt: skip
     state = ONLINE_STATE[zone]
     name = region.name
@@ -133,12 +165,12 @@ def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[s
     """Disable (offline + unbind) and, with ``delete``, destroy a region."""
     reg = _dev(region.name)
     steps: list[Step] = []
-    for dax in region.dax_devices:
-        if dax.online_memblocks:
+    for d in region.dax_devices:
+        if d.online_memblocks:
             steps.append(
                 action(
-                    f"offline {dax.name}'s memory blocks (node {dax.target_node})",
-                    _offliner(dax, force, warnings),
+                    f"offline {d.name}'s memory blocks (node {d.target_node})",
+                    _offliner(d, force, warnings),
                 )
             )
     if region.enabled:
@@ -171,7 +203,7 @@ def region_dax(fs: Sysfs, name: str) -> list[DaxDevice]:
     return [d for d in read_dax_devices(fs) if d.region == name]
 
 
-def _wait_dax(fs: Sysfs, name: str) -> None:
+def _wait_dax(fs: Sysfs, name: str, want: str) -> None:
     def ready() -> list[DaxDevice] | None:
         devs = region_dax(fs, name)
         return devs if devs and all(d.mode != "unbound" for d in devs) else None
@@ -184,12 +216,46 @@ def _wait_dax(fs: Sysfs, name: str) -> None:
         live=fs.root == os.sep,
     )
     for d in devs:
-        if d.mode != "system-ram":
+        if want == "system-ram" and d.mode != "system-ram":
             raise OperationError(
                 f"{d.name} came up in {d.mode} mode, not system-ram; switch it with "
                 f"'daxctl reconfigure-device --mode=system-ram {d.name}', or load kmem "
                 "(modprobe kmem) before creating the region"
             )
+
+
+def _switch_mode(fs: Sysfs, name: str, mode: str) -> Undo:
+    """Give each of the region's dax devices to the driver of ``mode`` (offlining its
+    memory first when it leaves system-ram); what is done is undone on failure."""
+    undo: list[Undo] = []
+
+    def revert(f: Sysfs) -> None:
+        for u in reversed(undo):
+            u(f)
+
+    try:
+        for d in region_dax(fs, name):
+            if d.mode == mode:
+                continue
+            if d.mode == "system-ram" and d.online_memblocks:
+                undo.append(_offliner(d, False, [])(fs))
+            if d.mode in dax.DRIVER_OF_MODE:
+                dax.unbind(fs, d.name, d.mode)
+                undo.append(_rebinder(d.name, d.mode))
+            dax.bind(fs, d.name, mode)
+            undo.append(_unbinder(d.name, mode))
+    except Exception:
+        revert(fs)
+        raise
+    return revert
+
+
+def _rebinder(name: str, mode: str) -> Undo:
+    return lambda f: dax.bind(f, name, mode)
+
+
+def _unbinder(name: str, mode: str) -> Undo:
+    return lambda f: dax.unbind(f, name, mode)
 
 
 def _online_blocks(fs: Sysfs, name: str, state: str) -> Undo:
@@ -214,7 +280,7 @@ def _offliner(dax: DaxDevice, force: bool, warnings: list[str]) -> Callable[[Sys
         done: list[memory_blocks.MemoryBlock] = []
         for b in reversed(blocks):
             try:
-                fs.write(b.path, "offline")
+                fs.write(b.path, "offline", timeout=OFFLINE_TIMEOUT_S)
                 done.append(b)
             except SysfsError as e:
                 why = _offline_refusal(dax, b, e)
@@ -235,12 +301,15 @@ def _offliner(dax: DaxDevice, force: bool, warnings: list[str]) -> Callable[[Sys
 
 
 def _offline_refusal(dax: DaxDevice, block: memory_blocks.MemoryBlock, e: SysfsError) -> str:
-    busy = e.errno == errno.EBUSY
-    reason = (
-        "it holds pages the kernel cannot move (pinned, or kernel memory in ZONE_NORMAL)"
-        if busy
-        else str(e)
-    )
+    if e.errno == errno.EBUSY:
+        reason = "it holds pages the kernel cannot move (pinned, or kernel memory in ZONE_NORMAL)"
+    elif e.errno == errno.ETIMEDOUT:
+        reason = (
+            f"the kernel could not move its pages off within {OFFLINE_TIMEOUT_S:.0f} s "
+            "(long-term pinned pages, such as GPU-registered memory, never move)"
+        )
+    else:
+        reason = str(e)
     return (
         f"memory{block.index} of {dax.name} (node {dax.target_node}) cannot be offlined: "
         f"{reason}; stop what uses node {dax.target_node} and retry, or pass --force"

@@ -24,6 +24,7 @@ from ..errors import (
 from ..plan import Plan, PlanFailed, StepHook
 from ..sysfs import Sysfs
 from . import region_plan
+from .dax import check_mode
 from .memory_blocks import Zone, combine_zones
 from .model import Region
 from .region_layout import RegionLayout, RegionRequest, layout_region
@@ -73,7 +74,9 @@ def create_region(
     for attempt in range(RACE_RETRIES):
         layout = layout_region(read_topology(fs), request)
         name = region_plan.next_region_name(fs, layout)
-        plan = region_plan.create_plan(fs, layout, name, online=request.online, zone=request.zone)
+        plan = region_plan.create_plan(
+            fs, layout, name, online=request.online, zone=request.zone, mode=request.mode
+        )
         if dry_run:
             return RegionResult(name, plan, executed=False, layout=layout)
         try:
@@ -126,13 +129,16 @@ def enable_region(
     *,
     online: bool = True,
     zone: Zone | None = None,
+    mode: str | None = None,
     sysroot: str | None = None,
     dry_run: bool = False,
     before_step: StepHook | None = None,
 ) -> RegionResult:
     """Bind a committed region's driver and online its memory (in ``zone``; default:
     normal); no-op parts are skipped. A region already online in the other zone is
-    moved to ``zone`` when one is given: offlined, then onlined there, as one plan."""
+    moved to ``zone`` when one is given: offlined, then onlined there, as one plan.
+    ``mode`` switches its dax devices between system-ram and devdax (daxctl
+    reconfigure-device), also as one plan."""
     fs = Sysfs(sysroot)
     region = read_topology(fs).require().region(name)
     if not region.committed:
@@ -140,10 +146,19 @@ def enable_region(
             f"{name} is not committed (decode reset); it has no memory to enable. "
             f"Destroy it (pycxl region destroy {name}) and create a new one"
         )
+    if mode is not None:
+        check_mode(mode)
     steps = [] if region.enabled else [region_plan.bind_step(name)]
     offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
     current = {d.zone for d in region.dax_devices if d.zone is not None}
-    if region.type == "ram" and online and zone is not None and current - {zone}:
+    modes = {d.mode for d in region.dax_devices}
+    if region.type == "ram" and mode == "devdax" and (modes != {"devdax"} or not region.enabled):
+        steps += region_plan.devdax_steps(name)
+    elif region.type == "ram" and mode == "system-ram" and "devdax" in modes:
+        steps += region_plan.system_ram_steps(name, zone or "normal")
+    elif region.type == "ram" and "devdax" in modes and mode is None:
+        pass  # a devdax region stays so unless a mode is asked for
+    elif region.type == "ram" and online and zone is not None and current - {zone}:
         steps += region_plan.rezone_steps(region, zone)
     elif region.type == "ram" and online and (not region.enabled or offline):
         steps += region_plan.online_steps(fs, name, zone or "normal")

@@ -253,6 +253,7 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
                 total_memblocks=total,
                 movable=movable,
                 zone=zone,
+                align=fs.read_int(f"{dev}/align"),
             )
         )
     return out
