@@ -19,7 +19,8 @@ What is here:
 - ``allocate``, ``migrate``, ``NumaBuffer``, ``Policy``: memory on tiers, by name.
 - ``create_region``, ``destroy_region``, ``enable_region``, ``disable_region``,
   ``RegionRequest``, ``RegionResult``: CXL regions, validated, planned, undoable.
-- ``host_memory``: memory on a tier pinned and mapped for a GPU (``pycxl.gpu``);
+- ``host_memory``, ``pinned_array``, ``pinned_tensor``: memory on a tier, pinned and
+  mapped for a GPU (a numpy array, a PyTorch tensor that is_pinned());
   ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying;
   ``map_dax``: a devdax region's memory mapped directly.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
         host_memory,
         map_dax,
         migrate,
+        pinned_array,
+        pinned_tensor,
         probe_longterm_pins,
     )
     from .cxl.region_layout import RegionRequest
@@ -81,6 +84,8 @@ _LAZY = {
     "host_memory": "api",
     "probe_longterm_pins": "api",
     "map_dax": "api",
+    "pinned_array": "api",
+    "pinned_tensor": "api",
     "create_region": "api",
     "destroy_region": "api",
     "disable_region": "api",
@@ -126,6 +131,8 @@ __all__ = [
     "list_json",
     "map_dax",
     "migrate",
+    "pinned_array",
+    "pinned_tensor",
     "probe_longterm_pins",
     "read_cxl",
     "snapshot",

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cxl import regions as _regions
-from .errors import InvalidRequestError
+from .errors import InvalidRequestError, NotAvailableError
 from .system import System, snapshot
 from .units import parse_size
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .cxl.dax import DaxMapping
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
@@ -147,6 +149,74 @@ def _pin_and_count(buf: NumaBuffer) -> PinnedPlacement:
     finally:
         for pin in pins:
             pin.close()
+
+
+class _PinnedOwner:
+    """Owns a HostMemory for the arrays and tensors made on it: numpy keeps this object
+    as the array's base, so the registration lives exactly as long as the last view."""
+
+    def __init__(self, host: HostMemory, nbytes: int) -> None:
+        self.host = host
+        self.__array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (host.address, False), "version": 3,
+        }  # fmt: skip
+
+
+def pinned_array(
+    shape: int | tuple[int, ...],
+    dtype: Any,
+    target: Names,
+    gpu: str = "gpu0",
+    *,
+    huge: HugePages = "auto",
+    allow_migration: bool = False,
+    system: System | None = None,
+) -> np.ndarray:
+    """A numpy array of ``shape`` and ``dtype`` whose memory is on ``target``, pinned and
+    registered for ``gpu`` (DMA at pinned speed, zero-copy reads); unregistered and freed
+    when the last array or view of it goes."""
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    if nbytes <= 0:
+        raise InvalidRequestError(f"shape {dims} holds no element")
+    host = host_memory(nbytes, target, gpu, huge=huge, allow_migration=allow_migration,
+                       system=system)  # fmt: skip
+    raw: np.ndarray = np.asarray(_PinnedOwner(host, nbytes))
+    shaped: np.ndarray = raw.view(dt).reshape(dims)
+    return shaped
+
+
+def pinned_tensor(
+    shape: int | tuple[int, ...],
+    dtype: Any,
+    target: Names,
+    gpu: str = "gpu0",
+    *,
+    huge: HugePages = "auto",
+    allow_migration: bool = False,
+    system: System | None = None,
+) -> Any:
+    """A CPU ``torch.Tensor`` of ``shape`` and ``dtype`` (a torch dtype) whose memory is
+    on ``target``, pinned and registered for ``gpu``: PyTorch treats it as pinned
+    (``is_pinned()``; ``non_blocking`` copies by DMA), and it is unregistered and freed
+    with the tensor. PyTorch is needed only here."""
+    try:
+        import torch
+    except ImportError:
+        raise NotAvailableError("pinned_tensor needs PyTorch (pip install torch)") from None
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidRequestError(f"dtype {dtype!r}: give a torch dtype, such as torch.float32")
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = 1
+    for d in dims:
+        count *= d
+    raw = pinned_array(count * itemsize, "uint8", target, gpu, huge=huge,
+                       allow_migration=allow_migration, system=system)  # fmt: skip
+    return torch.from_numpy(raw).view(dtype).view(dims)
 
 
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:
