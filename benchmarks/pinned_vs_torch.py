@@ -58,25 +58,27 @@ def tune(size: int, target: str) -> None:
     ctx = GpuContext(g.ordinal)
     dev = DeviceMemory(ctx, size)
     host = pycxl.allocate(size, target)
-    for chunk in (4 << 20, 8 << 20, 16 << 20, 32 << 20):
-        for depth in (3, 4, 6):
-            for threads in (8, 12, 16):
-                if threads > len(cpus):
-                    continue
-                with StagedCopier(ctx, chunk=chunk, depth=depth, cpus=cpus[:threads],
-                                  node=g.numa_node) as c:  # fmt: skip
-                    rates = {}
-                    for d, fn in (("h2d", lambda c=c: c.to_device(dev.ptr, host)),
-                                  ("d2h", lambda c=c: c.to_host(host, dev.ptr))):  # fmt: skip
-                        times = []
-                        for _ in range(12):
-                            t0 = time.perf_counter()
-                            fn()
-                            times.append(time.perf_counter() - t0)
-                        rates[d] = size / statistics.median(times[2:]) / 1e9
-                print(f"tune chunk {chunk >> 20:2d} MiB depth {depth} threads {threads:2d}: "
-                      f"h2d {rates['h2d']:.2f} d2h {rates['d2h']:.2f} GB/s (medians)",
-                      flush=True)  # fmt: skip
+    for chunk in (8 << 20, 16 << 20, 32 << 20):
+        for depth in (3, 4):
+            for threads in (12, 16):
+                for nt_host, nt_dev in ((False, False), (True, False), (True, True)):
+                    if threads > len(cpus):
+                        continue
+                    with StagedCopier(ctx, chunk=chunk, depth=depth, cpus=cpus[:threads],
+                                      node=g.numa_node, nt_to_host=nt_host,
+                                      nt_to_device=nt_dev) as c:  # fmt: skip
+                        rates = {}
+                        for d, fn in (("h2d", lambda c=c: c.to_device(dev.ptr, host)),
+                                      ("d2h", lambda c=c: c.to_host(host, dev.ptr))):  # fmt: skip
+                            times = []
+                            for _ in range(12):
+                                t0 = time.perf_counter()
+                                fn()
+                                times.append(time.perf_counter() - t0)
+                            rates[d] = size / statistics.median(times[2:]) / 1e9
+                    print(f"tune chunk {chunk >> 20:2d} MiB depth {depth} threads {threads:2d} "
+                          f"nt host {int(nt_host)} device {int(nt_dev)}: h2d {rates['h2d']:.2f} "
+                          f"d2h {rates['d2h']:.2f} GB/s (medians)", flush=True)  # fmt: skip
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ ffibuilder.cdef(
     uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns);
     uint64_t timer_cost_ns(void);
     void *copy_pool_create(int nthreads, const int *cpus);
-    void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes);
+    void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt);
     void copy_pool_destroy(void *pool);
     """
 )

@@ -6,10 +6,41 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pinned_thread.h"
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+/* Non-temporal stores (SSE2, on every x86-64): the destination's lines are not read
+ * first (no write-allocate) and do not evict the cache, which holds the staging
+ * buffers the copy engine reads and writes. For copies out to pageable memory. */
+static void copy_nt(char *dst, const char *src, size_t n)
+{
+    size_t i = 0;
+    if (((uintptr_t)dst & 15) == 0) {
+        for (; i + 64 <= n; i += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+            __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+            __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+            _mm_stream_si128((__m128i *)(dst + i), a);
+            _mm_stream_si128((__m128i *)(dst + i + 16), b);
+            _mm_stream_si128((__m128i *)(dst + i + 32), c);
+            _mm_stream_si128((__m128i *)(dst + i + 48), d);
+        }
+        _mm_sfence();
+    }
+    memcpy(dst + i, src + i, n - i);
+}
+#else
+static void copy_nt(char *dst, const char *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+#endif
 
 struct copy_pool {
     int nthreads;
@@ -23,6 +54,7 @@ struct copy_pool {
     char *dst;
     const char *src;
     size_t bytes;
+    int nt; /* non-temporal stores */
 };
 
 struct copy_worker {
@@ -47,13 +79,16 @@ static void *copy_worker_main(void *arg)
         char *dst = p->dst;
         const char *src = p->src;
         size_t bytes = p->bytes;
+        int nt = p->nt;
         pthread_mutex_unlock(&p->lock);
         /* page-aligned parts, the last one takes the rest */
         size_t lo = (bytes * (size_t)w->index / (size_t)p->nthreads) & ~(size_t)4095;
         size_t hi = w->index == p->nthreads - 1
                         ? bytes
                         : (bytes * (size_t)(w->index + 1) / (size_t)p->nthreads) & ~(size_t)4095;
-        if (hi > lo)
+        if (hi > lo && nt)
+            copy_nt(dst + lo, src + lo, hi - lo);
+        else if (hi > lo)
             memcpy(dst + lo, src + lo, hi - lo);
         pthread_mutex_lock(&p->lock);
         if (--p->remaining == 0)
@@ -105,14 +140,16 @@ void *copy_pool_create(int nthreads, const int *cpus)
     return p;
 }
 
-/* Copy `bytes` from src to dst with every thread of the pool; returns when done. */
-void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes)
+/* Copy `bytes` from src to dst with every thread of the pool (with non-temporal stores
+ * if nt); returns when done. */
+void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt)
 {
     struct copy_pool *p = pool;
     pthread_mutex_lock(&p->lock);
     p->dst = dst;
     p->src = src;
     p->bytes = bytes;
+    p->nt = nt;
     p->remaining = p->nthreads;
     p->generation++;
     pthread_cond_broadcast(&p->go);

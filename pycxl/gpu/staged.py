@@ -33,11 +33,16 @@ from .streams import Event, Stream
 CHUNK = 32 << 20
 DEPTH = 3
 MAX_THREADS = 12
+NT_TO_HOST = True
+NT_TO_DEVICE = False
 
 
 class StagedCopier:
     """``depth`` pinned staging buffers of ``chunk`` bytes (on ``node`` when given) and
-    a pool of copy threads (on ``cpus``, default: up to 12 CPUs this process may use)."""
+    a pool of copy threads (on ``cpus``, default: up to 12 CPUs this process may use).
+    ``nt_to_host``/``nt_to_device``: the threads write the destination with
+    non-temporal stores (no read of each destination line first, no eviction of the
+    staging buffers from the cache)."""
 
     def __init__(
         self,
@@ -47,6 +52,8 @@ class StagedCopier:
         depth: int = DEPTH,
         cpus: Sequence[int] | None = None,
         node: int | None = None,
+        nt_to_host: bool = NT_TO_HOST,
+        nt_to_device: bool = NT_TO_DEVICE,
     ) -> None:
         if chunk < pages.PAGE or chunk % pages.PAGE:
             raise InvalidRequestError(f"chunk must be a positive multiple of {pages.PAGE} bytes")
@@ -58,6 +65,7 @@ class StagedCopier:
             raise InvalidRequestError(f"copy threads need CPUs this process may use: {allowed}")
         self.ctx = ctx
         self.chunk = chunk
+        self.nt_to_host, self.nt_to_device = nt_to_host, nt_to_device
         policy = Policy.bind(node) if node is not None else Policy.default()
         self._buffers = [NumaBuffer(chunk, policy) for _ in range(depth)]
         self._pinned = [HostMemory(ctx, b) for b in self._buffers]
@@ -84,8 +92,9 @@ class StagedCopier:
             if i >= depth:
                 self._events[b].synchronize()  # the engine has read this buffer
             stage = self._buffers[b].address
-            lib.copy_pool_run(self._pool, ffi.cast("char *", stage),
-                              ffi.cast("char *", address + off), n)  # fmt: skip
+            source = ffi.cast("char *", address + off)
+            lib.copy_pool_run(self._pool, ffi.cast("char *", stage), source, n,
+                              int(self.nt_to_device))  # fmt: skip
             rc = cu.cuMemcpyHtoDAsync_v2(dptr + off, ffi.cast("void *", stage), n,
                                          self.stream.handle)  # fmt: skip
             drv.check("cuMemcpyHtoDAsync", rc)
@@ -116,7 +125,7 @@ class StagedCopier:
             self._events[b].synchronize()
             lib.copy_pool_run(self._pool, ffi.cast("char *", address + off),
                               ffi.cast("char *", self._buffers[b].address),
-                              min(self.chunk, size - off))  # fmt: skip
+                              min(self.chunk, size - off), int(self.nt_to_host))  # fmt: skip
             if i + depth < len(offsets):
                 fetch(i + depth)
         self.stream.synchronize()

@@ -54,17 +54,18 @@ def test_stream_ptx_is_the_generators_output() -> None:
             assert f".entry stream_{kernel}_u{unroll}(" in committed
 
 
+@pytest.mark.parametrize("nt", [0, 1])
 @pytest.mark.parametrize("size", [1, 4095, 4097, (8 << 20) + 123])
-def test_copy_threads_copy_every_byte(size: int) -> None:
+def test_copy_threads_copy_every_byte(size: int, nt: int) -> None:
     ffi, lib = kernels()
-    src = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8)
-    dst = np.zeros_like(src)
+    src = np.random.default_rng(size).integers(0, 255, size + 8, dtype=np.uint8)[8:]
+    dst = np.zeros(size + 24, dtype=np.uint8)[16:-8]  # 16-aligned start, an unaligned source
     pool = lib.copy_pool_create(2, ffi.new("int[]", [0, 0]))
     assert pool != ffi.NULL
     try:
         for _ in range(3):  # the same threads, copy after copy
             dst[:] = 0
-            lib.copy_pool_run(pool, ffi.from_buffer(dst), ffi.from_buffer(src), size)
+            lib.copy_pool_run(pool, ffi.from_buffer(dst), ffi.from_buffer(src), size, nt)
             assert np.array_equal(dst, src)
     finally:
         lib.copy_pool_destroy(pool)
