@@ -6,5 +6,5 @@ set -e
 python3 -m pip install -q --no-index --find-links .whl . 2>&1 | grep -v "Running pip as the 'root' user" || true
 command -v pycxl
 rm -rf /tmp/pkg && mkdir -p /tmp/pkg
-cp -r tests docs README.md pyproject.toml /tmp/pkg/
+cp -r tests docs examples README.md pyproject.toml /tmp/pkg/
 (cd /tmp && python3 -c "import pycxl, pycxl._bench; print('pycxl', pycxl.__version__, 'from', pycxl.__file__)")

@@ -44,4 +44,7 @@ if ! python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.pa
     apt-get install -y -q python3-dev
 fi
 python3 -m pip install -q -e '.[test]'
+# PyTorch's CPU build, for the pinned-tensor example's CPU path in the testbed (pinned to
+# the version whose CPU wheel this kind of machine keeps on disk)
+python3 -m pip install -q torch==2.13.0
 python3 -m pycxl.cli.main testbed --setup

@@ -28,18 +28,21 @@ from . import driver as drv
 from .memory import GpuContext, HostMemory
 from .streams import Event, Stream
 
-# From benchmarks/staged_tune.py on the GPU machine (1 GiB, 55 GB/s link): one copy
-# thread moves 5-7 GB/s, so 12 keep the link busy both ways; 32 MiB chunks were best.
-CHUNK = 32 << 20
-DEPTH = 3
-MAX_THREADS = 12
+# From benchmarks/pinned_vs_torch.py --tune on the GPU machine (1 GiB, 55 GB/s link,
+# 16 cores, 300 MiB L3): 16 threads, four 16 MiB staging buffers (they stay in the
+# cache), non-temporal stores into pageable memory and plain ones into the staging
+# buffers gave 52 GB/s h2d and 54 GB/s d2h (medians); 12 threads or 32 MiB x 3 dropped
+# h2d to 45-47 GB/s on a busy host, and plain stores dropped d2h to 27-47 GB/s.
+CHUNK = 16 << 20
+DEPTH = 4
+MAX_THREADS = 16
 NT_TO_HOST = True
 NT_TO_DEVICE = False
 
 
 class StagedCopier:
     """``depth`` pinned staging buffers of ``chunk`` bytes (on ``node`` when given) and
-    a pool of copy threads (on ``cpus``, default: up to 12 CPUs this process may use).
+    a pool of copy threads (on ``cpus``, default: up to 16 CPUs this process may use).
     ``nt_to_host``/``nt_to_device``: the threads write the destination with
     non-temporal stores (no read of each destination line first, no eviction of the
     staging buffers from the cache)."""
