@@ -211,7 +211,7 @@ def pinned_tensor(
         raise InvalidRequestError(f"dtype {dtype!r}: give a torch dtype, such as torch.float32")
     if torch.cuda.is_available():
         # PyTorch says a tensor is pinned only once its own CUDA state exists
-        torch.cuda.init()
+        torch.cuda.current_device()
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     itemsize = torch.empty((), dtype=dtype).element_size()
     count = 1
