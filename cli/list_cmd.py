@@ -36,6 +36,12 @@ def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-T", "--targets", is_flag=True, help="Decoder targets, dports, region mappings.")
 @click.option("-i", "--include-disabled", "--idle", is_flag=True,
               help="Also disabled objects.")  # fmt: skip
+@click.option("-H", "--health", is_flag=True,
+              help="Memdevs' health from their mailboxes (root).")  # fmt: skip
+@click.option("-A", "--alert-config", is_flag=True,
+              help="Memdevs' alert thresholds from their mailboxes (root).")  # fmt: skip
+@click.option("-L", "--media-errors", is_flag=True,
+              help="Memdevs' poison lists, with region and node (root).")  # fmt: skip
 @click.option("-u", "--human", is_flag=True, help="Human sizes and hex addresses in JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (ndctl fields).")
 @click.option("--backend", type=click.Choice(["sysfs", "libcxl"]), default="sysfs",
@@ -43,8 +49,9 @@ def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
               help="Read a recorded sysfs tree instead of the live one.")  # fmt: skip
 def list_command(
-    serial_filter: tuple[str, ...], targets: bool, include_disabled: bool, human: bool,
-    as_json: bool, backend: str, sysroot: str | None, **kinds: Any,
+    serial_filter: tuple[str, ...], targets: bool, include_disabled: bool, health: bool,
+    alert_config: bool, media_errors: bool, human: bool, as_json: bool, backend: str,
+    sysroot: str | None, **kinds: Any,
 ) -> None:  # fmt: skip
     """List memory tiers: CXL objects, NUMA nodes, GPUs.
 
@@ -60,7 +67,8 @@ def list_command(
         filters={k.name: _split(kinds.get(f"{k.name}_filter", ())) for k in KINDS
                  if kinds.get(f"{k.name}_filter")},
         serials=_split(serial_filter), targets=targets,
-        include_disabled=include_disabled, human=human,
+        include_disabled=include_disabled, human=human, health=health,
+        alert_config=alert_config, media_errors=media_errors,
     )  # fmt: skip
     # The CUDA driver takes a while to start: ask it only when GPUs are shown.
     want_gpus = req.summary or "gpus" in req.shown
@@ -111,6 +119,75 @@ def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> 
           dash(m.endpoint.name if m.endpoint else None),
           dash(", ".join(r.name for r in m.regions))] for m in sel.memdevs],
     )  # fmt: skip
+    if req is not None and req.device_info:
+        _device_tables(system, sel, req)
+
+
+def _device_tables(system: System, sel: Selection, req: ListRequest) -> None:
+    """What the memdevs' mailboxes and poison lists say (-H, -A, -L)."""
+    from pycxl.cxl.health import AlertConfig, Health
+    from pycxl.listing import read_device_info
+
+    info = read_device_info(sel.memdevs, req)
+    unread = sorted({i.unavailable for i in info.values() if i.unavailable})
+    for why in unread:
+        click.echo(f"pycxl: {why}", err=True)
+    if req.health:
+        rows = []
+        for m in sel.memdevs:
+            dh = info[m.name].health
+            h = dh.health if dh is not None else None
+            if isinstance(h, Health):
+                problems = ", ".join(h.problems)
+                rows.append([m.name, problems or "ok",
+                             "normal" if h.media_status == 0 else "problem",
+                             "-" if h.life_used == 0xFF else f"{h.life_used}%",
+                             "-" if h.temperature == -1 else f"{h.temperature} C",
+                             h.dirty_shutdowns,
+                             f"{h.volatile_errors}/{h.pmem_errors}"])  # fmt: skip
+            else:
+                why = info[m.name].unavailable or (h.reason if h is not None else "-")
+                rows.append([m.name, f"not read: {why}", "-", "-", "-", "-", "-"])
+        emit_table("Health", ["memdev", "health", "media", "life used", "temperature",
+                              "dirty shutdowns", "corrected vol/pmem"], rows)  # fmt: skip
+    if req.alert_config:
+        rows = []
+        for m in sel.memdevs:
+            dh = info[m.name].health
+            a = dh.alert_config if dh is not None else None
+            if isinstance(a, AlertConfig):
+                rows.append([m.name, f"{a.life_used_warn}/{a.life_used_crit}%",
+                             f"{a.over_temp_warn}/{a.over_temp_crit} C",
+                             f"{a.under_temp_warn}/{a.under_temp_crit} C",
+                             a.volatile_err_warn, a.pmem_err_warn])  # fmt: skip
+            else:
+                why = info[m.name].unavailable or (a.reason if a is not None else "-")
+                rows.append([m.name, f"not read: {why}", "-", "-", "-", "-"])
+        emit_table("Alert thresholds (warning/critical)",
+                   ["memdev", "life used", "over temp", "under temp", "corr vol warn",
+                    "corr pmem warn"], rows)  # fmt: skip
+    if req.media_errors:
+        from pycxl.cxl.mailbox import Unsupported
+
+        rows = []
+        for m in sel.memdevs:
+            p = info[m.name].poison
+            if isinstance(p, Unsupported) or p is None:
+                reason = p.reason if isinstance(p, Unsupported) else info[m.name].unavailable
+                rows.append([m.name, f"not read: {reason or 'memdev disabled'}", "-", "-", "-",
+                             "-", "-"])  # fmt: skip
+                continue
+            for r in p:
+                region = next((x for x in system.cxl.regions if x.name == r.region), None)
+                nodes = region.numa_nodes if region is not None else []
+                node = nodes[0] if nodes else None
+                rows.append([m.name, hex(r.dpa), r.length, r.source, dash(r.region),
+                             dash(None if r.hpa is None else hex(r.hpa)),
+                             dash(None if node is None else system.tier_name(node))])  # fmt: skip
+            if not p:
+                rows.append([m.name, "none", "-", "-", "-", "-", "-"])
+        emit_table("Media errors (poison)", ["memdev", "offset", "length", "source", "region",
+                                            "hpa", "target"], rows)  # fmt: skip
 
 
 def _decoders(system: System, sel: Selection, req: ListRequest) -> None:
@@ -212,7 +289,7 @@ RENDERERS: dict[str, Callable[[System, Selection, ListRequest], None]] = {
 
 def _summary(system: System, sel: Selection) -> None:
     if system.cxl.present:
-        _memdevs(system, sel)
+        _memdevs(system, sel, None)
         _regions(system, sel)
     _nodes(system, sel)
     _gpus(system, sel)

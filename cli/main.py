@@ -26,6 +26,9 @@ COMMANDS = {
     "pin-probe": ("numa_cmd", "pin_probe_command"),
     "bench": ("bench_cmd", "bench_group"),
     "testbed": ("testbed_cmd", "testbed_command"),
+    "check": ("check_cmd", "check_command"),
+    "monitor": ("monitor_cmd", "monitor_command"),
+    "stat": ("stat_cmd", "stat_command"),
 }
 
 

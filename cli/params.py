@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older i
     IntParam = click.ParamType[int]
     IntsParam = click.ParamType[tuple[int, ...]]
     NamesParam = click.ParamType[tuple[str, ...]]
+    FloatParam = click.ParamType[float]
 else:
-    IntParam = IntsParam = NamesParam = click.ParamType
+    IntParam = IntsParam = NamesParam = FloatParam = click.ParamType
 
 
 class SizeType(IntParam):

@@ -97,8 +97,8 @@ def create_command(
 @region_group.command("destroy")
 @REGIONS
 @click.option("-f", "--force", is_flag=True,
-              help="Go on when memory cannot be offlined (leaks it until reboot); "
-                   "required for pmem regions.")  # fmt: skip
+              help="Required for pmem regions (their data is discarded). Memory that "
+                   "cannot be offlined still stops a destroy.")  # fmt: skip
 @ROOT_FILTER
 @DRY_RUN
 @AS_JSON

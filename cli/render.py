@@ -7,6 +7,7 @@ tabulate package takes about as long to import as the rest of ``pycxl list`` run
 from __future__ import annotations
 
 import json
+import sys
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,12 @@ MIN_PADDING = 2  # tabulate's: a header is at least this much narrower than its 
 
 def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2))
+
+
+def emit_json_line(doc: Any) -> None:
+    """One compact JSON object per line, flushed: for streams (monitor, stat)."""
+    click.echo(json.dumps(doc, sort_keys=True))
+    sys.stdout.flush()
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

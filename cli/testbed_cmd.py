@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from pycxl.testbed.inject import KINDS as INJECT_KINDS
 from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
 
 
@@ -18,10 +19,18 @@ from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
               help="Check requirements and fetch the kernel, then exit.")  # fmt: skip
 @click.option("--timeout", type=click.IntRange(min=1), default=1500, show_default=True,
               help="Seconds before giving up.")  # fmt: skip
+@click.option("--inject", type=click.Choice(sorted(INJECT_KINDS)),
+              help="Inside the testbed: inject this fault into an emulated device.")  # fmt: skip
+@click.option("--memdev", metavar="MEMDEV",
+              help="The memdev to inject into (name or serial; default: the first).")  # fmt: skip
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Override a field of the injection (QEMU's argument names: dpa=4096, "
+                   "health-status=4).")  # fmt: skip
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def testbed_command(
-    topology: str, list_topologies: bool, setup_only: bool, timeout: int, command: tuple[str, ...]
-) -> None:
+    topology: str, list_topologies: bool, setup_only: bool, timeout: int, inject: str | None,
+    memdev: str | None, settings: tuple[str, ...], command: tuple[str, ...],
+) -> None:  # fmt: skip
     """Boot a real Linux kernel under QEMU with emulated CXL memory and run COMMAND in it.
 
     Example: pycxl testbed -t four-dev -- pycxl list -M -R
@@ -30,6 +39,11 @@ def testbed_command(
     """
     from pycxl.testbed import check_requirements, run_in_guest
 
+    if inject is not None:
+        _inject(inject, memdev, settings)
+        return
+    if memdev or settings:
+        raise click.UsageError("--memdev and --set go with --inject")
     if list_topologies:
         for t in TOPOLOGIES.values():
             click.echo(f"{t.name}: {t.description}")
@@ -63,3 +77,28 @@ def _setup() -> None:
         )
     kernel = prepare_kernel()
     click.echo(f"testbed ready: kernel {kernel.version}")
+
+
+def _inject(kind: str, memdev: str | None, settings: tuple[str, ...]) -> None:
+    """Guest side of fault injection: the harness on the host passes it to QEMU."""
+    import json
+
+    from pycxl.system import snapshot
+    from pycxl.testbed.inject import request
+
+    arguments: dict[str, object] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--set {item!r}: write KEY=VALUE")
+        try:
+            arguments[key] = json.loads(value)  # numbers, lists, true/false
+        except ValueError:
+            arguments[key] = value  # words: log=warning
+    cxl = snapshot(gpus=False).cxl.require()
+    target = cxl.find_memdev(memdev) if memdev else (cxl.memdevs[0] if cxl.memdevs else None)
+    if target is None or target.serial is None:
+        raise click.UsageError("no memdev with a serial number to inject into")
+    sent = request(kind, target.serial, arguments)
+    click.echo(f"injected {kind} into {target.name} (serial {target.serial:#x}): "
+               f"{sent['command']} {json.dumps(sent['arguments'], sort_keys=True)}")  # fmt: skip

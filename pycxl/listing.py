@@ -9,18 +9,25 @@ they relate to (``-D -m mem0``: the decoders on mem0's path). With neither, a su
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import to_json as js
 from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
 from .cxl.topology import CxlTopology
-from .errors import NotFoundError
+from .errors import NotFoundError, PycxlError
 from .gpu.devices import GpuDevice
 from .kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
 from .system import System
 from .tiers import NodeTier
+from .to_json import Json
+
+if TYPE_CHECKING:  # the mailbox and trace code loads only for -H, -A, -L
+    from .cxl.health import DeviceHealth
+    from .cxl.mailbox import Unsupported
+    from .cxl.poison import PoisonRecord
 
 PORT_CLASSES = ("root", "switch", "endpoint")
 
@@ -37,6 +44,9 @@ class ListRequest:
     targets: bool = False
     include_disabled: bool = False
     human: bool = False
+    health: bool = False  # memdevs' health from their mailboxes (root)
+    alert_config: bool = False  # memdevs' alert thresholds (root)
+    media_errors: bool = False  # memdevs' poison lists (root)
 
     @classmethod
     def showing(cls, *kinds: str, **options: Any) -> ListRequest:
@@ -54,9 +64,14 @@ class ListRequest:
         if self.kinds:
             return self.kinds
         implied = {k for k, v in self.filters.items() if v}
-        if self.serials:
+        if self.serials or self.device_info:
             implied.add("memdevs")
         return frozenset(implied)
+
+    @property
+    def device_info(self) -> bool:
+        """Whether anything is asked of the devices themselves (their mailboxes)."""
+        return self.health or self.alert_config or self.media_errors
 
     @property
     def summary(self) -> bool:
@@ -246,15 +261,90 @@ def _root_of(cxl: CxlTopology, port: Port) -> str:
     return p.name
 
 
+# --- what the devices themselves say ---------------------------------------------------
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One memdev's mailbox answers (or why there are none) and its poison list."""
+
+    health: DeviceHealth | None = None
+    unavailable: str | None = None  # why the mailbox was not read at all
+    poison: list[PoisonRecord] | Unsupported | None = None
+
+
+def read_device_info(memdevs: Sequence[Memdev], req: ListRequest) -> dict[str, DeviceInfo]:
+    """Health, alert configuration and poison of each memdev, as ``req`` asks. Without
+    root each says so; a device that refuses a command is reported, the rest go on."""
+    if not req.device_info or not memdevs:
+        return {}
+    from .cxl.health import read_health
+    from .cxl.poison import read_poison
+
+    if os.geteuid() != 0:
+        root = "needs root: health, alerts and poison come from the device's mailbox"
+        return {m.name: DeviceInfo(unavailable=root) for m in memdevs}
+    out: dict[str, DeviceInfo] = {}
+    poison: dict[str, list[PoisonRecord] | Unsupported] = {}
+    if req.media_errors:
+        poison = read_poison([m.name for m in memdevs if m.enabled])
+    for m in memdevs:
+        health: DeviceHealth | None = None
+        why: str | None = None
+        if req.health or req.alert_config:
+            try:
+                health = read_health(m.name)
+            except PycxlError as e:  # this device's mailbox; the others go on
+                why = str(e)
+        out[m.name] = DeviceInfo(health, why, poison.get(m.name))
+    return out
+
+
+def device_json(system: System, info: DeviceInfo, req: ListRequest) -> Json:
+    """The keys ``-H``, ``-A`` and ``-L`` add to a memdev (ndctl's names); what could not
+    be read is under ``<key>_unsupported`` with the reason."""
+    from .cxl.mailbox import Unsupported
+
+    out: Json = {}
+    parts = [("health", req.health), ("alert_config", req.alert_config)]
+    for key, wanted in parts:
+        if not wanted:
+            continue
+        h = info.health
+        value = None if h is None else (h.health if key == "health" else h.alert_config)
+        if value is None:
+            out[f"{key}_unsupported"] = info.unavailable
+        elif isinstance(value, Unsupported):
+            out[f"{key}_unsupported"] = f"{value.command}: {value.reason}"
+        else:
+            out[key] = value.as_json()
+    if req.media_errors:
+        if isinstance(info.poison, list):
+            out["media_errors"] = [_media_error_json(system, r) for r in info.poison]
+        else:
+            out["media_errors_unsupported"] = (
+                info.poison.reason if isinstance(info.poison, Unsupported)
+                else info.unavailable or "the memdev is disabled")  # fmt: skip
+    return out
+
+
+def _media_error_json(system: System, r: PoisonRecord) -> Json:
+    region = next((x for x in system.cxl.regions if x.name == r.region), None)
+    node = region.numa_nodes[0] if region is not None and region.numa_nodes else None
+    return r.as_json() | {"numa_node": node, "target": system.tier_name(node)}
+
+
 # --- JSON ------------------------------------------------------------------------------
-def kind_json(kind: str, sel: Selection, req: ListRequest) -> list[Any]:
-    """The JSON objects of one kind in the selection."""
+def kind_json(
+    kind: str, sel: Selection, req: ListRequest, extras: dict[str, Json] | None = None
+) -> list[Any]:
+    """The JSON objects of one kind in the selection (``extras``: keys to add to each
+    memdev, from ``device_json``)."""
     h, t = req.human, req.targets
+    more = extras or {}
     builders: dict[str, Callable[[], list[Any]]] = {
         "buses": lambda: [js.bus_json(b) for b in sel.buses],
         "ports": lambda: [js.port_json(p, t, h) for p in sel.ports if p.kind != "root"],
         "endpoints": lambda: [js.port_json(p, t, h) for p in sel.endpoints],
-        "memdevs": lambda: [js.memdev_json(m, h) for m in sel.memdevs],
+        "memdevs": lambda: [js.memdev_json(m, h) | more.get(m.name, {}) for m in sel.memdevs],
         "decoders": lambda: [js.decoder_json(d, t, h) for d in sel.decoders],
         "regions": lambda: [js.region_json(r, t, h) for r in sel.regions],
         "dax": lambda: [js.dax_json(d, h) for d in sel.dax],
@@ -278,6 +368,8 @@ def list_json(system: System, req: ListRequest) -> Any:
     'memdevs', 'regions', 'numa_nodes', 'gpus' and 'absent' (what this host lacks).
     """
     sel = select(system, req)
+    extras = {name: device_json(system, info, req)
+              for name, info in read_device_info(sel.memdevs, req).items()}  # fmt: skip
     if req.summary:
         doc: dict[str, Any] = {CONTAINERS[k]: kind_json(k, sel, req) for k in SUMMARY_KINDS}
         doc["regions"] = [js.region_json(r, True, req.human) for r in sel.regions]
@@ -287,7 +379,7 @@ def list_json(system: System, req: ListRequest) -> Any:
     for kind in KIND_NAMES:
         if kind not in req.shown:
             continue
-        items = kind_json(kind, sel, req)
+        items = kind_json(kind, sel, req, extras)
         if kind == "decoders":
             groups += [
                 (label, [j for j, d in zip(items, sel.decoders, strict=True) if d.kind == level])

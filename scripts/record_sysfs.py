@@ -26,6 +26,22 @@ EXTRA_TREES = (
     "/sys/devices/system/cpu/cpu*/cache",
     "/sys/kernel/mm/mempolicy",
     "/sys/kernel/mm/transparent_hugepage",
+    "/sys/kernel/mm/numa",
+    "/sys/devices/virtual/memory_tiering",
+    "/proc/vmstat",
+    "/proc/sys/kernel/numa_balancing",
+)
+# Of every PCI device: what pycxl check reads (PCIe link state, GPU identification).
+PCI_DEVICES = "/sys/bus/pci/devices"
+PCI_ATTRS = (
+    "vendor",
+    "device",
+    "class",
+    "current_link_speed",
+    "max_link_speed",
+    "current_link_width",
+    "max_link_width",
+    "numa_node",
 )
 SKIP_DIRS = {"power", "firmware", "subsystem", "driver", "msi_irqs", "consumer", "supplier"}
 MAX_FILE = 1 << 16
@@ -39,6 +55,7 @@ def record(dest: Path, root: str = "/") -> int:
     for pattern in EXTRA_TREES:
         for live in sorted(glob.glob(rec.live(pattern))):
             rec.tree("/" + os.path.relpath(live, root))
+    rec.pci()
     rec.finish_links()
     # git keeps no empty directory: mark link targets so a clone still resolves them
     for path, dirs, files in os.walk(dest):
@@ -68,6 +85,17 @@ class _Recorder:
             self.link(f"{busdir}/{name}")
             real = os.path.realpath(os.path.join(live, name))
             self.tree("/" + os.path.relpath(real, self.root))
+
+    def pci(self) -> None:
+        live = self.live(PCI_DEVICES)
+        if not os.path.isdir(live):
+            return
+        for name in sorted(os.listdir(live)):
+            self.link(f"{PCI_DEVICES}/{name}")
+            real = "/" + os.path.relpath(os.path.realpath(os.path.join(live, name)), self.root)
+            for attr in PCI_ATTRS:
+                if os.path.isfile(self.live(f"{real}/{attr}")):
+                    self.file(f"{real}/{attr}")
 
     def link(self, kpath: str) -> None:
         out = self.out(kpath)

@@ -1,6 +1,6 @@
 """Re-record the sysfs trees under tests/data/trees from the real-kernel testbed.
 
-    python3 scripts/record_trees.py
+    python3 scripts/record_trees.py [TOPOLOGY...]
 
 For each topology: boot, record the fresh state with ndctl's JSON beside it; on
 two-dev also create and online a 2-way region (pycxl region create) and record again.
@@ -41,8 +41,14 @@ daxctl list > $W/region/ndctl/dax.json
 PLANS = {"two-dev": ("", True), "four-dev": ("-i", False)}
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    unknown = [t for t in argv if t not in PLANS]
+    if unknown:
+        print(f"unknown topology {unknown[0]}; known: {', '.join(PLANS)}", file=sys.stderr)
+        return 2
     for topo, (dflag, with_region) in PLANS.items():
+        if argv and topo not in argv:
+            continue
         script = RECORD.format(py=PY, dflag=dflag, repo=REPO)
         if with_region:
             script += REGION.format(py=PY)
@@ -59,4 +65,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on Debian 12 (as root): QEMU with CXL
 # emulation and the 6.12 kernel from bookworm-backports, ndctl/daxctl (the oracle),
-# numactl, udev (the guest borrows the host's udevd), and the Python test
-# dependencies; then fetch the testbed kernel and check that nothing is missing.
+# numactl, udev (the guest borrows the host's udevd), Prometheus' node_exporter, and
+# the Python test dependencies; then fetch the testbed kernel and check that nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +36,10 @@ apt-get install -y -q -t bookworm-backports qemu-system-x86
 # gcc builds the benchmark kernels (cffi) when pycxl is installed. udev: virtme-ng's
 # guest runs the host's systemd-udevd for its device links and hotplug events.
 apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static udev \
-    gcc libc6-dev
+    gcc libc6-dev iproute2
+# The real exporter that reads pycxl's Prometheus textfiles in the tests (its service is
+# not needed: the tests start their own on a free port).
+apt-get install -y -q --no-install-recommends prometheus-node-exporter
 
 # The benchmark kernels compile against the interpreter's headers; a distribution
 # Python ships them separately.

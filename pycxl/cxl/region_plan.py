@@ -150,7 +150,7 @@ def rezone_steps(region: Region, zone: Zone) -> list[Step]:
     warnings: list[str] = []
     steps = [
         action(f"offline {d.name}'s memory blocks (node {d.target_node}, now {d.zone})",
-               _offliner(d, False, warnings))
+               _offliner(d, False, warnings, can_force=False))
         for d in region.dax_devices
         if d.online_memblocks
     ]  # fmt: skip
@@ -170,7 +170,9 @@ def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[s
             steps.append(
                 action(
                     f"offline {d.name}'s memory blocks (node {d.target_node})",
-                    _offliner(d, force, warnings),
+                    # destroy resets the decoders: memory left online would then be
+                    # routed nowhere (a crash), so only disable may leave some online
+                    _offliner(d, force and not delete, warnings, can_force=not delete),
                 )
             )
     if region.enabled:
@@ -238,7 +240,7 @@ def _switch_mode(fs: Sysfs, name: str, mode: str) -> Undo:
             if d.mode == mode:
                 continue
             if d.mode == "system-ram" and d.online_memblocks:
-                undo.append(_offliner(d, False, [])(fs))
+                undo.append(_offliner(d, False, [], can_force=False)(fs))
             if d.mode in dax.DRIVER_OF_MODE:
                 dax.unbind(fs, d.name, d.mode)
                 undo.append(_rebinder(d.name, d.mode))
@@ -273,7 +275,9 @@ def _online_blocks(fs: Sysfs, name: str, state: str) -> Undo:
     return lambda f: _set_blocks(f, reversed(done), "offline")
 
 
-def _offliner(dax: DaxDevice, force: bool, warnings: list[str]) -> Callable[[Sysfs], Undo]:
+def _offliner(
+    dax: DaxDevice, force: bool, warnings: list[str], *, can_force: bool
+) -> Callable[[Sysfs], Undo]:
     def offline(fs: Sysfs) -> Undo:
         assert dax.resource is not None
         blocks = [b for b in memory_blocks.blocks_in_range(fs, dax.resource, dax.size) if b.online]
@@ -283,7 +287,7 @@ def _offliner(dax: DaxDevice, force: bool, warnings: list[str]) -> Callable[[Sys
                 fs.write(b.path, "offline", timeout=OFFLINE_TIMEOUT_S)
                 done.append(b)
             except SysfsError as e:
-                why = _offline_refusal(dax, b, e)
+                why = _offline_refusal(dax, b, e, can_force)
                 if not force:
                     for d in reversed(done):
                         fs.write(d.path, memory_blocks.online_state_of(d))
@@ -300,7 +304,9 @@ def _offliner(dax: DaxDevice, force: bool, warnings: list[str]) -> Callable[[Sys
     return offline
 
 
-def _offline_refusal(dax: DaxDevice, block: memory_blocks.MemoryBlock, e: SysfsError) -> str:
+def _offline_refusal(
+    dax: DaxDevice, block: memory_blocks.MemoryBlock, e: SysfsError, can_force: bool
+) -> str:
     if e.errno == errno.EBUSY:
         reason = "it holds pages the kernel cannot move (pinned, or kernel memory in ZONE_NORMAL)"
     elif e.errno == errno.ETIMEDOUT:
@@ -310,9 +316,17 @@ def _offline_refusal(dax: DaxDevice, block: memory_blocks.MemoryBlock, e: SysfsE
         )
     else:
         reason = str(e)
+    retry = f"stop what uses node {dax.target_node} and retry"
+    if can_force:
+        retry += ", or pass --force (the range then stays online until reboot)"
+    else:
+        retry += (
+            " (a region is destroyed only when all its memory is offline: its decoders must "
+            "route memory that is online; 'pycxl region disable --force' leaves it in use)"
+        )
     return (
         f"memory{block.index} of {dax.name} (node {dax.target_node}) cannot be offlined: "
-        f"{reason}; stop what uses node {dax.target_node} and retry, or pass --force"
+        f"{reason}; {retry}"
     )
 
 

@@ -27,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import NotAvailableError, NotFoundError, TestbedError
+from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
 
@@ -96,16 +97,19 @@ def run_in_guest(
     script.write_text("\n".join(lines) + "\n")
     vng = vng_command()
     assert vng is not None  # check_requirements() ensured it
+    qmp = str(workdir / "qmp.sock")  # fault injection (inject.py) goes through it
     argv = [
         vng, "--run", str(kernel.image), "--disable-microvm", "--disable-kvm",
         "-m", GUEST_MEMORY, "--numa", f"{GUEST_MEMORY},cpus=0-1", "-p", "2",
         "-a", "memhp_default_state=offline",
-        "--qemu-opts=" + " ".join(topo.qemu_args()),
+        "--qemu-opts=" + " ".join([*topo.qemu_args(), "-qmp", f"unix:{qmp},server=on,wait=off"]),
         "--rwdir", str(workdir),
         "--exec", f"sh {shlex.quote(str(script))}",
     ]  # fmt: skip
+    ids = {sn: topo.device_id(sn) for sn in topo.serials}
     for boot in (1, 2):
-        outcome = _boot(argv, _GuestFiles(workdir), timeout, on_output)
+        outcome = _boot(argv, _GuestFiles(workdir), timeout, on_output,
+                        serve=lambda: serve_requests(workdir, qmp, ids))  # fmt: skip
         if outcome.returncode is not None:
             return GuestResult(outcome.returncode, outcome.output, boot, workdir)
         if not outcome.started:
@@ -113,6 +117,10 @@ def run_in_guest(
                 "the testbed guest never started the command (boot failed); "
                 f"virtme-ng exit {outcome.vng_returncode}, its output:\n{outcome.vng_tail}"
             )
+        # keep the failed boot's files for a post-mortem: the next boot starts afresh
+        for name in ("output", "vng.log"):
+            if (workdir / name).exists():
+                (workdir / name).replace(workdir / f"{name}.boot{boot}")
         log.warning(
             "the emulator stopped while the command ran, before the guest wrote its exit "
             "status (a known QEMU crash under CXL load); booting again"
@@ -170,6 +178,7 @@ def _boot(
     files: _GuestFiles,
     timeout: float,
     on_output: Callable[[str], None] | None,
+    serve: Callable[[], None] | None = None,
 ) -> _Outcome:
     """Run one boot, following the command's output file as it grows."""
     files.reset()
@@ -190,6 +199,12 @@ def _boot(
                 proc.wait()
                 raise TestbedError(f"the testbed guest did not finish within {timeout:.0f} s")
             follower.poll()
+            if serve is not None:
+                serve()  # the guest's injection requests, through QMP
+            if _device_broken(files.vng_log):
+                _kill_group(proc)  # the guest's disk I/O hangs from here: do not wait
+                proc.wait()
+                break
             time.sleep(POLL_S)
     finally:
         if proc.poll() is None:  # interrupted: never leave an emulator running
@@ -214,6 +229,18 @@ def _boot(
         vng_returncode=proc.returncode,
         vng_tail=vng_text.strip()[-2000:] or "(nothing)",
     )
+
+
+# QEMU's messages when it stops a virtio device for good; the guest then hangs on I/O
+FATAL_DEVICE_ERRORS = ("virtio: bogus descriptor", "virtio: zero sized buffers")
+
+
+def _device_broken(vng_log: Path) -> bool:
+    try:
+        text = vng_log.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+    return any(e in text for e in FATAL_DEVICE_ERRORS)
 
 
 def _marker_status(text: str) -> int | None:

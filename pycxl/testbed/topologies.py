@@ -35,6 +35,10 @@ class Topology:
     bridges: tuple[HostBridge, ...]
     windows: tuple[Window, ...]
 
+    def device_id(self, serial: int) -> str:
+        """QEMU's id of the type-3 device with this serial number (for QMP)."""
+        return f"cxl-vmem{serial}"
+
     @property
     def serials(self) -> tuple[int, ...]:
         """The memdev serial numbers, bridge by bridge."""
@@ -54,7 +58,7 @@ class Topology:
                     "-device",
                     f"cxl-rp,port={port},bus={b.id},id={rp},chassis=0,slot={slot}",
                     "-device",
-                    f"cxl-type3,bus={rp},volatile-memdev=vmem{sn},id=cxl-vmem{sn},sn={sn:#x}",
+                    f"cxl-type3,bus={rp},volatile-memdev=vmem{sn},id={self.device_id(sn)},sn={sn:#x}",
                 ]
                 slot += 1
         fmw = []

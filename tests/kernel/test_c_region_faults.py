@@ -13,7 +13,7 @@ from pycxl.plan import PlanFailed, Step
 from pycxl.sysfs import Sysfs
 from tests.kernel.kernel_helpers import cxl_state, destroy_all_regions, state_diff
 
-REQ = RegionRequest(ways=2)
+REQ = RegionRequest(ways=2, zone="movable")  # movable: always removable again
 
 
 @pytest.mark.kernel(topology="two-dev")

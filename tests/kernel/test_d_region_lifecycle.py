@@ -39,7 +39,9 @@ def _region_cli(*args: str) -> dict[str, object]:
 @pytest.mark.kernel(topology="two-dev")
 def test_create_online_use_disable_enable_destroy() -> None:
     first = cxl_state()
-    doc = _region_cli("create", "--interleave", "2")
+    # movable: the kernel keeps its own allocations out, so the region can always be
+    # offlined and destroyed (the default, normal, trades that for GPU pinning)
+    doc = _region_cli("create", "--interleave", "2", "--zone", "movable")
     name, node = doc["region"], doc["numa_node"]
     assert doc["tier"] == "cxl0" and isinstance(node, int)
     assert doc["interleave_ways"] == 2 and doc["size"] == 512 * MiB
@@ -81,7 +83,7 @@ def test_create_online_use_disable_enable_destroy() -> None:
     doc = _region_cli("disable", str(name))
     assert doc["state"] == "disabled" and doc["decode_state"] == "commit"
     assert doc["numa_node"] is None and snapshot(gpus=False).cxl.region(str(name)).dax_devices == []
-    doc = _region_cli("enable", str(name))
+    doc = _region_cli("enable", str(name), "--zone", "movable")
     assert doc["tier"] == "cxl0" and doc["numa_node"] == node
     assert pages_by_node(1, f"--membind={node}") == {node: MiB // 4096}
 
@@ -99,12 +101,12 @@ def test_create_online_use_disable_enable_destroy() -> None:
 def test_region_commands_take_several_regions_and_all() -> None:
     """As cxl destroy-region / disable-region / enable-region: names or 'all'."""
     first = cxl_state()
-    a = _region_cli("create", "-m", "0x1")
-    b = _region_cli("create", "-m", "0x2", "-b", "root0")
+    a = _region_cli("create", "-m", "0x1", "--zone", "movable")
+    b = _region_cli("create", "-m", "0x2", "-b", "root0", "--zone", "movable")
     names = [str(a["region"]), str(b["region"])]
     docs = _region_cli("disable", *names)
     assert [d["region"] for d in docs] == names  # type: ignore[index]
-    docs = _region_cli("enable", "all")
+    docs = _region_cli("enable", "all", "--zone", "movable")
     # one CXL window, one proximity domain: both regions feed the same node
     assert [d["tier"] for d in docs] == ["cxl0", "cxl0"]  # type: ignore[index]
     p = pycxl_cli("region", "destroy", "all")

@@ -16,7 +16,7 @@ MiB = 1 << 20
 
 
 def _create(*args: str) -> dict[str, object]:
-    p = pycxl_cli("region", "create", *args, "--json")
+    p = pycxl_cli("region", "create", *args, "--zone", "movable", "--json")
     assert p.returncode == 0, p.stderr
     doc: dict[str, object] = json.loads(p.stdout)
     return doc

@@ -28,7 +28,7 @@ PAGES = SIZE // 4096
 
 @pytest.mark.kernel(topology="two-dev")
 def test_placement_policies_and_migration_on_a_cxl_node() -> None:
-    made = pycxl.create_region(RegionRequest(ways=2))
+    made = pycxl.create_region(RegionRequest(ways=2, zone="movable"))
     assert made.tier == "cxl0" and made.numa_node is not None
     cxl = made.numa_node
     dram = snapshot(gpus=False).resolve("dram0").node

@@ -15,7 +15,7 @@ SIZE = 256 << 10
 
 @pytest.mark.kernel(topology="two-dev")
 def test_benchmarks_measure_pages_on_the_cxl_node() -> None:
-    made = pycxl.create_region(RegionRequest(ways=2))
+    made = pycxl.create_region(RegionRequest(ways=2, zone="movable"))
     node = made.numa_node
     assert made.tier == "cxl0" and node is not None
 

@@ -58,7 +58,8 @@ def test_two_dev_region_navigation_both_ways(trees: Path) -> None:
         4,
         4,
     )
-    assert dax.movable is True and r.numa_nodes == [1]
+    # recorded after pycxl region create with its default zone (normal)
+    assert dax.movable is False and dax.zone == "normal" and r.numa_nodes == [1]
     assert t.node_to_region() == {1: "region0"}
     ep_dec = t.decoder(r.mappings[0].decoder)
     assert ep_dec.region == r.name and ep_dec.mode == "ram" and ep_dec.dpa_size == 256 << 20

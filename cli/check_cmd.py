@@ -1,0 +1,95 @@
+"""pycxl check: one command for the top of a job script (exit status says it all)."""
+
+from __future__ import annotations
+
+import click
+
+from .exit_codes import CHECK_FAILURE, CHECK_WARNING, NOT_AVAILABLE
+from .render import emit_json, emit_table
+
+STATUS_EXIT = {"ok": 0, "no-cxl": NOT_AVAILABLE, "warning": CHECK_WARNING, "failure": CHECK_FAILURE}
+
+
+@click.command("check")
+@click.option("-e", "--expect", "expect", multiple=True, metavar="NAME=SIZE",
+              help="A node the job needs, with its capacity: cxl0=512G (repeat).")  # fmt: skip
+@click.option("--expect-regions", type=click.IntRange(min=0), metavar="N",
+              help="How many CXL regions there must be.")  # fmt: skip
+@click.option("--expect-memdevs", type=click.IntRange(min=0), metavar="N",
+              help="How many CXL memdevs there must be.")  # fmt: skip
+@click.option(
+    "-f",
+    "--expect-file",
+    metavar="FILE",
+    help="Expectations, one per line (cxl0=512G, regions=2, memdevs=4; # comments).",
+)
+@click.option("--events", "event_log", metavar="FILE",
+              help="The event log 'pycxl monitor --log' writes (default: "
+                   "/var/log/pycxl/events.jsonl when it exists).")  # fmt: skip
+@click.option("--no-health", is_flag=True, help="Skip the devices' mailboxes and poison lists.")
+@click.option("-q", "--quiet", is_flag=True, help="Show only warnings and failures.")
+@click.option("--json", "as_json", is_flag=True, help="Findings as JSON.")
+@click.option("--textfile", metavar="FILE.prom",
+              help="Also write the findings, health, regions and links as Prometheus metrics "
+                   "(node_exporter textfile collector), atomically.")  # fmt: skip
+@click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
+              help="Check a recorded sysfs tree instead of the live one.")  # fmt: skip
+def check_command(
+    expect: tuple[str, ...], expect_regions: int | None, expect_memdevs: int | None,
+    expect_file: str | None, event_log: str | None, no_health: bool, quiet: bool,
+    as_json: bool, textfile: str | None, sysroot: str | None,
+) -> None:  # fmt: skip
+    """Check that this host's memory is as a job needs it.
+
+    Every memdev enabled and healthy and in a region, every region committed and
+    online, CXL nodes in a zone that keeps GPU-pinned memory, PCIe links at their
+    best, poison lists empty, and the expectations given. Exit status: 0 all good,
+    6 warnings, 7 failures, 4 no CXL memory here (and nothing else wrong).
+    """
+    from pycxl.ops.check import parse_expectations, read_expect_file, run_check
+    from pycxl.ops.prometheus import check_textfile_path
+    from pycxl.sysfs import Sysfs
+    from pycxl.system import snapshot
+
+    items = list(expect)
+    if expect_file:
+        exp_file = parse_expectations(read_expect_file(expect_file), f"{expect_file}:")
+        items += [f"{k}={v}" for k, v in exp_file.capacities.items()]
+        items += [f"{k}={v}" for k, v in exp_file.counts.items()]
+    if expect_regions is not None:
+        items.append(f"regions={expect_regions}")
+    if expect_memdevs is not None:
+        items.append(f"memdevs={expect_memdevs}")
+    expectations = parse_expectations(items)
+    if textfile:
+        check_textfile_path(textfile)
+    # GPUs come from the PCI bus, not the CUDA driver: a check must be quick
+    system = snapshot(sysroot, gpus=False)
+    # a recorded tree has no devices to ask: its check is of what sysfs shows
+    ask_devices = not no_health and sysroot is None
+    report = run_check(system, expectations, event_log=event_log, device_health=ask_devices,
+                       fs=Sysfs(sysroot))  # fmt: skip
+    if textfile:
+        from pycxl.ops.metrics import check_metrics
+        from pycxl.ops.prometheus import write_textfile
+
+        write_textfile(textfile, check_metrics(report, system))
+    if as_json:
+        emit_json({
+            "status": report.status,
+            "findings": [f.as_json() for f in report.findings
+                         if not quiet or f.severity in ("warning", "failure")],
+        })  # fmt: skip
+    else:
+        shown = [f for f in report.findings if not quiet or f.severity in ("warning", "failure")]
+        if shown:
+            emit_table(None, ["severity", "check", "subject", "finding", "fix"],
+                       [[f.severity, f.check, f.subject, f.message, f.fix or "-"]
+                        for f in shown])  # fmt: skip
+        counts = {s: sum(1 for f in report.findings if f.severity == s)
+                  for s in ("ok", "info", "warning", "failure")}  # fmt: skip
+        click.echo(f"pycxl check: {report.status} ("
+                   + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")")  # fmt: skip
+    code = STATUS_EXIT[report.status]
+    if code:
+        raise SystemExit(code)

@@ -1,0 +1,202 @@
+"""``pycxl monitor``: the kernel's CXL events and CXL/dax/memory hotplug as one stream
+of dicts (JSON lines in the CLI), each placed on the host: memdev, serial, region, NUMA
+node and tier name, host physical address.
+
+Trace events come from a private tracefs instance (``pycxl.trace``), so the global
+trace buffer and whatever else traces are untouched and everything pycxl enabled is
+gone when the stream stops. Hotplug comes from the kernel's uevent netlink socket
+(pyudev), which needs no udev daemon.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import select
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+from ..errors import NotAvailableError
+from ..sysfs import Sysfs
+from ..system import System, snapshot
+from ..trace import TraceEvent, TraceInstance
+
+TRACE_EVENTS = (
+    "cxl/cxl_general_media",
+    "cxl/cxl_dram",
+    "cxl/cxl_memory_module",
+    "cxl/cxl_poison",
+    "cxl/cxl_aer_correctable_error",
+    "cxl/cxl_aer_uncorrectable_error",
+    "cxl/cxl_generic_event",
+    "cxl/cxl_overflow",
+)
+UEVENT_SUBSYSTEMS = ("cxl", "dax", "memory")
+MEMORY_DIR = "/sys/devices/system/memory"
+NO_ADDRESS = (1 << 64) - 1  # the kernel's "no host physical address"
+POLL_S = 0.5
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _address(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        n = int(value, 16)
+    except ValueError:
+        return None
+    return None if n == NO_ADDRESS else n
+
+
+class Placer:
+    """Places events on the host: HPA or region -> region, node, tier name. Re-reads
+    the topology after hotplug, so regions made while monitoring are known."""
+
+    def __init__(self, sysroot: str | None) -> None:
+        self.sysroot = sysroot
+        self.system: System = snapshot(sysroot, gpus=False)
+
+    def refresh(self) -> None:
+        """Read the topology again (after a hotplug event)."""
+        self.system = snapshot(self.sysroot, gpus=False)
+
+    def place(self, out: dict[str, Any], region: str | None, hpa: int | None) -> None:
+        """Fill region, node and target of ``out`` from a region name or an address."""
+        regions = self.system.cxl.regions
+        r = next((x for x in regions if x.name == region), None) if region else None
+        if r is None and hpa is not None:
+            r = next(
+                (
+                    x
+                    for x in regions
+                    if x.resource is not None and x.resource <= hpa < x.resource + x.size
+                ),
+                None,
+            )
+        out["region"] = r.name if r is not None else region
+        node = r.numa_nodes[0] if r is not None and r.numa_nodes else out.get("node")
+        out["node"] = node
+        out["target"] = self.system.tier_name(node) if node is not None else None
+
+
+def trace_record(event: TraceEvent, placer: Placer) -> dict[str, Any]:
+    """One trace event as a monitor record."""
+    f = event.fields
+    serial = f.get("serial", "").rstrip(":")
+    out: dict[str, Any] = {
+        "time": _now(),
+        "source": "trace",
+        "event": event.name,
+        "kernel_time": event.timestamp,
+        "memdev": f.get("memdev") or None,
+        "serial": int(serial) if serial.lstrip("-").isdigit() else None,
+        "host": f.get("host") or None,
+        "hpa": _address(f.get("hpa")),
+        "dpa": _address(f.get("dpa")),
+    }
+    placer.place(out, f.get("region") or None, out["hpa"])
+    out["fields"] = dict(f)
+    return out
+
+
+def uevent_record(action: str, subsystem: str, name: str, placer: Placer) -> dict[str, Any]:
+    """One hotplug uevent as a monitor record (memory blocks placed by address)."""
+    out: dict[str, Any] = {
+        "time": _now(),
+        "source": "uevent",
+        "event": f"{subsystem} {action}",
+        "action": action,
+        "subsystem": subsystem,
+        "device": name,
+    }
+    hpa = None
+    if subsystem == "memory" and name.startswith("memory") and name[6:].isdigit():
+        fs = Sysfs(placer.sysroot)
+        block_size = fs.read(f"{MEMORY_DIR}/block_size_bytes")
+        if block_size:
+            hpa = int(name[6:]) * int(block_size, 16)
+        nodes = [d for d in fs.listdir(f"{MEMORY_DIR}/{name}") if d.startswith("node")]
+        if nodes and nodes[0][4:].isdigit():
+            out["node"] = int(nodes[0][4:])
+    out["hpa"] = hpa
+    placer.place(out, name if name.startswith("region") else None, hpa)
+    return out
+
+
+def monitor(
+    *,
+    count: int | None = None,
+    duration: float | None = None,
+    sysroot: str | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> Generator[dict[str, Any], None, None]:
+    """Events as they come, until ``count`` events or ``duration`` seconds (forever by
+    default). Close the iterator (or leave the ``for``) to stop: the trace instance is
+    removed. Needs root (tracefs). ``on_ready`` is called once both sources listen:
+    nothing that happens after it is missed."""
+    import pyudev  # the monitor is the only user
+
+    placer = Placer(sysroot)
+    fs = Sysfs(sysroot)
+    context = pyudev.Context()
+    try:
+        uevents = pyudev.Monitor.from_netlink(context, source="kernel")
+    except Exception as e:  # pyudev raises plain OSError/RuntimeError subclasses here
+        raise NotAvailableError(f"cannot listen to kernel uevents: {e}") from e
+    trace = TraceInstance(TRACE_EVENTS, fs)
+    try:
+        uevents.start()
+        if on_ready is not None:
+            on_ready()
+        deadline = None if duration is None else time.monotonic() + duration
+        sent = 0
+        while count is None or sent < count:
+            wait = POLL_S
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return
+            ready, _, _ = select.select([uevents.fileno(), trace.fileno()], [], [], wait)
+            batch: list[dict[str, Any]] = []
+            if uevents.fileno() in ready:
+                hotplug: list[tuple[str, str, str]] = []
+                while (dev := uevents.poll(timeout=0)) is not None:
+                    if dev.subsystem in UEVENT_SUBSYSTEMS:
+                        hotplug.append((dev.action or "change", dev.subsystem, dev.sys_name))
+                if hotplug:
+                    placer.refresh()  # a region or node may have come or gone
+                batch = [uevent_record(a, s, n, placer) for a, s, n in hotplug]
+            batch += [trace_record(ev, placer) for ev in trace.read()]
+            for rec in batch:
+                yield rec
+                sent += 1
+                if count is not None and sent >= count:
+                    return
+    finally:
+        trace.close()
+
+
+def missing_events(sysroot: str | None = None) -> list[str]:
+    """The trace events this kernel lacks (the monitor goes on without them)."""
+    fs = Sysfs(sysroot)
+    from ..trace import tracefs
+
+    base = tracefs(fs)
+    return [e for e in TRACE_EVENTS if not fs.exists(f"{base}/events/{e}/enable")]
+
+
+def append_log(path: str, record: dict[str, Any]) -> None:
+    """Append one record to the event log ``pycxl check`` reads (one JSON line, flushed
+    and synced: a record is in the log before it is shown)."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,151 @@
+"""``pycxl stat``: memory tiers as vmstat shows memory. The first report gives the
+kernel's totals since boot; each later one, rates over its interval: per node (used,
+free, pinned, promoted, demoted, NUMA allocation misses) and system-wide (migrations,
+NUMA-balancing hint faults), next to the tiering state (memory tiers, demotion,
+NUMA-balancing mode, weighted-interleave weights, CXL PMUs).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidRequestError
+from ..numa.vmstat import Sample, TieringState, read_tiering, sample
+from ..sysfs import Sysfs
+from ..system import System
+
+PAGE = 4096  # vmstat counts pages of the base page size
+CXL_PMU_ABSENT = "absent: the kernel registered no cxl_pmu perf PMU (device or driver lacks one)"
+
+
+@dataclass(frozen=True)
+class NodeStat:
+    """One node in one report. ``rates`` are per second over the interval (None in the
+    first report, which carries the totals since boot in ``totals``)."""
+
+    node: int
+    name: str  # dram0, cxl0, node3
+    tier: str  # dram, cxl, cpuless
+    memory_tier: int | None
+    total: int  # bytes
+    free: int  # bytes
+    pinned: int  # bytes held by long-term pins now
+    totals: dict[str, int] = field(hash=False)
+    rates: dict[str, float] | None = field(default=None, hash=False)
+
+    @property
+    def used(self) -> int:
+        """Bytes in use."""
+        return self.total - self.free
+
+    def as_json(self) -> dict[str, Any]:
+        """One node's memory, counters and (after the first report) rates."""
+        return {
+            "node": self.node,
+            "name": self.name,
+            "tier": self.tier,
+            "memory_tier": self.memory_tier,
+            "total": self.total,
+            "used": self.used,
+            "free": self.free,
+            "pinned": self.pinned,
+            "totals": self.totals,
+            "rates_per_s": self.rates,
+        }
+
+
+@dataclass(frozen=True)
+class StatReport:
+    """One report: when, over which interval (None: since boot), nodes, system."""
+
+    time: str
+    interval_s: float | None
+    nodes: tuple[NodeStat, ...]
+    system_totals: dict[str, int] = field(hash=False)
+    system_rates: dict[str, float] | None = field(default=None, hash=False)
+    tiering: TieringState | None = field(default=None, hash=False)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as pycxl stat --json prints it (one line per report)."""
+        t = self.tiering
+        return {
+            "time": self.time,
+            "interval_s": self.interval_s,
+            "nodes": [n.as_json() for n in self.nodes],
+            "system": {"totals": self.system_totals, "rates_per_s": self.system_rates},
+            "tiering": None if t is None else tiering_json(t),
+        }
+
+
+def tiering_json(t: TieringState) -> dict[str, Any]:
+    """The tiering state as JSON."""
+    return {
+        "memory_tiers": {str(k): list(v) for k, v in t.memory_tiers.items()},
+        "demotion_enabled": t.demotion_enabled,
+        "numa_balancing": t.numa_balancing,
+        "interleave_weights": {str(k): v for k, v in t.weights.items()},
+        "cxl_pmus": list(t.cxl_pmus) or None,
+        "cxl_pmu": "present" if t.cxl_pmus else CXL_PMU_ABSENT,
+    }
+
+
+def _report(
+    system: System, now: Sample, before: Sample | None, tiering: TieringState
+) -> StatReport:
+    node_rates, system_rates = now.rates(before) if before is not None else ({}, None)
+    nodes = []
+    for n in now.nodes:
+        t = system.tier(n.node)
+        totals = dict(n.counters) | {"promoted": n.promoted, "demoted": n.demoted}
+        nodes.append(
+            NodeStat(
+                node=n.node,
+                name=t.name if t else f"node{n.node}",
+                tier=t.tier if t else "?",
+                memory_tier=tiering.tier_of(n.node),
+                total=n.mem_total,
+                free=n.mem_free,
+                pinned=n.pinned * PAGE,
+                totals=totals,
+                rates=node_rates.get(n.node) if before is not None else None,
+            )
+        )
+    return StatReport(
+        time=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        interval_s=None if before is None else round(now.time - before.time, 3),
+        nodes=tuple(nodes),
+        system_totals=dict(now.system),
+        system_rates=system_rates,
+        tiering=tiering,
+    )
+
+
+def stat(
+    system: System,
+    interval: float | None = None,
+    count: int | None = None,
+    sysroot: str | None = None,
+) -> Iterator[StatReport]:
+    """Reports as vmstat gives them: without ``interval`` one report (totals since
+    boot); with it, ``count`` reports (forever when None), the first since boot, each
+    later one with rates over ``interval`` seconds."""
+    if interval is not None and not interval > 0:
+        raise InvalidRequestError(f"interval {interval}: give a number of seconds above 0")
+    if count is not None and count < 1:
+        raise InvalidRequestError(f"count {count}: give 1 or more reports")
+    fs = Sysfs(sysroot)
+    before = sample(fs)
+    yield _report(system, before, None, read_tiering(fs))
+    if interval is None:
+        return
+    made = 1
+    while count is None or made < count:
+        time.sleep(max(0.0, before.time + interval - time.monotonic()))
+        now = sample(fs)
+        yield _report(system, now, before, read_tiering(fs))
+        before = now
+        made += 1

@@ -1,0 +1,104 @@
+"""PCIe link state of a device, from the kernel's PCI sysfs attributes
+(``current_link_speed``/``max_link_speed``, ``current_link_width``/``max_link_width``),
+and the NVIDIA GPUs the PCI bus shows (no CUDA driver needed).
+
+A link's best possible state is the lower of what the device and its upstream port can
+do: a Gen5 device in a Gen4 slot is limited by the slot, not broken.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .sysfs import Sysfs
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+NVIDIA_VENDOR = 0x10DE
+DISPLAY_CLASS = 0x03  # base class of VGA (0x0300) and 3D (0x0302) controllers
+_SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A device's link now and at best (GT/s per lane, lanes); None where unknown."""
+
+    device: str  # PCI address
+    speed: float | None
+    width: int | None
+    max_speed: float | None  # what the device and its upstream port both support
+    max_width: int | None
+    limited_by_port: bool  # the upstream port, not the device, sets the maximum
+    device_max_unknown: bool = False  # the device's own maximum could not be read
+
+    @property
+    def speed_below_max(self) -> bool:
+        """Whether the link runs slower than both ends allow."""
+        return self.speed is not None and self.max_speed is not None and self.speed < self.max_speed
+
+    @property
+    def width_below_max(self) -> bool:
+        """Whether the link has fewer lanes than both ends allow."""
+        return self.width is not None and self.max_width is not None and self.width < self.max_width
+
+    def describe(self) -> str:
+        """'16.0 GT/s x8 of 32.0 GT/s x16'."""
+        return f"{_fmt(self.speed, self.width)} of {_fmt(self.max_speed, self.max_width)}"
+
+
+def _fmt(speed: float | None, width: int | None) -> str:
+    s = f"{speed:.1f} GT/s" if speed is not None else "? GT/s"
+    return f"{s} x{width}" if width is not None else f"{s} x?"
+
+
+def parse_speed(text: str | None) -> float | None:
+    """'32.0 GT/s PCIe' -> 32.0; 'Unknown' or absent -> None."""
+    m = _SPEED.match(text or "")
+    return float(m.group(1)) if m else None
+
+
+def _width(fs: Sysfs, rel: str) -> int | None:
+    value = fs.read_int(rel)
+    return value if value else None  # the kernel prints 0 for an unknown width
+
+
+def read_link(device: str, fs: Sysfs | None = None) -> Link | None:
+    """The link of PCI device ``device`` ('0000:0d:00.0'); None when it has no link
+    attributes (not a PCIe device, or an integrated one)."""
+    fs = fs or Sysfs()
+    base = f"{PCI_DEVICES}/{device}"
+    speed = parse_speed(fs.read(f"{base}/current_link_speed"))
+    dev_max = parse_speed(fs.read(f"{base}/max_link_speed"))
+    if speed is None and dev_max is None:
+        return None
+    width = _width(fs, f"{base}/current_link_width")
+    dev_max_width = _width(fs, f"{base}/max_link_width")
+    max_speed, max_width, by_port = dev_max, dev_max_width, False
+    upstream = os.path.basename(os.path.dirname(fs.realpath(base)))
+    if _BDF.match(upstream):
+        port = f"{PCI_DEVICES}/{upstream}"
+        port_speed = parse_speed(fs.read(f"{port}/max_link_speed"))
+        port_width = _width(fs, f"{port}/max_link_width")
+        if port_speed is not None and (max_speed is None or port_speed < max_speed):
+            max_speed, by_port = port_speed, True
+        if port_width is not None and (max_width is None or port_width < max_width):
+            max_width, by_port = port_width, True
+    unknown = dev_max is None or dev_max_width is None
+    return Link(device, speed, width, max_speed, max_width, by_port, unknown)
+
+
+def nvidia_gpus(fs: Sysfs | None = None) -> list[str]:
+    """PCI addresses of NVIDIA display and 3D controllers, in bus order (the order of
+    pycxl's gpu0, gpu1... when no CUDA_VISIBLE_DEVICES reorders them)."""
+    fs = fs or Sysfs()
+    out = []
+    for dev in fs.listdir(PCI_DEVICES):
+        vendor = fs.read(f"{PCI_DEVICES}/{dev}/vendor")
+        pci_class = fs.read(f"{PCI_DEVICES}/{dev}/class")
+        if vendor is None or pci_class is None:
+            continue
+        if int(vendor, 16) == NVIDIA_VENDOR and int(pci_class, 16) >> 16 == DISPLAY_CLASS:
+            out.append(dev)
+    return sorted(out)

@@ -1,0 +1,160 @@
+"""Kernel trace events, read from a private tracefs instance.
+
+pycxl never touches the global trace buffer: it makes its own instance
+(``instances/pycxl-PID-N``), enables only the events it wants there, reads that
+instance's ``trace_pipe``, and removes the instance when done (``close()``, ``with``),
+which also disables its events. Lines are parsed into ``TraceEvent``s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import itertools
+import os
+import re
+import select
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .errors import NeedsRootError, NotAvailableError, OperationError
+from .sysfs import Sysfs
+
+TRACEFS_PATHS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+_LINE = re.compile(
+    r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?:\S+\s+)?"
+    r"(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s?(?P<body>.*)$"
+)
+_FIELD = re.compile(r"(\w+)=('(?:[^']*)'|\"(?:[^\"]*)\"|\S*)")
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One trace event: its name, the kernel's timestamp (s), and its fields."""
+
+    name: str
+    timestamp: float
+    fields: dict[str, str] = field(default_factory=dict, hash=False)
+
+
+def parse_line(line: str) -> TraceEvent | None:
+    """A trace_pipe line as an event (None for lines that are not events)."""
+    m = _LINE.match(line)
+    if not m:
+        return None
+    fields = {k: v[1:-1] if v[:1] in "'\"" and v[-1:] == v[:1] and len(v) > 1 else v
+              for k, v in _FIELD.findall(m.group("body"))}  # fmt: skip
+    return TraceEvent(m.group("event"), float(m.group("ts")), fields)
+
+
+def tracefs(fs: Sysfs | None = None) -> str:
+    """The mounted tracefs, as a kernel path. As libtracefs does, root mounts it where
+    the kernel provides a mount point; otherwise NotAvailableError says how."""
+    fs = fs or Sysfs()
+    for path in TRACEFS_PATHS:
+        if fs.is_dir(f"{path}/instances"):
+            return path
+    if fs.path("/") == "/" and os.geteuid() == 0 and os.path.isdir(TRACEFS_PATHS[0]):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mount(b"nodev", TRACEFS_PATHS[0].encode(), b"tracefs", 0, None) == 0:
+            return TRACEFS_PATHS[0]
+    raise NotAvailableError(
+        "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing): the kernel's "
+        "CXL events are read from it"
+    )
+
+
+class TraceInstance:
+    """A private trace instance with ``events`` ('cxl/cxl_poison'...) enabled; events
+    the kernel does not have are listed in ``missing``."""
+
+    def __init__(self, events: Iterable[str], fs: Sysfs | None = None) -> None:
+        self.fs = fs or Sysfs()
+        base = tracefs(self.fs)
+        self.path = f"{base}/instances/pycxl-{os.getpid()}-{next(_counter)}"
+        try:
+            os.mkdir(self.fs.path(self.path))
+        except PermissionError:
+            raise NeedsRootError("reading the kernel's trace events needs root") from None
+        except OSError as e:
+            raise OperationError(f"cannot make trace instance {self.path}: {e.strerror}") from e
+        self.enabled: list[str] = []
+        self.missing: list[str] = []
+        self._fd = -1
+        self._pending = b""
+        try:
+            for ev in events:
+                if self.fs.exists(f"{self.path}/events/{ev}/enable"):
+                    self.fs.write(f"{self.path}/events/{ev}/enable", "1")
+                    self.enabled.append(ev)
+                else:
+                    self.missing.append(ev)
+            self._fd = os.open(self.fs.path(f"{self.path}/trace_pipe"),
+                               os.O_RDONLY | os.O_NONBLOCK)  # fmt: skip
+        except BaseException:
+            self.close()
+            raise
+
+    def fileno(self) -> int:
+        """The trace_pipe's descriptor, for select()."""
+        return self._fd
+
+    def read(self, timeout: float = 0.0) -> list[TraceEvent]:
+        """Events that have arrived, waiting up to ``timeout`` seconds for the first."""
+        if timeout > 0:
+            select.select([self._fd], [], [], timeout)
+        chunks = []
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except OSError as e:
+                if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    break
+                raise
+            if not data:
+                break
+            chunks.append(data)
+        self._pending += b"".join(chunks)
+        *lines, self._pending = self._pending.split(b"\n")
+        out = []
+        for raw in lines:
+            ev = parse_line(raw.decode(errors="replace"))
+            if ev is not None:
+                out.append(ev)
+        return out
+
+    def drain(self, quiet: float = 0.2, limit: float = 5.0) -> list[TraceEvent]:
+        """Events until none has come for ``quiet`` seconds (at most ``limit``)."""
+        out: list[TraceEvent] = []
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            got = self.read(quiet)
+            if not got:
+                break
+            out += got
+        return out
+
+    def close(self) -> None:
+        """Disable the events and remove the instance."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        for ev in self.enabled:
+            with contextlib.suppress(OperationError):  # the instance goes anyway
+                self.fs.write(f"{self.path}/events/{ev}/enable", "0")
+        self.enabled = []
+        try:
+            os.rmdir(self.fs.path(self.path))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise OperationError(f"cannot remove trace instance {self.path}: {e.strerror}") from e
+
+    def __enter__(self) -> TraceInstance:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
