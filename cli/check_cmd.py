@@ -92,4 +92,4 @@ def check_command(
                    + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")")  # fmt: skip
     code = STATUS_EXIT[report.status]
     if code:
-        raise SystemExit(code)
+        raise click.exceptions.Exit(code)

@@ -60,7 +60,7 @@ def testbed_command(
         cmd, topology, timeout=timeout, on_output=lambda line: click.echo(line, nl=False)
     )
     if result.returncode:
-        raise SystemExit(result.returncode)
+        raise click.exceptions.Exit(result.returncode)
 
 
 def _setup() -> None:

@@ -67,8 +67,10 @@ class Sysfs:
             return None
 
     # --- reads -------------------------------------------------------------
-    def read(self, rel: str) -> str | None:
-        """Contents of an attribute without the trailing newline; None when absent."""
+    def read(self, rel: str, *, root_only: bool = False) -> str | None:
+        """Contents of an attribute without the trailing newline; None when absent.
+        ``root_only``: an attribute the kernel shows only to root (physical addresses);
+        None, not an error, for anyone else."""
         try:
             with open(self.path(rel), encoding="utf-8", errors="replace") as f:
                 return f.read().rstrip("\n")
@@ -77,6 +79,8 @@ class Sysfs:
         except IsADirectoryError as e:
             raise SysfsError(rel, "is a directory, expected an attribute file") from e
         except PermissionError as e:
+            if root_only:
+                return None
             raise SysfsError(rel, "permission denied; run as root to read it") from e
         except OSError as e:
             # Some attributes fail to read on purpose (ENXIO, EINVAL) when they do
@@ -85,9 +89,10 @@ class Sysfs:
                 return None
             raise SysfsError(rel, f"cannot read ({e.strerror})") from e
 
-    def read_int(self, rel: str) -> int | None:
-        """An integer attribute in decimal or 0x-hex; None when absent or empty."""
-        text = self.read(rel)
+    def read_int(self, rel: str, *, root_only: bool = False) -> int | None:
+        """An integer attribute in decimal or 0x-hex; None when absent or empty (and,
+        with ``root_only``, when only root may read it)."""
+        text = self.read(rel, root_only=root_only)
         if text is None or text.strip() == "":
             return None
         s = text.strip()

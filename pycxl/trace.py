@@ -57,7 +57,9 @@ def tracefs(fs: Sysfs | None = None) -> str:
     for path in TRACEFS_PATHS:
         if fs.is_dir(f"{path}/instances"):
             return path
-    if fs.path("/") == "/" and os.geteuid() == 0 and os.path.isdir(TRACEFS_PATHS[0]):
+    if fs.path("/") == "/" and os.geteuid() != 0:
+        raise NeedsRootError("the kernel's trace events (tracefs) need root")
+    if fs.path("/") == "/" and os.path.isdir(TRACEFS_PATHS[0]):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.mount(b"nodev", TRACEFS_PATHS[0].encode(), b"tracefs", 0, None) == 0:
             return TRACEFS_PATHS[0]

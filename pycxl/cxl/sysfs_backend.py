@@ -136,7 +136,7 @@ def _read_decoder(fs: Sysfs, name: str) -> Decoder:
         name=name,
         kind=kind,  # type: ignore[arg-type]
         port=os.path.basename(os.path.dirname(fs.realpath(dev))),
-        resource=_address(fs.read_int(f"{dev}/start")),
+        resource=_address(fs.read_int(f"{dev}/start", root_only=True)),
         size=size,
         interleave_ways=fs.read_int(f"{dev}/interleave_ways") or 1,
         interleave_granularity=fs.read_int(f"{dev}/interleave_granularity"),
@@ -149,7 +149,9 @@ def _read_decoder(fs: Sysfs, name: str) -> Decoder:
         type3_capable=bool(fs.read_bool(f"{dev}/cap_type3")),
         qos_class=fs.read_int(f"{dev}/qos_class") if kind == "root" else None,
         mode=fs.read(f"{dev}/mode") if kind == "endpoint" else None,
-        dpa_resource=_address(fs.read_int(f"{dev}/dpa_resource")) if kind == "endpoint" else None,
+        dpa_resource=_address(fs.read_int(f"{dev}/dpa_resource", root_only=True))
+        if kind == "endpoint"
+        else None,
         dpa_size=fs.read_int(f"{dev}/dpa_size") if kind == "endpoint" else None,
         region=region,
     )
@@ -201,7 +203,7 @@ def _read_region(
     if mode not in ("ram", "pmem"):
         # Kernels before the 'mode' attribute show 'uuid' on pmem regions only.
         mode = "pmem" if fs.exists(f"{dev}/uuid") else "ram"
-    resource = _address(fs.read_int(f"{dev}/resource"))
+    resource = _address(fs.read_int(f"{dev}/resource", root_only=True))
     return Region(
         name=name,
         type=mode,
@@ -228,7 +230,7 @@ def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
             if _REGION_RE.match(part) and _DECODER_RE.match(parent):
                 region = part
         size = fs.read_int(f"{dev}/size") or 0
-        resource = fs.read_int(f"{dev}/resource")
+        resource = fs.read_int(f"{dev}/resource", root_only=True)
         driver = fs.link_target_name(f"{dev}/driver")
         mode = DAX_DRIVER_MODES.get(driver or "", "unbound" if driver is None else driver)
         online = total = 0
