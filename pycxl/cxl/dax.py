@@ -42,7 +42,9 @@ def unbind(fs: Sysfs, dax: str, mode: str) -> None:
 def bind(fs: Sysfs, dax: str, mode: str) -> None:
     """Give ``dax`` to the driver of ``mode``, as daxctl does: name it in the driver's
     id table (the dax bus matches kmem to CXL devices on its own, device_dax only by
-    id), then bind."""
+    id), bind, and take the name out of the table again: the table outlives the device,
+    and a later device of the same name (a new region's dax0.0) would go to that driver
+    instead of the one its region asks for."""
     driver = f"{DAX_DRIVERS}/{DRIVER_OF_MODE[mode]}"
     if not fs.is_dir(driver):
         module = DRIVER_OF_MODE[mode]
@@ -50,8 +52,12 @@ def bind(fs: Sysfs, dax: str, mode: str) -> None:
     # already in the table, or a kernel without new_id: the bind says what matters
     with contextlib.suppress(OperationError):
         fs.write(f"{driver}/new_id", dax)
-    if fs.link_target_name(f"/sys/bus/dax/devices/{dax}/driver") != DRIVER_OF_MODE[mode]:
-        fs.write(f"{driver}/bind", dax)
+    try:
+        if fs.link_target_name(f"/sys/bus/dax/devices/{dax}/driver") != DRIVER_OF_MODE[mode]:
+            fs.write(f"{driver}/bind", dax)
+    finally:
+        with contextlib.suppress(OperationError):  # not in the table: nothing to undo
+            fs.write(f"{driver}/remove_id", dax)
 
 
 class DaxMapping:

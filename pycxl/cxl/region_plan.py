@@ -10,6 +10,7 @@ DPA, delete.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable, Iterable
@@ -218,6 +219,14 @@ def _wait_dax(fs: Sysfs, name: str, want: str) -> None:
         live=fs.root == os.sep,
     )
     for d in devs:
+        if want == "system-ram" and d.mode == "devdax" and fs.is_dir(f"{dax.DAX_DRIVERS}/kmem"):
+            # a stale id in device_dax's table (an earlier devdax switch by another
+            # tool) took the new device: give it to kmem, as the region asks
+            dax.unbind(fs, d.name, "devdax")
+            with contextlib.suppress(OperationError):
+                fs.write(f"{dax.DAX_DRIVERS}/device_dax/remove_id", d.name)
+            dax.bind(fs, d.name, "system-ram")
+            continue
         if want == "system-ram" and d.mode != "system-ram":
             raise OperationError(
                 f"{d.name} came up in {d.mode} mode, not system-ram; switch it with "

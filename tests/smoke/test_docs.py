@@ -64,7 +64,8 @@ def check(ex: Example, p: subprocess.CompletedProcess[str]) -> None:
 def test_the_docs_have_examples_everywhere() -> None:
     docs = {ex.doc for ex in ALL}
     assert {"README.md", "cli.md", "regions.md", "numa.md", "benchmarks.md", "gpu.md",
-            "testbed.md", "architecture.md"} <= docs, docs  # fmt: skip
+            "testbed.md", "architecture.md", "operations.md",
+            "gpu-cxl.md"} <= docs, docs  # fmt: skip
     assert sum(ex.where == "testbed" for ex in ALL) >= 10
     assert all(ex.text.strip() for ex in ALL)
 
