@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .params import COUNT, INT_LIST, PAGE_SIZE, SizeType
+from .params import COUNT, INT_LIST, PAGE_SIZE, RatesType, SizeType
 from .render import emit_json, emit_table
 
 if TYPE_CHECKING:
@@ -99,11 +99,14 @@ def latency_command(target: str, initiator: str | None, size: int | None, page: 
                    "GPU memory 1G).")  # fmt: skip
 @samples_option(None, "Timed passes after one untimed pass (default: 10; GPU 20).")
 @click.option("--nt-stores", is_flag=True, help="Non-temporal stores (no write-allocate read).")
+@click.option("--mix", default=None, metavar="MIX[,MIX...]|all",
+              help="Peak bandwidth of read/write mixes instead of STREAM (MLC's peak "
+                   "injection bandwidth): read, 3:1, 2:1, 1:1, nt-write, all.")  # fmt: skip
 @AS_JSON
 @PLOT
 def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ...] | None,
                       kernel: str, size: int | None, samples: int | None, nt_stores: bool,
-                      as_json: bool, plot: str | None) -> None:  # fmt: skip
+                      mix: str | None, as_json: bool, plot: str | None) -> None:  # fmt: skip
     """Sustainable bandwidth (STREAM copy, scale, add, triad).
 
     In a GPU's own memory with --target gpu0; --from gpu0 with a host target measures
@@ -116,12 +119,117 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
     results: list[BenchResult] = []
     for batch in _progress(counts, as_json, "threads", lambda n: dispatch.measure_bandwidth(
         target, initiator, threads=n, kernel=kernel, size=size, samples=samples,
-        nt_stores=nt_stores, system=s,
+        nt_stores=nt_stores, mix=mix, system=s,
     )):  # fmt: skip
         results += batch
     _emit(results, as_json)
     if plot:
         _plot(plot, results, "threads", "bytes_per_s", "threads", "bytes/s")
+
+
+@bench_group.command("loaded-latency")
+@TARGET
+@FROM
+@click.option("--load-on", default=None, metavar="TARGET",
+              help="Tier the load runs on (default: the target).")  # fmt: skip
+@click.option("--load-from", default=None, metavar="GPU",
+              help="Load from a GPU's copy engines (gpu0) instead of CPUs.")  # fmt: skip
+@click.option("--mix", default="read", show_default=True, metavar="MIX[,MIX...]|all",
+              help="Load read/write mix: read, 3:1, 2:1, 1:1, nt-write, all.")  # fmt: skip
+@click.option("--rates", type=RatesType(), default=None, metavar="GB/S[,GB/S...]",
+              help="Load bandwidths to pace to (default: a sweep from idle to the "
+                   "peak).")  # fmt: skip
+@click.option("--steps", type=click.IntRange(min=2), default=None,
+              help="Points of the automatic sweep (default: 10).")  # fmt: skip
+@click.option("--load-threads", type=COUNT, default=None,
+              help="CPU load threads (default: every CPU of the initiator but the chase's "
+                   "core).")  # fmt: skip
+@click.option("--size", type=SizeType(minimum=16 << 10), default=None,
+              help="Chase arena (default: as pycxl bench latency).")  # fmt: skip
+@click.option("--load-size", type=PAGE_SIZE, default=None,
+              help="Load buffer, all threads (default: 4x the last-level cache, at least "
+                   "256M).")  # fmt: skip
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Chase time per point (default: 1).")  # fmt: skip
+@click.option("--knee", type=click.FloatRange(min=1, min_open=True), default=None,
+              help="Latency factor over idle that marks the knee (default: 1.5).")  # fmt: skip
+@AS_JSON
+@PLOT
+def loaded_latency_command(
+    target: str, initiator: str | None, load_on: str | None, load_from: str | None, mix: str,
+    rates: tuple[float, ...] | None, steps: int | None, load_threads: int | None,
+    size: int | None, load_size: int | None, duration: float | None, knee: float | None,
+    as_json: bool, plot: str | None,
+) -> None:  # fmt: skip
+    """Latency while the memory is busy (MLC's loaded latency, paced by bandwidth).
+
+    One thread chases pointers on TARGET while load threads on the initiator's other
+    CPUs (or a GPU's copy engines, --load-from gpu0) move memory on --load-on at a
+    series of bandwidths: the unpaced peak first, then paced points from idle up. Each
+    point: the load bandwidth reached, the chase latency (mean, p50, p99). --from gpu0
+    makes the chase the GPU's (zero-copy) while CPUs load the tier.
+    """
+    from pycxl.bench import dispatch
+
+    _check_plot(plot)
+    s = _snapshot(target, initiator, load_from)
+    results = dispatch.measure_loaded_latency(
+        target, initiator, load_on=load_on, load_from=load_from, mix=mix,
+        rates=list(rates) if rates else None, steps=steps, size=size, load_size=load_size,
+        load_threads=load_threads, seconds=duration, knee=knee, system=s,
+    )  # fmt: skip
+    if as_json:
+        emit_json([r.as_json() for r in results])
+    else:
+        for r in results:
+            _loaded_table(r)
+    if plot:
+        _plot_loaded(plot, results)
+
+
+def _loaded_table(r: Any) -> None:
+    gpu_load = r.load_from.startswith("gpu")
+    who = r.load_from if gpu_load else f"{r.load_from} ({len(r.load_cpus)} threads)"
+    title = (f"loaded latency: {r.target} from {r.initiator}"
+             f"{f' (cpu{r.cpus[0]})' if r.cpus else ''}; load {r.mix} "
+             f"({r.reads}:{r.writes} reads:writes) on {r.load_target} from {who}")  # fmt: skip
+    rows = []
+    for p in r.points:
+        if p.target_bytes_per_s is None:
+            asked = "unpaced" if p.unpaced else "idle"
+        else:
+            asked = f"{p.target_bytes_per_s / 1e9:.2f}"
+        rows.append([
+            asked, f"{p.achieved_bytes_per_s / 1e9:.2f}",
+            "-" if p.achieved_ratio is None else f"{p.achieved_ratio:.2f}",
+            f"{p.latency_ns:.1f}", f"{p.latency_ns_p50:.1f}", f"{p.latency_ns_p99:.1f}",
+            "yes" if p.reached else "no: fell short",
+        ])  # fmt: skip
+    emit_table(title, ["load GB/s", "reached GB/s", "ratio", "latency_ns", "p50_ns", "p99_ns",
+                       "reached"], rows)  # fmt: skip
+    knee = ("not reached" if r.knee_bytes_per_s is None
+            else f"at {r.knee_bytes_per_s / 1e9:.2f} GB/s")  # fmt: skip
+    click.echo(f"idle {r.idle_latency_ns:.1f} ns; peak {r.peak_bytes_per_s / 1e9:.2f} GB/s; "
+               f"knee ({r.knee_factor:g}x idle) {knee}\n")  # fmt: skip
+
+
+def _plot_loaded(path: str, results: Sequence[Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    for r in results:
+        xs = [p.achieved_bytes_per_s / 1e9 for p in r.points]
+        ax.plot(xs, [p.latency_ns_p50 for p in r.points], marker="o", label=r.mix)
+    ax.set_xlabel("load bandwidth reached (GB/s)")
+    ax.set_ylabel("chase latency (ns, median of windows)")
+    first = results[0]
+    ax.set_title(f"loaded latency: {first.target} from {first.initiator}, "
+                 f"load on {first.load_target} from {first.load_from}")  # fmt: skip
+    ax.legend(title="mix")
+    fig.savefig(path)
 
 
 @bench_group.command("first-touch")
@@ -170,13 +278,16 @@ def transfer_command(gpu: str, target: str, direction: str, pageable: bool, stag
 @bench_group.command("matrix")
 @click.option("--latency/--no-latency", default=True, show_default=True)
 @click.option("--bandwidth/--no-bandwidth", default=False, show_default=True)
+@click.option("--loaded", is_flag=True,
+              help="Also the latency at 50% and 90% of each tier's peak read "
+                   "bandwidth.")  # fmt: skip
 @click.option("--gpus/--no-gpus", default=True, show_default=True,
               help="GPUs as initiators and targets.")  # fmt: skip
 @click.option("--size", type=PAGE_SIZE, default=None,
               help="Arena / array size per cell (default: each benchmark's).")  # fmt: skip
 @AS_JSON
-def matrix_command(latency: bool, bandwidth: bool, gpus: bool, size: int | None,
-                   as_json: bool) -> None:  # fmt: skip
+def matrix_command(latency: bool, bandwidth: bool, loaded: bool, gpus: bool,
+                   size: int | None, as_json: bool) -> None:  # fmt: skip
     """Every initiator (nodes with CPUs, GPUs) x every memory tier (nodes, GPU memory).
 
     GPU rows: latency is the GPU's own chase (zero-copy to host tiers); bandwidth is
@@ -184,28 +295,38 @@ def matrix_command(latency: bool, bandwidth: bool, gpus: bool, size: int | None,
     from pycxl.bench import dispatch
     from pycxl.system import snapshot
 
-    if not (latency or bandwidth):
+    if not (latency or bandwidth or loaded):
         raise click.UsageError("--no-latency and --no-bandwidth leave nothing to measure")
     m = dispatch.measure_matrix(
-        latency=latency, bandwidth=bandwidth, size=size, system=snapshot(gpus=gpus),
+        latency=latency, bandwidth=bandwidth, loaded=loaded, size=size,
+        system=snapshot(gpus=gpus),
         progress=lambda pairs: _bar(pairs, as_json, "matrix"),
     )  # fmt: skip
     if as_json:
         emit_json([c.as_json() for c in m.cells])
         return
-    for kind, fmt in (("latency", _ns), ("bandwidth", _rate)):
+    titles = {"latency": "latency", "bandwidth": "bandwidth",
+              "loaded": "latency at 50% / 90% of peak read bandwidth"}  # fmt: skip
+    for kind in ("latency", "bandwidth", "loaded"):
         if not any(c.kind == kind for c in m.cells):
             continue
-        rows = [[i] + [_cell(m, i, t, kind, fmt) for t in m.targets] for i in m.initiators]
-        emit_table(f"{kind} (initiator x target)", ["", *m.targets], rows)
+        rows = [[i] + [_cell(m, i, t, kind) for t in m.targets] for i in m.initiators]
+        emit_table(f"{titles[kind]} (initiator x target)", ["", *m.targets], rows)
 
 
-def _cell(m: Any, i: str, t: str, kind: str, fmt: Callable[[float], str]) -> str:
+def _cell(m: Any, i: str, t: str, kind: str) -> str:
     c = m.cell(i, t, kind)
     if c is None:
         return "-"
     r = c.result
-    return fmt(r.latency_ns if kind == "latency" else r.bytes_per_s)
+    if kind == "latency":
+        return _ns(r.latency_ns)
+    if kind == "bandwidth":
+        return _rate(r.bytes_per_s)
+    paced = sorted((p for p in r.points if p.target_bytes_per_s is not None),
+                   key=lambda p: p.target_bytes_per_s)  # fmt: skip
+    marks = [f"{p.latency_ns_p50:.0f}" + ("" if p.reached else "*") for p in paced]
+    return " / ".join(marks) + " ns"  # *: the load fell short of that fraction
 
 
 def _ns(v: float) -> str:

@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older i
     IntsParam = click.ParamType[tuple[int, ...]]
     NamesParam = click.ParamType[tuple[str, ...]]
     FloatParam = click.ParamType[float]
+    FloatsParam = click.ParamType[tuple[float, ...]]
 else:
-    IntParam = IntsParam = NamesParam = FloatParam = click.ParamType
+    IntParam = IntsParam = NamesParam = FloatParam = FloatsParam = click.ParamType
 
 
 class SizeType(IntParam):
@@ -106,3 +107,24 @@ CPUS = NamesType("CPUS")
 def flatten(values: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
     """A repeated NamesType option's values, as one tuple."""
     return tuple(v for group in values for v in group)
+
+
+class RatesType(FloatsParam):
+    """Comma-separated bandwidths in GB/s: '5,10,20.5'."""
+
+    name = "rates"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[float, ...]:  # fmt: skip
+        if isinstance(value, tuple):
+            return value
+        out = []
+        for part in str(value).split(","):
+            try:
+                gbs = float(part)
+            except ValueError:
+                self.fail(f"{part!r} is not a bandwidth in GB/s", param, ctx)
+            if not gbs > 0 or gbs != gbs or gbs == float("inf"):
+                self.fail(f"{part!r}: a bandwidth is above 0 GB/s", param, ctx)
+            out.append(gbs * 1e9)
+        return tuple(out)

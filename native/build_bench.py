@@ -1,5 +1,6 @@
-"""cffi build script for pycxl._bench: the benchmark kernels (bench.c) and the threaded
-copy of staged GPU transfers (copy.c), in API mode, compiled at install time.
+"""cffi build script for pycxl._bench: the benchmark kernels (bench.c), the threaded
+copy of staged GPU transfers (copy.c) and the paced loads of loaded latency (loaded.c),
+in API mode, compiled at install time.
 
 No -march flag: the build must run on any CPU of the architecture; bench.c picks wide
 vector code at run time (target_clones, AVX checks).
@@ -27,11 +28,20 @@ ffibuilder.cdef(
     void *copy_pool_create(int nthreads, const int *cpus);
     void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt);
     void copy_pool_destroy(void *pool);
+    int load_mix_streams(int mix);
+    int load_mix_traffic(int mix);
+    int load_has_nt(void);
+    void *load_start(char *buf, size_t slice, int nthreads, const int *cpus, int mix,
+                     double bytes_per_s, int *err);
+    uint64_t load_moved(void *handle);
+    void load_stop(void *handle);
+    size_t chase_windows(void **cursor, uint64_t loads, uint64_t duration_ns, uint32_t *win_ns,
+                         size_t max_windows);
     """
 )
 ffibuilder.set_source(
     "pycxl._bench",
-    "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c")),
+    "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c", "loaded.c")),
     include_dirs=[str(HERE)],  # pinned_thread.h
     extra_compile_args=["-O3", "-fno-strict-aliasing", "-pthread"],
     extra_link_args=["-pthread"],

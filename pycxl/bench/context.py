@@ -136,6 +136,15 @@ def check_fits(size: int, p: Placement) -> None:
         )
 
 
+def smt_siblings(cpu: int, fs: Sysfs | None = None) -> tuple[int, ...]:
+    """The CPUs that share ``cpu``'s core (itself included), from sysfs."""
+    from ..sysfs import parse_cpulist
+
+    fs = fs or Sysfs()
+    text = fs.read(f"{CPU_DIR}/cpu{cpu}/topology/thread_siblings_list")
+    return parse_cpulist(text) if text else (cpu,)
+
+
 @contextmanager
 def pinned(cpu: int) -> Iterator[None]:
     """Run the calling thread on one CPU, then restore its affinity."""

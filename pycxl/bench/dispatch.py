@@ -23,7 +23,14 @@ from ..gpu.devices import GpuDevice
 from ..system import System, snapshot, wants_gpus
 from ..units import parse_size
 from .context import default
-from .results import BandwidthResult, BenchResult, FirstTouchResult, LatencyResult, TransferResult
+from .results import (
+    BandwidthResult,
+    BenchResult,
+    FirstTouchResult,
+    LatencyResult,
+    LoadedLatencyResult,
+    TransferResult,
+)
 
 Size = int | str | None
 MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
@@ -134,14 +141,34 @@ def measure_bandwidth(
     size: Size = None,
     samples: int | None = None,
     nt_stores: bool = False,
+    mix: str | None = None,
     system: System | None = None,
 ) -> list[BenchResult]:
     """Bandwidth of ``target`` from ``initiator``: STREAM by CPUs on host memory (one
     result per kernel), STREAM in a GPU's own memory (``target="gpu0"``), or the pinned
-    copy from a host tier to a GPU (``initiator="gpu0"``)."""
-    from . import bandwidth, gpu_stream, transfer
+    copy from a host tier to a GPU (``initiator="gpu0"``). ``mix`` ('read', '3:1',
+    '2:1', '1:1', 'nt-write', several comma-separated, or 'all'): instead of STREAM, the
+    peak bandwidth of each read/write mix (MLC's peak injection bandwidth), by CPUs."""
+    from . import bandwidth, gpu_stream, loaded, transfer
 
     _samples(samples)
+    if mix is not None:
+        mixes = loaded.mix_names(mix)
+        if kernel != "all" or nt_stores:
+            raise InvalidRequestError("--mix measures its own loads: drop --kernel and --nt-stores")
+        s = _system(system, target, initiator)
+        if _pair(s, target, initiator).gpu is not None:
+            raise InvalidRequestError("--mix is measured by CPUs on host memory")
+        p = s.placement(target, initiator)
+        n_threads = threads or len(p.cpus)
+        if not 1 <= n_threads <= len(p.cpus):
+            raise InvalidRequestError(
+                f"{n_threads} threads but initiator {p.initiator} has {len(p.cpus)} CPUs"
+            )
+        for m in mixes:
+            loaded.check_nt(m)
+        return [loaded.mix_bandwidth(p, p.cpus[:n_threads], m, size=_size(size),
+                                     samples=samples) for m in mixes]  # fmt: skip
     if threads is not None and threads < 1:
         raise InvalidRequestError(f"threads must be at least 1, not {threads}")
     s = _system(system, target, initiator)
@@ -215,6 +242,111 @@ def measure_transfer(
     )  # fmt: skip
 
 
+def measure_loaded_latency(
+    target: str,
+    initiator: str | None = None,
+    *,
+    load_on: str | None = None,
+    load_from: str | None = None,
+    mix: str = "read",
+    rates: Sequence[float] | None = None,
+    fractions: Sequence[float] | None = None,
+    steps: int | None = None,
+    size: Size = None,
+    load_size: Size = None,
+    load_threads: int | None = None,
+    seconds: float | None = None,
+    knee: float | None = None,
+    system: System | None = None,
+) -> list[LoadedLatencyResult]:
+    """Latency of ``target`` from ``initiator`` while a load runs on ``load_on`` (default:
+    the target), one curve per mix (``mix``: one, several comma-separated, or 'all').
+
+    The chase runs on the initiator's first CPU (default: the CPUs nearest the target),
+    or on a GPU (``initiator="gpu0"``: its zero-copy chase). The load comes from the
+    initiator's other CPUs (not the chase CPU's core; for a GPU chaser, the CPUs nearest
+    the load tier), ``load_threads`` of them (default: all), or from a GPU's copy
+    engines (``load_from="gpu0"``). ``rates`` in bytes/s, ``fractions`` of the load's
+    unpaced peak, or a sweep of ``steps`` points from idle to the peak."""
+    from . import loaded
+    from .context import smt_siblings
+
+    mixes = loaded.mix_names(mix)
+    if steps is not None and steps < 2:
+        raise InvalidRequestError(f"a sweep needs at least 2 steps, not {steps}")
+    if seconds is not None and not seconds > 0:
+        raise InvalidRequestError(f"a point lasts more than 0 seconds, not {seconds}")
+    if rates is not None and (not rates or min(rates) <= 0):
+        raise InvalidRequestError("rates are bandwidths above 0")
+    if fractions is not None and any(not 0 < f <= 1 for f in fractions):
+        raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
+    s = _system(system, target, initiator, load_from)
+    load_target = load_on or target
+    for name in (target, load_target):
+        if wants_gpus(name):
+            raise InvalidRequestError(
+                f"{name} is GPU memory: loaded latency measures host tiers (the GPU's own "
+                "memory is measured by pycxl bench latency/bandwidth --target gpuN)"
+            )
+    pair = _pair(s, target, initiator)
+    load_gpu = None
+    if load_from is not None:
+        if not wants_gpus(load_from):
+            raise InvalidRequestError(
+                "--load-from takes a GPU (gpu0); CPU loads come from the initiator's CPUs"
+            )
+        s.require_gpus()
+        (load_gpu,) = s.gpus_named(load_from)
+        if load_threads is not None:
+            raise InvalidRequestError("--load-threads applies to CPU loads, not a GPU's")
+        for m in mixes:
+            if m not in loaded.GPU_MIXES:
+                raise InvalidRequestError(
+                    f"a GPU load copies host memory: mix read (host to GPU), nt-write (GPU "
+                    f"to host) or 1:1 (both at once), not {m}"
+                )
+    if pair.gpu is not None:  # a GPU chases; CPUs near the load tier (or a GPU) load it
+        chase = s.placement(target)
+        lp = s.placement(load_target)
+        free_cpus = list(lp.cpus)
+    else:
+        chase = s.placement(target, initiator)
+        lp = s.placement(load_target, initiator)
+        busy = set(smt_siblings(chase.cpus[0])) | {chase.cpus[0]}
+        free_cpus = [c for c in lp.cpus if c not in busy]
+    cpus: list[int] = free_cpus[:4]  # a GPU load's copy threads: off the chase's core
+    if load_gpu is None:
+        n = load_threads if load_threads is not None else len(free_cpus)
+        if n < 1 or n > len(free_cpus):
+            raise InvalidRequestError(
+                f"{n} load threads, but {len(free_cpus)} CPUs of {lp.initiator} are left "
+                f"for load threads (the chase runs on cpu{chase.cpus[0]} and its core is "
+                "kept free)"
+                if free_cpus
+                else f"no CPU of {lp.initiator} is left for load threads besides the chase's"
+            )
+        cpus = free_cpus[:n]
+        for m in mixes:
+            loaded.check_nt(m)
+    gpu_chaser = None
+    results = []
+    try:
+        if pair.gpu is not None:
+            from .gpu_latency import GpuChaser
+
+            gpu_chaser = GpuChaser(pair.gpu, chase.node, _size(size))
+        for m in mixes:
+            results.append(loaded.loaded_latency(
+                chase, lp, cpus, mix=m, rates=rates, fractions=fractions, steps=steps,
+                size=_size(size), load_size=_size(load_size, "load size"), seconds=seconds,
+                knee_factor=knee or loaded.KNEE, gpu=load_gpu, gpu_chaser=gpu_chaser,
+            ))  # fmt: skip
+    finally:
+        if gpu_chaser is not None:
+            gpu_chaser.close()
+    return results
+
+
 # --- the initiator x target matrix ------------------------------------------------------
 @dataclass(frozen=True)
 class MatrixCell:
@@ -257,16 +389,22 @@ def matrix_pairs(system: System) -> tuple[list[str], list[str], list[tuple[str, 
     return cpu_inits + gpus, host_targets + gpus, pairs
 
 
+LOADED_FRACTIONS = (0.5, 0.9)  # the matrix's loaded latency: at these fractions of the peak
+
+
 def measure_matrix(
     *,
     latency: bool = True,
     bandwidth: bool = False,
+    loaded: bool = False,
     size: Size = None,
     system: System | None = None,
     progress: Callable[[Sequence[tuple[str, str]]], Any] | None = None,
 ) -> Matrix:
     """Latency and/or bandwidth (triad; a GPU's pinned copy from host tiers) of every
-    pair. ``progress``, given the pairs, returns what to iterate (a progress bar)."""
+    pair; ``loaded``: also, for CPU initiators, the latency while the initiator's other
+    CPUs read the target at 50% and 90% of their peak. ``progress``, given the pairs,
+    returns what to iterate (a progress bar)."""
     s = system or snapshot()
     inits, targets, pairs = matrix_pairs(s)
     n = _size(size)
@@ -284,4 +422,10 @@ def measure_matrix(
                 samples=default(4, 2), system=s,
             )  # fmt: skip
             cells += [MatrixCell(i, t, "bandwidth", r) for r in rs]
+        if loaded and not wants_gpus(i, t):
+            (lr,) = measure_loaded_latency(
+                t, initiator, fractions=LOADED_FRACTIONS, size=n,
+                seconds=default(500, 200) / 1e3, system=s,
+            )  # fmt: skip
+            cells.append(MatrixCell(i, t, "loaded", lr))
     return Matrix(tuple(inits), tuple(targets), tuple(cells))

@@ -95,25 +95,9 @@ class _Chain:
         self.ctx, self.start, self.keep, self.host = ctx, start, keep, host
 
     def sample(self, loads: int, samples: int, warm: int) -> list[float]:
-        import numpy as np
-
-        mod = Module(self.ctx, "chase.ptx")
-        state = DeviceMemory(self.ctx, 8)  # where the walk is: each launch goes on from it
-        stream = Stream(self.ctx)
-        timer = Timer(stream)
-        state.copy_from_host(np.array([self.start], dtype=np.uint64))
-        try:
-
-            def launch(n: int) -> float:
-                args = [u64(state.ptr), u64(n)]
-                return timer.time(lambda: mod.launch("chase", 1, 1, stream, args))
-
+        with _Launcher(self) as launch:
             launch(warm)  # JIT, TLB and caches warm: the whole cycle once
-            return [launch(loads) * 1e6 / loads for _ in range(samples)]
-        finally:
-            timer.close()
-            stream.close()
-            state.close()
+            return [launch(loads) for _ in range(samples)]
 
     def pages_by_node(self) -> dict[int, int]:
         return self.host.pages_by_node() if self.host is not None else {}
@@ -124,6 +108,68 @@ class _Chain:
     def __exit__(self, *exc: object) -> None:
         for k in reversed(self.keep):
             k.close()
+
+
+class _Launcher:
+    """The chase kernel ready to launch on a chain: ``launch(n)`` follows ``n`` links
+    from where the last launch stopped and returns ns per load (CUDA events)."""
+
+    def __init__(self, chain: _Chain) -> None:
+        import numpy as np
+
+        self.mod = Module(chain.ctx, "chase.ptx")
+        self.state = DeviceMemory(chain.ctx, 8)  # where the walk is
+        self.stream = Stream(chain.ctx)
+        self.timer = Timer(self.stream)
+        self.state.copy_from_host(np.array([chain.start], dtype=np.uint64))
+
+    def __call__(self, n: int) -> float:
+        args = [u64(self.state.ptr), u64(n)]
+        return self.timer.time(lambda: self.mod.launch("chase", 1, 1, self.stream, args)) * 1e6 / n
+
+    def __enter__(self) -> _Launcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.close()
+        self.stream.close()
+        self.state.close()
+
+
+class GpuChaser:
+    """A GPU's zero-copy chase of host memory on ``node``, timed per launch of
+    ``window_loads`` loads: the chaser of a loaded-latency curve from a GPU."""
+
+    window_loads = 4096
+
+    def __init__(self, g: GpuDevice, node: int, size: int | None = None, page: str = "4k") -> None:
+        check_size(size)
+        self.gpu = g
+        self.page_size = page_size(page)
+        size = size or default_size(g)
+        group = min(TLB_PAGES * self.page_size, 1 << (size.bit_length() - 1))
+        self.size = size // group * group
+        self._chain = _in_host_memory(GpuContext(g.ordinal), self.size, group, node,
+                                      self.page_size)  # fmt: skip
+        self._launch = _Launcher(self._chain)
+        self._launch(max(16, min(self.size // STRIDE, WARM_LOADS) // 16 * 16))
+
+    def windows(self, seconds: float) -> list[float]:
+        """ns per load of each launch, launch after launch, for ``seconds``."""
+        out: list[float] = []
+        end = time.perf_counter() + seconds
+        while not out or time.perf_counter() < end:
+            out.append(self._launch(self.window_loads))
+        return out
+
+    def pages_by_node(self) -> dict[int, int]:
+        """Pages of the chased host memory per node."""
+        return self._chain.pages_by_node()
+
+    def close(self) -> None:
+        """Release the kernel, the mapping and the memory."""
+        self._launch.__exit__()
+        self._chain.__exit__()
 
 
 def _build(address: int, size: int, group: int) -> None:

@@ -64,12 +64,13 @@ class BandwidthResult(BenchResult):
     """STREAM bandwidth of one kernel: best and median of ``samples`` timed passes."""
 
     benchmark: ClassVar[str] = "bandwidth"
-    kernel: str  # copy, scale, add, triad
+    kernel: str  # copy, scale, add, triad; or a load mix (read, 3:1, 2:1, 1:1, nt-write)
     bytes_per_s: float
     bytes_per_s_median: float
     samples: int  # timed passes (one more, untimed, runs first)
     threads: int | None = None  # CPU initiators
     nt_stores: bool = False
+    mix: str | None = None  # the load mix, for peak bandwidth by mix (MLC's peak injection)
     gpu: str | None = None  # GPU STREAM: the GPU's name and launch shape
     grid: int | None = None
     block: int | None = None
@@ -113,3 +114,46 @@ class TransferResult(BenchResult):
     lanes: tuple[Lane, ...] = ()
     chunk: int | None = None  # staged copies: staging buffer size
     copy_threads: int | None = None  # staged copies: CPU threads
+
+
+@dataclass(frozen=True)
+class LoadedPoint:
+    """One point of a loaded-latency curve: the load asked for, what it reached, and the
+    chase latency meanwhile (mean, and p50/p99 over windows of ``window_loads``)."""
+
+    target_bytes_per_s: float | None  # None: no load (idle) or unpaced (as fast as it goes)
+    unpaced: bool
+    achieved_bytes_per_s: float  # measured over the chase's time, reads and writes
+    achieved_ratio: float | None  # achieved / target, for paced points
+    reached: bool  # a paced point reached at least 95% of its target
+    latency_ns: float
+    latency_ns_p50: float
+    latency_ns_p99: float
+    windows: int
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedLatencyResult(BenchResult):
+    """Latency of ``target`` from ``initiator`` while a load of ``mix`` runs on
+    ``load_target`` from ``load_from`` (CPUs ``load_cpus``, or a GPU's copy engines),
+    at a series of bandwidths: idle first, then by achieved bandwidth."""
+
+    benchmark: ClassVar[str] = "loaded-latency"
+    mix: str
+    reads: int  # the mix's reads : writes, as the memory sees them
+    writes: int
+    load_target: str
+    load_node: int
+    load_from: str  # dram0 (CPUs) or gpu0 (copy engines)
+    load_cpus: tuple[int, ...]  # the load threads' CPUs (a GPU load's copy threads)
+    load_size: int
+    load_pages_on_node: int
+    load_pages: int
+    points: tuple[LoadedPoint, ...]
+    idle_latency_ns: float  # the idle point's median (p50) window
+    peak_bytes_per_s: float  # the unpaced load, with the chase running
+    knee_factor: float
+    knee_bytes_per_s: float | None  # load where the median reached knee_factor x idle
+    window_loads: int
+    measure_s: float = 0.0
