@@ -84,7 +84,7 @@ def _inject(kind: str, memdev: str | None, settings: tuple[str, ...]) -> None:
     import json
 
     from pycxl.system import snapshot
-    from pycxl.testbed.inject import request
+    from pycxl.testbed.inject import check_request, request
 
     arguments: dict[str, object] = {}
     for item in settings:
@@ -95,6 +95,7 @@ def _inject(kind: str, memdev: str | None, settings: tuple[str, ...]) -> None:
             arguments[key] = json.loads(value)  # numbers, lists, true/false
         except ValueError:
             arguments[key] = value  # words: log=warning
+    check_request(kind, arguments)  # bad fields first, wherever it runs
     cxl = snapshot(gpus=False).cxl.require()
     target = cxl.find_memdev(memdev) if memdev else (cxl.memdevs[0] if cxl.memdevs else None)
     if target is None or target.serial is None:

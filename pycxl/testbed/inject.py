@@ -136,15 +136,21 @@ def serve_requests(workdir: Path, qmp_socket: str, ids_by_serial: dict[int, str]
         req_path.unlink(missing_ok=True)
 
 
+def check_request(kind: str, arguments: dict[str, Any]) -> None:
+    """Refuse an unknown kind or field (InvalidRequestError), then a run outside the
+    testbed (NotAvailableError): before anything is read or asked."""
+    qmp_arguments(kind, "check", arguments)
+    if not os.environ.get("PYCXL_TESTBED_WORKDIR") or os.environ.get("PYCXL_IN_TESTBED") != "1":
+        raise NotAvailableError(
+            "fault injection runs inside the testbed (pycxl testbed -- pycxl testbed "
+            "--inject ...), where the harness forwards it to QEMU"
+        )
+
+
 def request(kind: str, serial: int, arguments: dict[str, Any]) -> dict[str, Any]:
     """Guest side: ask the host to inject; what QEMU was sent (raises what it refused)."""
-    workdir = os.environ.get("PYCXL_TESTBED_WORKDIR")
-    if not workdir or os.environ.get("PYCXL_IN_TESTBED") != "1":
-        raise NotAvailableError(
-            "pycxl testbed inject runs inside the testbed (pycxl testbed -- pycxl testbed "
-            "inject ...), where the harness forwards it to QEMU"
-        )
-    qmp_arguments(kind, "check", arguments)  # refuse bad input before asking
+    check_request(kind, arguments)
+    workdir = os.environ["PYCXL_TESTBED_WORKDIR"]
     name = uuid.uuid4().hex
     req = Path(workdir) / f"inject-request-{name}.json"
     tmp = req.with_suffix(".tmp")
