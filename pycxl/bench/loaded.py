@@ -78,9 +78,15 @@ def check_nt(mix: str) -> None:
 class Load(Protocol):
     """Something that moves memory at a requested rate and counts what it moved."""
 
-    def start(self, bytes_per_s: float | None) -> None: ...
-    def moved(self) -> int: ...
-    def stop(self) -> None: ...
+    def start(self, bytes_per_s: float | None) -> None:
+        """Start moving memory at ``bytes_per_s`` in all (None: as fast as it goes)."""
+
+    def moved(self) -> int:
+        """Bytes moved so far (reads and writes, as the memory sees them)."""
+        return 0
+
+    def stop(self) -> None:
+        """Stop and wait for the load to end."""
 
 
 class CpuLoad:
@@ -99,6 +105,7 @@ class CpuLoad:
         self._run: Any = None
 
     def start(self, bytes_per_s: float | None) -> None:
+        """Start the threads at ``bytes_per_s`` in all (None: unpaced)."""
         err = self.ffi.new("int *")
         self._run = self.lib.load_start(
             self.ffi.cast("char *", self.buf.address), self.slice, len(self.cpus), self._cpus,
@@ -108,17 +115,21 @@ class CpuLoad:
             raise OperationError(f"load threads could not start (error {err[0]})")
 
     def moved(self) -> int:
+        """Bytes the threads have moved so far, all of them together."""
         return int(self.lib.load_moved(self._run))
 
     def stop(self) -> None:
+        """Stop the threads and wait for them (idempotent)."""
         if self._run is not None:
             self.lib.load_stop(self._run)
             self._run = None
 
     def pages_by_node(self) -> dict[int, int]:
+        """Pages of the load buffer per node."""
         return self.buf.pages_by_node()
 
     def close(self) -> None:
+        """Stop, then free the buffer."""
         self.stop()
         self.buf.close()
 
@@ -128,9 +139,7 @@ class GpuLoad:
     (the GPU reads the tier), device to host (it writes it), or both at once. Each lane
     keeps two copies in flight and paces itself to its share of the rate."""
 
-    def __init__(
-        self, gpu: Any, node: int, mix: str, size: int, cpus: Sequence[int] = ()
-    ) -> None:
+    def __init__(self, gpu: Any, node: int, mix: str, size: int, cpus: Sequence[int] = ()) -> None:
         from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
         from ..gpu.streams import Stream
 
@@ -196,6 +205,7 @@ class GpuLoad:
             del halves, whole  # views of the host buffer: it is unmapped after
 
     def start(self, bytes_per_s: float | None) -> None:
+        """Start the lanes' copies at ``bytes_per_s`` in all (None: unpaced)."""
         self._stop.clear()
         self._moved = [0] * len(self._lanes)
         share = bytes_per_s / len(self._lanes) if bytes_per_s else None
@@ -205,9 +215,11 @@ class GpuLoad:
             t.start()
 
     def moved(self) -> int:
+        """Bytes the copies have finished moving so far."""
         return sum(self._moved)
 
     def stop(self) -> None:
+        """Stop the lanes; OperationError if a lane failed."""
         self._stop.set()
         for t in self._threads:
             t.join()
@@ -217,6 +229,7 @@ class GpuLoad:
             raise OperationError(f"the GPU load failed: {err}")
 
     def pages_by_node(self) -> dict[int, int]:
+        """Pages of the pinned host buffers per node."""
         out: dict[int, int] = {}
         for lane in self._lanes:
             for node, n in lane[1].pages_by_node().items():
@@ -224,6 +237,7 @@ class GpuLoad:
         return out
 
     def close(self) -> None:
+        """Stop, then release streams, GPU memory, registrations and buffers."""
         self.stop()
         for _d, host, pinned, dev, stream in self._lanes:
             stream.close()
@@ -238,7 +252,9 @@ class Chaser(Protocol):
 
     window_loads: int
 
-    def windows(self, seconds: float) -> list[float]: ...
+    def windows(self, seconds: float) -> list[float]:
+        """ns per load of each window, window after window, for ``seconds``."""
+        return []
 
 
 class CpuChaser:
@@ -262,15 +278,18 @@ class CpuChaser:
         self._cursor = self.ffi.new("void **", start)
 
     def windows(self, seconds: float) -> list[float]:
+        """ns per load of each window of WINDOW_LOADS loads, for ``seconds``."""
         cap = int(seconds * 1e9 / (WINDOW_LOADS * 10)) + 16  # never below 10 ns a load
         out = self.ffi.new("uint32_t[]", cap)
         n = self.lib.chase_windows(self._cursor, WINDOW_LOADS, int(seconds * 1e9), out, cap)
         return [out[i] / WINDOW_LOADS for i in range(n)]
 
     def pages_by_node(self) -> dict[int, int]:
+        """Pages of the chase arena per node."""
         return self.buf.pages_by_node()
 
     def close(self) -> None:
+        """Free the arena."""
         self.buf.close()
 
 
