@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ from pycxl.cxl.region_layout import RegionRequest
 from pycxl.numa.pages import migrate, pages_by_node
 from pycxl.system import snapshot
 from pycxl.trace import tracefs
+from tests import node_exporter
 from tests.kernel.kernel_helpers import ndctl, pycxl_cli
 
 CHECK_WARNING, CHECK_FAILURE = 6, 7
@@ -263,40 +261,16 @@ def test_stat_counts_pages_moved_between_tiers(region: pycxl.RegionResult) -> No
     del buf
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.kernel(topology="two-dev")
 def test_prometheus_metrics_through_a_real_node_exporter(
     region: pycxl.RegionResult, tmp_path: Path
 ) -> None:
-    exporter = shutil.which("prometheus-node-exporter")
+    exporter = node_exporter.binary()
     assert exporter, "prometheus-node-exporter is not installed (scripts/setup-test-env.sh)"
     subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
     assert pycxl_cli("check", "--textfile", str(tmp_path / "check.prom")).returncode == 0
     assert pycxl_cli("stat", "--textfile", str(tmp_path / "stat.prom")).returncode == 0
-    port = _free_port()
-    proc = subprocess.Popen([exporter, "--collector.disable-defaults", "--collector.textfile",
-                             f"--collector.textfile.directory={tmp_path}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        text = ""
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    text = r.read().decode()
-                break
-            except OSError:
-                time.sleep(0.1)
-        assert text, "node_exporter did not answer"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    lines = text.splitlines()
+    lines = node_exporter.scrape(str(tmp_path), exporter)
     assert "node_textfile_scrape_error 0" in lines
     node = region.numa_node
     serial = snapshot(gpus=False).cxl.memdev("mem0").serial

@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import struct
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,6 +29,7 @@ from pycxl.pcie import parse_speed, read_link
 from pycxl.sysfs import Sysfs
 from pycxl.system import snapshot
 from pycxl.trace import parse_line
+from tests import node_exporter
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NDCTL_EXAMPLE = json.loads((DATA / "ndctl" / "list-health-alert-example.json").read_text())
@@ -231,14 +228,8 @@ def test_textfile_paths_are_checked_before_writing(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["t.prom"]  # no temporary left
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_node_exporter_reads_what_check_and_stat_write(tmp_path: Path) -> None:
-    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    exporter = node_exporter.binary()
     if exporter is None:
         if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
             pytest.fail("prometheus-node-exporter is not installed (scripts/setup-test-env.sh)")
@@ -249,25 +240,8 @@ def test_node_exporter_reads_what_check_and_stat_write(tmp_path: Path) -> None:
     write_textfile(str(tmp_path / "check.prom"), check_metrics(report, system))
     (st,) = stat(system, sysroot=root)
     write_textfile(str(tmp_path / "stat.prom"), stat_metrics(st))
-    port = _free_port()
-    proc = subprocess.Popen([exporter, "--collector.disable-defaults", "--collector.textfile",
-                             f"--collector.textfile.directory={tmp_path}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        text = ""
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    text = r.read().decode()
-                break
-            except OSError:
-                time.sleep(0.1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    lines = text.splitlines()
-    assert "node_textfile_scrape_error 0" in lines, text[-2000:]
+    lines = node_exporter.scrape(str(tmp_path), exporter)
+    assert "node_textfile_scrape_error 0" in lines, lines[-20:]
     assert "pycxl_check_status 0" in lines
     assert 'pycxl_region_committed{node="1",region="region0",target="cxl0"} 1' in lines
     cxl0 = 'pycxl_node_memory_total_bytes{node="1",target="cxl0",tier="cxl"}'
