@@ -28,6 +28,11 @@ ffibuilder.cdef(
     void *copy_pool_create(int nthreads, const int *cpus);
     void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt);
     void copy_pool_destroy(void *pool);
+    int copy_stream_start(void *pool, char *host, char *const *bufs, int depth, size_t size,
+                          size_t chunk, int to_host, int nt, size_t open);
+    void copy_stream_open(void *pool, size_t chunks);
+    void copy_stream_wait(void *pool, size_t c);
+    void copy_stream_end(void *pool, int abort);
     int load_mix_streams(int mix);
     int load_mix_traffic(int mix);
     int load_has_nt(void);

@@ -1,11 +1,19 @@
-/* A pool of pinned threads that split one large memcpy between them: the CPU side of
- * the staged (pipelined) copy between pageable memory and a GPU. One thread copies
- * 5-7 GB/s (benchmarks/staged_tune.py); the copy engine moves 50 GB/s and more, so the
- * staging copy needs about ten. The threads live as long as the pool, so a copy of one chunk costs a wake-up,
- * not a thread creation. */
+/* A pool of pinned threads: the CPU side of the staged (pipelined) copy between pageable
+ * memory and a GPU. One thread copies 5-7 GB/s; the copy engine moves 50 GB/s and more,
+ * so the staging copy needs about ten. The threads live as long as the pool.
+ *
+ * Two ways to use it:
+ * - copy_pool_run: one memcpy split between the threads, returns when done.
+ * - a stream (copy_stream_*): a whole transfer in chunks through `depth` staging
+ *   buffers. The threads take small slices from one counter and run on from chunk to
+ *   chunk without a barrier; the caller opens chunks as their buffers become free (the
+ *   copy engine has read them, or filled them) and waits for chunks the threads have
+ *   finished. A slow or preempted thread then delays one slice, not every chunk, and
+ *   no thread waits for a wake-up between chunks. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +63,90 @@ struct copy_pool {
     const char *src;
     size_t bytes;
     int nt; /* non-temporal stores */
+    struct copy_stream *stream; /* set while a stream runs, else NULL */
+};
+
+/* Slices are what one thread takes at a time: small enough that 16 threads share a
+ * 16 MiB chunk evenly, large enough that the shared counter is touched rarely. */
+#define SLICE ((size_t)256 << 10)
+/* Spin this many rounds before sleeping: a chunk takes hundreds of microseconds, a
+ * wake-up from sleep tens. */
+#define SPINS 4000
+
+struct copy_stream {
+    char *host;          /* the pageable side, `size` bytes */
+    char *const *bufs;   /* `depth` staging buffers of `chunk` bytes */
+    int depth;
+    size_t size, chunk, chunks, slices_per_chunk, slices;
+    int to_host;         /* copy staging -> host (else host -> staging) */
+    int nt;
+    atomic_size_t next_slice;
+    atomic_size_t opened; /* chunks below this may be copied */
+    atomic_int aborted;
+    atomic_size_t *done;  /* slices finished, per chunk */
+    int sleepers;         /* threads asleep on `gate`, under the pool's lock */
+    pthread_cond_t gate, chunk_done;
 };
 
 struct copy_worker {
     struct copy_pool *pool;
     int index;
 };
+
+static void copy_span(char *dst, const char *src, size_t n, int nt)
+{
+    if (nt)
+        copy_nt(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
+/* Until chunk c is open (or the stream is aborted). */
+static void stream_gate(struct copy_pool *p, struct copy_stream *s, size_t c)
+{
+    for (int i = 0; i < SPINS; i++) {
+        if (c < atomic_load(&s->opened) || atomic_load(&s->aborted))
+            return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->lock);
+    s->sleepers++;
+    while (c >= atomic_load(&s->opened) && !atomic_load(&s->aborted))
+        pthread_cond_wait(&s->gate, &p->lock);
+    s->sleepers--;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* One thread's share of a stream: slices in order until none is left. Slices are
+ * claimed in order, so every slice of chunk c is claimed before any of chunk c+1 and a
+ * thread waiting at a closed chunk never holds back an open one. */
+static void stream_work(struct copy_pool *p, struct copy_stream *s)
+{
+    for (;;) {
+        size_t k = atomic_fetch_add(&s->next_slice, 1);
+        if (k >= s->slices)
+            return;
+        size_t c = k / s->slices_per_chunk;
+        stream_gate(p, s, c);
+        size_t base = c * s->chunk;
+        size_t len = s->size - base < s->chunk ? s->size - base : s->chunk;
+        size_t lo = (k % s->slices_per_chunk) * SLICE;
+        if (lo < len && !atomic_load(&s->aborted)) {
+            size_t n = len - lo < SLICE ? len - lo : SLICE;
+            char *stage = s->bufs[c % (size_t)s->depth] + lo;
+            char *host = s->host + base + lo;
+            if (s->to_host)
+                copy_span(host, stage, n, s->nt);
+            else
+                copy_span(stage, host, n, s->nt);
+        }
+        if (atomic_fetch_add(&s->done[c], 1) + 1 == s->slices_per_chunk) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_broadcast(&s->chunk_done);
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+}
 
 static void *copy_worker_main(void *arg)
 {
@@ -80,16 +166,18 @@ static void *copy_worker_main(void *arg)
         const char *src = p->src;
         size_t bytes = p->bytes;
         int nt = p->nt;
+        struct copy_stream *stream = p->stream;
         pthread_mutex_unlock(&p->lock);
-        /* page-aligned parts, the last one takes the rest */
-        size_t lo = (bytes * (size_t)w->index / (size_t)p->nthreads) & ~(size_t)4095;
-        size_t hi = w->index == p->nthreads - 1
-                        ? bytes
-                        : (bytes * (size_t)(w->index + 1) / (size_t)p->nthreads) & ~(size_t)4095;
-        if (hi > lo && nt)
-            copy_nt(dst + lo, src + lo, hi - lo);
-        else if (hi > lo)
-            memcpy(dst + lo, src + lo, hi - lo);
+        if (stream) {
+            stream_work(p, stream);
+        } else {
+            /* page-aligned parts, the last one takes the rest */
+            size_t n = (size_t)p->nthreads, i = (size_t)w->index;
+            size_t lo = (bytes * i / n) & ~(size_t)4095;
+            size_t hi = i == n - 1 ? bytes : (bytes * (i + 1) / n) & ~(size_t)4095;
+            if (hi > lo)
+                copy_span(dst + lo, src + lo, hi - lo, nt);
+        }
         pthread_mutex_lock(&p->lock);
         if (--p->remaining == 0)
             pthread_cond_signal(&p->done);
@@ -141,7 +229,7 @@ void *copy_pool_create(int nthreads, const int *cpus)
 }
 
 /* Copy `bytes` from src to dst with every thread of the pool (with non-temporal stores
- * if nt); returns when done. */
+ * if nt); returns when done. Not while a stream runs. */
 void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt)
 {
     struct copy_pool *p = pool;
@@ -162,4 +250,98 @@ void copy_pool_destroy(void *pool)
 {
     struct copy_pool *p = pool;
     copy_pool_stop(p, p->nthreads);
+}
+
+/* Start a stream of `size` bytes between `host` and `depth` staging buffers of `chunk`
+ * bytes (chunk i uses buffer i % depth): staging -> host if to_host, else host ->
+ * staging. Chunks below `open` may be copied at once. Returns 0, or -1 when memory is
+ * short (nothing started). */
+int copy_stream_start(void *pool, char *host, char *const *bufs, int depth, size_t size,
+                      size_t chunk, int to_host, int nt, size_t open)
+{
+    struct copy_pool *p = pool;
+    struct copy_stream *s = calloc(1, sizeof *s);
+    size_t chunks = (size + chunk - 1) / chunk;
+    char **copies = calloc((size_t)depth, sizeof(char *));
+    atomic_size_t *done = calloc(chunks ? chunks : 1, sizeof(atomic_size_t));
+    if (!s || !copies || !done) {
+        free(s);
+        free(copies);
+        free(done);
+        return -1;
+    }
+    memcpy(copies, bufs, (size_t)depth * sizeof(char *));
+    s->host = host;
+    s->bufs = copies;
+    s->depth = depth;
+    s->size = size;
+    s->chunk = chunk;
+    s->chunks = chunks;
+    s->slices_per_chunk = (chunk + SLICE - 1) / SLICE;
+    s->slices = chunks * s->slices_per_chunk;
+    s->to_host = to_host;
+    s->nt = nt;
+    s->done = done;
+    atomic_init(&s->next_slice, 0);
+    atomic_init(&s->opened, open);
+    atomic_init(&s->aborted, 0);
+    pthread_cond_init(&s->gate, NULL);
+    pthread_cond_init(&s->chunk_done, NULL);
+    pthread_mutex_lock(&p->lock);
+    p->stream = s;
+    p->remaining = p->nthreads;
+    p->generation++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* Chunks below `chunks` may be copied now (their staging buffers are free or filled). */
+void copy_stream_open(void *pool, size_t chunks)
+{
+    struct copy_pool *p = pool;
+    struct copy_stream *s = p->stream;
+    atomic_store(&s->opened, chunks);
+    pthread_mutex_lock(&p->lock);
+    if (s->sleepers)
+        pthread_cond_broadcast(&s->gate);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Until every slice of chunk c is copied. */
+void copy_stream_wait(void *pool, size_t c)
+{
+    struct copy_pool *p = pool;
+    struct copy_stream *s = p->stream;
+    for (int i = 0; i < SPINS; i++) {
+        if (atomic_load(&s->done[c]) == s->slices_per_chunk)
+            return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->lock);
+    while (atomic_load(&s->done[c]) != s->slices_per_chunk)
+        pthread_cond_wait(&s->chunk_done, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* End the stream: after every chunk was opened, wait for the threads to finish them;
+ * with abort, the threads skip what they have not started. The pool is idle after. */
+void copy_stream_end(void *pool, int abort)
+{
+    struct copy_pool *p = pool;
+    struct copy_stream *s = p->stream;
+    pthread_mutex_lock(&p->lock);
+    if (abort) {
+        atomic_store(&s->aborted, 1);
+        pthread_cond_broadcast(&s->gate);
+    }
+    while (p->remaining)
+        pthread_cond_wait(&p->done, &p->lock);
+    p->stream = NULL;
+    pthread_mutex_unlock(&p->lock);
+    pthread_cond_destroy(&s->gate);
+    pthread_cond_destroy(&s->chunk_done);
+    free((void *)s->bufs);
+    free(s->done);
+    free(s);
 }

@@ -44,13 +44,6 @@ static inline uint64_t load_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__)
-    _mm_pause();
-#endif
-}
-
 /* streams each mix walks (the slice is cut into this many parts) and the bytes the
  * memory moves per byte of one stream */
 static const int mix_streams[] = {1, 3, 2, 2, 1};

@@ -1,5 +1,6 @@
 /* Threads pinned to one CPU from their first instruction (the affinity is set in the
- * attributes, not after the start), shared by the STREAM workers and the copy pool. */
+ * attributes, not after the start), shared by the STREAM workers, the copy pool and
+ * the load threads; and the pause they spin with. */
 #ifndef PYCXL_PINNED_THREAD_H
 #define PYCXL_PINNED_THREAD_H
 #ifndef _GNU_SOURCE
@@ -7,6 +8,17 @@
 #endif
 #include <pthread.h>
 #include <sched.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+/* In a spin-wait loop: lets the sibling hyperthread run and saves power. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
 
 /* pthread_create's return value: 0, or an errno value. */
 static inline int start_pinned_thread(pthread_t *tid, int cpu, void *(*fn)(void *), void *arg)

@@ -5,7 +5,9 @@ time, with one CPU thread: 7-22 GB/s on the GPU machine, where pinned memory mov
 Here a pool of pinned CPU threads (native/copy.c) fills pinned staging buffer i while
 the copy engine moves buffer i-1 to the GPU (or drains buffer i into pageable memory
 while the engine fills buffer i+1), so the CPU copy and the DMA overlap and neither
-waits for the other.
+waits for the other. The threads run from chunk to chunk without a barrier (a copy
+stream): this thread only opens chunks whose buffers are free and hands finished chunks
+to the engine, so a preempted copy thread on a busy host delays one slice, not all.
 
     with StagedCopier(ctx, node=gpu.numa_node) as copier:
         copier.to_device(device_memory.ptr, numpy_array)
@@ -73,6 +75,8 @@ class StagedCopier:
         self._buffers = [NumaBuffer(chunk, policy) for _ in range(depth)]
         self._pinned = [HostMemory(ctx, b) for b in self._buffers]
         self._events = [Event() for _ in range(depth)]
+        ffi, _ = kernels()
+        self._stage = [ffi.cast("void *", b.address) for b in self._buffers]
         self.stream = Stream(ctx)
         ffi, lib = kernels()
         pool = lib.copy_pool_create(len(cpus), ffi.new("int[]", cpus))
@@ -85,53 +89,54 @@ class StagedCopier:
     def to_device(self, dptr: int, src: Any) -> None:
         """Copy all of ``src`` (any buffer or array) to the GPU at ``dptr``."""
         address, size = pages.buffer_span(src)
-        ffi, lib = kernels()
         _, cu = drv.driver()
         self.ctx.activate()
-        depth = len(self._buffers)
-        for i, off in enumerate(range(0, size, self.chunk)):
-            n = min(self.chunk, size - off)
-            b = i % depth
-            if i >= depth:
-                self._events[b].synchronize()  # the engine has read this buffer
-            stage = self._buffers[b].address
-            source = ffi.cast("char *", address + off)
-            lib.copy_pool_run(self._pool, ffi.cast("char *", stage), source, n,
-                              int(self.nt_to_device))  # fmt: skip
-            rc = cu.cuMemcpyHtoDAsync_v2(dptr + off, ffi.cast("void *", stage), n,
-                                         self.stream.handle)  # fmt: skip
-            drv.check("cuMemcpyHtoDAsync", rc)
-            self._events[b].record(self.stream)
-        self.stream.synchronize()
+        depth, chunks = len(self._buffers), -(-size // self.chunk)
+        # The threads fill the first `depth` buffers at once; buffer i % depth opens for
+        # chunk i + depth when the engine has read chunk i.
+        with self._stream(address, size, to_host=False, opened=depth) as copy:
+            for i in range(chunks):
+                copy.wait(i)
+                b, off = i % depth, i * self.chunk
+                n = min(self.chunk, size - off)
+                rc = cu.cuMemcpyHtoDAsync_v2(dptr + off, self._stage[b], n, self.stream.handle)
+                drv.check("cuMemcpyHtoDAsync", rc)
+                self._events[b].record(self.stream)
+                if i and i - 1 + depth < chunks:
+                    self._events[(i - 1) % depth].synchronize()
+                    copy.open(i + depth)
+            self.stream.synchronize()
 
     def to_host(self, dst: Any, dptr: int) -> None:
         """Copy ``len(dst)`` bytes from the GPU at ``dptr`` into ``dst`` (writable)."""
         address, size = pages.buffer_span(dst)
-        ffi, lib = kernels()
         _, cu = drv.driver()
         self.ctx.activate()
-        depth = len(self._buffers)
-        offsets = list(range(0, size, self.chunk))
+        depth, chunks = len(self._buffers), -(-size // self.chunk)
 
         def fetch(i: int) -> None:
-            b, off = i % depth, offsets[i]
-            n = min(self.chunk, size - off)
-            rc = cu.cuMemcpyDtoHAsync_v2(ffi.cast("void *", self._buffers[b].address),
-                                         dptr + off, n, self.stream.handle)  # fmt: skip
+            b, off = i % depth, i * self.chunk
+            rc = cu.cuMemcpyDtoHAsync_v2(self._stage[b], dptr + off, min(self.chunk, size - off),
+                                         self.stream.handle)  # fmt: skip
             drv.check("cuMemcpyDtoHAsync", rc)
             self._events[b].record(self.stream)
 
-        for i in range(min(depth, len(offsets))):
+        for i in range(min(depth, chunks)):
             fetch(i)
-        for i, off in enumerate(offsets):
-            b = i % depth
-            self._events[b].synchronize()
-            lib.copy_pool_run(self._pool, ffi.cast("char *", address + off),
-                              ffi.cast("char *", self._buffers[b].address),
-                              min(self.chunk, size - off), int(self.nt_to_host))  # fmt: skip
-            if i + depth < len(offsets):
-                fetch(i + depth)
+        # Chunk i opens to the threads when the engine has filled its buffer; the buffer
+        # takes chunk i + depth when the threads have drained it.
+        with self._stream(address, size, to_host=True, opened=0) as copy:
+            for i in range(chunks):
+                self._events[i % depth].synchronize()
+                copy.open(i + 1)
+                if i and i - 1 + depth < chunks:
+                    copy.wait(i - 1)
+                    fetch(i - 1 + depth)
         self.stream.synchronize()
+
+    def _stream(self, address: int, size: int, *, to_host: bool, opened: int) -> _CopyStream:
+        nt = self.nt_to_host if to_host else self.nt_to_device
+        return _CopyStream(self._pool, address, self._stage, size, self.chunk, to_host, nt, opened)
 
     def close(self) -> None:
         """Stop the copy threads, unregister and free the staging buffers."""
@@ -149,3 +154,32 @@ class StagedCopier:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _CopyStream:
+    """One transfer through the copy threads (native/copy.c, copy_stream_*): the threads
+    run from chunk to chunk on their own; ``open(n)`` lets them copy chunks below ``n``,
+    ``wait(i)`` returns when chunk ``i`` is copied. Leaving the block waits for the
+    threads, or on an error stops them before they start anything more."""
+
+    def __init__(self, pool: Any, address: int, stage: Sequence[Any], size: int, chunk: int,
+                 to_host: bool, nt: bool, opened: int) -> None:  # fmt: skip
+        ffi, self._lib = kernels()
+        self._pool = pool
+        bufs = ffi.new("char *[]", [ffi.cast("char *", b) for b in stage])
+        rc = self._lib.copy_stream_start(pool, ffi.cast("char *", address), bufs, len(stage),
+                                         size, chunk, int(to_host), int(nt), opened)  # fmt: skip
+        if rc:
+            raise OperationError("cannot start the copy threads' stream: out of memory")
+
+    def open(self, chunks: int) -> None:
+        self._lib.copy_stream_open(self._pool, chunks)
+
+    def wait(self, chunk: int) -> None:
+        self._lib.copy_stream_wait(self._pool, chunk)
+
+    def __enter__(self) -> _CopyStream:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self._lib.copy_stream_end(self._pool, int(exc_type is not None))

@@ -6,6 +6,7 @@ transfer copy every byte."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from pycxl._lib.compiled import kernels
+from pycxl.gpu.staged import _CopyStream
 
 ROOT = Path(__file__).resolve().parents[2]
 PTX = ("stream.ptx", "chase.ptx")
@@ -67,5 +69,80 @@ def test_copy_threads_copy_every_byte(size: int, nt: int) -> None:
             dst[:] = 0
             lib.copy_pool_run(pool, ffi.from_buffer(dst), ffi.from_buffer(src), size, nt)
             assert np.array_equal(dst, src)
+    finally:
+        lib.copy_pool_destroy(pool)
+
+
+@pytest.mark.parametrize("to_host", [False, True])
+@pytest.mark.parametrize(
+    ("size", "chunk", "depth"),
+    [(0, 4096, 2), (5000, 4096, 2), ((3 << 20) + 77, 300 << 10, 3), ((8 << 20) + 4096, 1 << 20, 4)],
+)
+def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int,
+                                               to_host: bool) -> None:  # fmt: skip
+    """The staged copier's stream with the engine's side done here by memcpy: every byte
+    arrives, a chunk is complete when `wait` returns, and the threads never write a
+    staging buffer before it is opened again (that would corrupt the chunk not yet
+    moved out of it)."""
+    ffi, lib = kernels()
+    rng = np.random.default_rng(size + chunk)
+    source = rng.integers(0, 255, size, dtype=np.uint8)
+    host = source.copy() if not to_host else np.zeros(size, dtype=np.uint8)
+    device = np.zeros(size, dtype=np.uint8) if not to_host else source.copy()
+    stage = [np.zeros(chunk, dtype=np.uint8) for _ in range(depth)]
+    chunks = -(-size // chunk)
+    cpus = sorted(os.sched_getaffinity(0))
+    pool = lib.copy_pool_create(3, ffi.new("int[]", [cpus[i % len(cpus)] for i in range(3)]))
+    try:
+        for _ in range(2):  # the same threads, stream after stream
+            host[:] = 0 if to_host else source
+            device[:] = source if to_host else 0
+            stage_ptrs = [ffi.cast("void *", ffi.from_buffer(b)) for b in stage]
+            span = lambda i: slice(i * chunk, min(size, (i + 1) * chunk))  # noqa: E731
+            if not to_host:
+                with _CopyStream(pool, host.ctypes.data, stage_ptrs, size, chunk, False, False,
+                                 depth) as copy:  # fmt: skip
+                    for i in range(chunks):
+                        copy.wait(i)
+                        part = span(i)
+                        device[part] = stage[i % depth][: part.stop - part.start]
+                        if i + depth < chunks:
+                            copy.open(i + depth + 1)
+                assert np.array_equal(device, source)
+            else:
+                for i in range(min(depth, chunks)):
+                    part = span(i)
+                    stage[i][: part.stop - part.start] = device[part]
+                with _CopyStream(pool, host.ctypes.data, stage_ptrs, size, chunk, True, True,
+                                 0) as copy:  # fmt: skip
+                    for i in range(chunks):
+                        copy.open(i + 1)
+                        copy.wait(i)
+                        if i + depth < chunks:
+                            part = span(i + depth)
+                            stage[i % depth][: part.stop - part.start] = device[part]
+                assert np.array_equal(host, source)
+    finally:
+        lib.copy_pool_destroy(pool)
+
+
+def test_copy_stream_stops_on_an_error() -> None:
+    """An error inside the stream stops the threads before chunks never opened, and the
+    pool copies normally after."""
+    ffi, lib = kernels()
+    size, chunk = 4 << 20, 1 << 20
+    host = np.full(size, 7, dtype=np.uint8)
+    stage = [np.zeros(chunk, dtype=np.uint8) for _ in range(2)]
+    pool = lib.copy_pool_create(2, ffi.new("int[]", [0, 0]))
+    try:
+        ptrs = [ffi.cast("void *", ffi.from_buffer(b)) for b in stage]
+        with pytest.raises(RuntimeError), _CopyStream(pool, host.ctypes.data, ptrs, size, chunk,
+                                                      False, False, 1) as copy:  # fmt: skip
+            copy.wait(0)
+            raise RuntimeError("the engine failed")
+        assert stage[0].min() == 7 and stage[1].max() == 0  # chunk 1 was never opened
+        dst = np.zeros(size, dtype=np.uint8)
+        lib.copy_pool_run(pool, ffi.from_buffer(dst), ffi.from_buffer(host), size, 0)
+        assert np.array_equal(dst, host)
     finally:
         lib.copy_pool_destroy(pool)
