@@ -31,20 +31,22 @@ from .memory import GpuContext, HostMemory
 from .streams import Event, Stream
 
 # From benchmarks/pinned_vs_torch.py --tune on the GPU machine (1 GiB, 55 GB/s link,
-# 16 cores, 300 MiB L3): 16 threads, four 16 MiB staging buffers (they stay in the
-# cache), non-temporal stores into pageable memory and plain ones into the staging
-# buffers gave 52 GB/s h2d and 54 GB/s d2h (medians); 12 threads or 32 MiB x 3 dropped
-# h2d to 45-47 GB/s on a busy host, and plain stores dropped d2h to 27-47 GB/s.
+# 16 cores, 300 MiB L3), with the copy stream: 12 threads, four 16 MiB staging buffers
+# (they stay in the cache), non-temporal stores into pageable memory and plain ones
+# into the staging buffers gave 53.2 GB/s h2d and 54.0 GB/s d2h (medians). 16 threads
+# on 16 cores gave h2d 48-52 (the thread driving the stream shares a core with one of
+# them); plain stores into pageable memory dropped d2h to 48-53; 8 MiB chunks were
+# less steady.
 CHUNK = 16 << 20
 DEPTH = 4
-MAX_THREADS = 16
+MAX_THREADS = 12
 NT_TO_HOST = True
 NT_TO_DEVICE = False
 
 
 class StagedCopier:
     """``depth`` pinned staging buffers of ``chunk`` bytes (on ``node`` when given) and
-    a pool of copy threads (on ``cpus``, default: up to 16 CPUs this process may use).
+    a pool of copy threads (on ``cpus``, default: up to 12 CPUs this process may use).
     ``nt_to_host``/``nt_to_device``: the threads write the destination with
     non-temporal stores (no read of each destination line first, no eviction of the
     staging buffers from the cache)."""
