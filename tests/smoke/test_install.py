@@ -2,7 +2,7 @@
 
 A fresh virtual environment (it sees this interpreter's packages, as a user's does their
 system's) gets pycxl from the source tree the README's way: a built wheel, not the
-editable install the tests use, so a file left out of the package fails here.
+editable install the tests use, so a file or package left out of the wheel fails here.
 """
 
 from __future__ import annotations
@@ -38,3 +38,29 @@ def test_readme_install_then_list(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert str(venv) in installed  # the wheel's copy, not the source tree
+    # every module of the source tree is in the wheel (a package missing from
+    # pyproject's list installs fine and fails only when a command imports it)
+    walk = ("import pkgutil, pycxl; print('\\n'.join(['pycxl'] + [m.name for m in "
+            "pkgutil.walk_packages(pycxl.__path__, 'pycxl.')]))")  # fmt: skip
+    listed = subprocess.run([f"{venv}/bin/python", "-c", walk], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    missing = _source_modules() - set(listed.split())
+    assert not missing, f"not in the wheel: {missing}"
+    for command in ("check -q", "stat --json"):
+        p = subprocess.run(["sh", "-c", f"pycxl {command}"], cwd=tmp_path,
+                           env={"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(tmp_path)},
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert p.returncode in (0, 4, 6, 7), f"pycxl {command}: {p.stderr[-2000:]}"
+
+
+def _source_modules() -> set[str]:
+    """Module names of the source tree, as installed (cli/ and native/ go inside pycxl)."""
+    names = set()
+    for top, package in (("pycxl", "pycxl"), ("cli", "pycxl.cli"), ("native", "pycxl.native")):
+        for f in (ROOT / top).rglob("*.py"):
+            rel = f.relative_to(ROOT / top).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if top == "native" and parts and parts[0].startswith("build_"):
+                continue  # build-time scripts, not modules of the package
+            names.add(".".join([package, *parts]))
+    return names
