@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ def _topology_of(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if IN_GUEST and os.environ.get("PYCXL_GUEST_REPORT") == "1":
+        _resume_after_a_crash(config, items)
     by_topology: dict[str, list[str]] = defaultdict(list)
     for item in items:
         topo = _topology_of(item)
@@ -84,35 +87,72 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
         if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
             pytest.fail(str(e), pytrace=False)
         pytest.skip(f"testbed unavailable: {e}")
+    from pycxl.testbed.kernel import cache_dir
+
     nodeids = config._pycxl_kernel_tests[topo]  # type: ignore[attr-defined]
     cmd = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids])
+    runs = cache_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f"{topo}-", dir=runs))
     try:
         result = run_in_guest(
             cmd,
             topo,
             cwd=str(config.rootpath),
             env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"},
+            workdir=workdir,
         )
+        output = result.output
+        said = f"{result.boots} boot(s), guest pytest exit {result.returncode}"
     except TestbedError as e:
-        # Remembered, so the other tests of this topology report it instead of
-        # booting again one by one.
-        cache[topo] = {"__output__": {"text": str(e)}}
-        return cache[topo]
-    out: dict[str, Any] = {"__output__": {"text": result.output}}
-    report = result.workdir / REPORT
-    if report.exists():
-        for line in report.read_text().splitlines():
-            rec = json.loads(line)
-            prev = out.get(rec["nodeid"])
-            # a failure in any phase (setup, call, teardown) fails the test
-            if prev is None or prev["outcome"] == "passed":
-                out[rec["nodeid"]] = rec
-    sys.stderr.write(
-        f"\n[testbed {topo}: {len(nodeids)} tests, {result.boots} boot(s), "
-        f"guest pytest exit {result.returncode}]\n"
-    )
+        # What the guest reported before the emulator stopped still stands; the tests
+        # it never reported fail with this error (remembered, so they report it
+        # instead of booting again one by one).
+        output, said = str(e), "the emulator stopped twice"
+    out: dict[str, Any] = {"__output__": {"text": output}}
+    for rec in _reported(workdir / REPORT):
+        prev = out.get(rec["nodeid"])
+        # a failure in any phase (setup, call, teardown) fails the test
+        if prev is None or prev["outcome"] == "passed":
+            out[rec["nodeid"]] = rec
+    sys.stderr.write(f"\n[testbed {topo}: {len(nodeids)} tests, {said}]\n")
     cache[topo] = out
     return out
+
+
+def _reported(path: Path) -> list[dict[str, Any]]:
+    """The guest's records; a line cut short by an emulator crash is not one."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _resume_after_a_crash(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a second boot (the emulator stopped in the first), run only what the first
+    boot did not finish: the test that was running when it stopped runs again, from a
+    fresh guest, and finished ones keep their reported outcome. A docs walk-through is
+    one unit (its lines build on each other): cut short, it runs again from its start."""
+    done = {rec["nodeid"] for rec in _reported(Path(os.environ["PYCXL_TESTBED_WORKDIR"]) / REPORT)}
+    unfinished = {_resume_unit(item) for item in items if item.nodeid not in done}
+    finished = [item for item in items if _resume_unit(item) not in unfinished]
+    if finished:
+        config.hook.pytest_deselected(items=finished)
+        items[:] = [item for item in items if _resume_unit(item) in unfinished]
+
+
+def _resume_unit(item: pytest.Item) -> str:
+    """What runs again as a whole after a crash: a doc's testbed walk-through, or a test."""
+    params = getattr(item, "callspec", None)
+    example = params.params.get("ex") if params is not None else None
+    if example is not None and getattr(example, "where", None) == "testbed":
+        return f"walk-through {example.doc}"
+    return item.nodeid
 
 
 # --- guest side: record each test's outcome for the host ----------------------------

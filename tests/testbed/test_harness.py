@@ -1,5 +1,6 @@
 """The testbed harness itself, on the host: a boot where the guest has no script I/O
-ports (a host without udev) still returns the command's output and exit status.
+ports (a host without udev) still returns the command's output and exit status; a guest
+that stops in the middle of the kernel tests is booted again and the tests resume.
 
 The host's udevd is hidden from the guest by a private mount namespace (the guest sees
 the host's file system through QEMU), so this runs the same with or without udev
@@ -54,3 +55,29 @@ def test_guest_without_udev_reports_output_and_status(tmp_path: Path) -> None:
     assert "to-stdout" in result["output"] and "to-stderr" in result["output"]
     # the guest really had no output channel: its exit line never reached virtme-ng
     assert "PYCXL-TESTBED-EXIT" not in result["vng"]
+
+
+def test_a_stopped_guest_boots_again_and_the_tests_resume() -> None:
+    """The guest stops in the middle of a walk-through (resume_probe.py), as the
+    emulator does when it crashes. The harness boots again; the finished test is not run
+    again, and the walk-through runs again from its first step, in the fresh guest."""
+    _require_testbed()
+    from pycxl.testbed import run_in_guest
+
+    root = Path(__file__).resolve().parents[2]
+    probe = "tests/testbed/resume_probe.py"
+    r = run_in_guest(f"{sys.executable} -m pytest -q -p no:cacheprovider {probe}", cwd=str(root),
+                     env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"})  # fmt: skip
+    assert r.boots == 2, r.output
+    assert r.returncode == 0, r.output
+    records = map(json.loads, (r.workdir / "guest-report.jsonl").read_text().splitlines())
+    calls = [rec["nodeid"].split("::")[1] for rec in records if rec["when"] == "call"]
+    assert calls == [
+        "test_finishes_in_the_first_boot",  # boot 1
+        "test_walk[Step(doc='probe.md', line=1, where='testbed')]",  # then step 2 stopped it
+        "test_walk[Step(doc='probe.md', line=1, where='testbed')]",  # boot 2, from step 1
+        "test_walk[Step(doc='probe.md', line=2, where='testbed')]",
+        "test_walk[Step(doc='probe.md', line=3, where='testbed')]",
+        "test_runs_after_the_stop",
+    ], calls
+    assert "1 deselected" in r.output  # boot 2 did not run the finished test again
