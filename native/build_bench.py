@@ -26,7 +26,6 @@ ffibuilder.cdef(
     uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns);
     uint64_t timer_cost_ns(void);
     void *copy_pool_create(int nthreads, const int *cpus);
-    void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt);
     void copy_pool_destroy(void *pool);
     int copy_stream_start(void *pool, char *host, char *const *bufs, int depth, size_t size,
                           size_t chunk, int to_host, int nt, size_t open);

@@ -2,14 +2,12 @@
  * memory and a GPU. One thread copies 5-7 GB/s; the copy engine moves 50 GB/s and more,
  * so the staging copy needs about ten. The threads live as long as the pool.
  *
- * Two ways to use it:
- * - copy_pool_run: one memcpy split between the threads, returns when done.
- * - a stream (copy_stream_*): a whole transfer in chunks through `depth` staging
- *   buffers. The threads take small slices from one counter and run on from chunk to
- *   chunk without a barrier; the caller opens chunks as their buffers become free (the
- *   copy engine has read them, or filled them) and waits for chunks the threads have
- *   finished. A slow or preempted thread then delays one slice, not every chunk, and
- *   no thread waits for a wake-up between chunks. */
+ * The pool runs streams (copy_stream_*): a whole transfer in chunks through `depth`
+ * staging buffers. The threads take small slices from one counter and run on from
+ * chunk to chunk without a barrier; the caller opens chunks as their buffers become
+ * free (the copy engine has read them, or filled them) and waits for chunks the
+ * threads have finished. A slow or preempted thread then delays one slice, not every
+ * chunk, and no thread waits for a wake-up between chunks. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -53,16 +51,11 @@ static void copy_nt(char *dst, const char *src, size_t n)
 struct copy_pool {
     int nthreads;
     pthread_t *tids;
-    struct copy_worker *workers;
     pthread_mutex_t lock;
     pthread_cond_t go, done;
-    unsigned long generation; /* bumped for each copy */
-    int remaining;            /* workers still copying the current generation */
+    unsigned long generation; /* bumped for each stream */
+    int remaining;            /* workers still in the current stream */
     int stop;
-    char *dst;
-    const char *src;
-    size_t bytes;
-    int nt; /* non-temporal stores */
     struct copy_stream *stream; /* set while a stream runs, else NULL */
 };
 
@@ -86,11 +79,6 @@ struct copy_stream {
     atomic_size_t *done;  /* slices finished, per chunk */
     int sleepers;         /* threads asleep on `gate`, under the pool's lock */
     pthread_cond_t gate, chunk_done;
-};
-
-struct copy_worker {
-    struct copy_pool *pool;
-    int index;
 };
 
 static void copy_span(char *dst, const char *src, size_t n, int nt)
@@ -150,8 +138,7 @@ static void stream_work(struct copy_pool *p, struct copy_stream *s)
 
 static void *copy_worker_main(void *arg)
 {
-    struct copy_worker *w = arg;
-    struct copy_pool *p = w->pool;
+    struct copy_pool *p = arg;
     unsigned long seen = 0;
     for (;;) {
         pthread_mutex_lock(&p->lock);
@@ -162,22 +149,9 @@ static void *copy_worker_main(void *arg)
             return NULL;
         }
         seen = p->generation;
-        char *dst = p->dst;
-        const char *src = p->src;
-        size_t bytes = p->bytes;
-        int nt = p->nt;
         struct copy_stream *stream = p->stream;
         pthread_mutex_unlock(&p->lock);
-        if (stream) {
-            stream_work(p, stream);
-        } else {
-            /* page-aligned parts, the last one takes the rest */
-            size_t n = (size_t)p->nthreads, i = (size_t)w->index;
-            size_t lo = (bytes * i / n) & ~(size_t)4095;
-            size_t hi = i == n - 1 ? bytes : (bytes * (i + 1) / n) & ~(size_t)4095;
-            if (hi > lo)
-                copy_span(dst + lo, src + lo, hi - lo, nt);
-        }
+        stream_work(p, stream);
         pthread_mutex_lock(&p->lock);
         if (--p->remaining == 0)
             pthread_cond_signal(&p->done);
@@ -197,7 +171,6 @@ static void copy_pool_stop(struct copy_pool *p, int started)
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
     free(p->tids);
-    free(p->workers);
     free(p);
 }
 
@@ -209,41 +182,20 @@ void *copy_pool_create(int nthreads, const int *cpus)
         return NULL;
     p->nthreads = nthreads;
     p->tids = calloc((size_t)nthreads, sizeof(pthread_t));
-    p->workers = calloc((size_t)nthreads, sizeof(struct copy_worker));
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
-    if (!p->tids || !p->workers) {
+    if (!p->tids) {
         copy_pool_stop(p, 0);
         return NULL;
     }
     for (int i = 0; i < nthreads; i++) {
-        p->workers[i].pool = p;
-        p->workers[i].index = i;
-        if (start_pinned_thread(&p->tids[i], cpus[i], copy_worker_main, &p->workers[i])) {
+        if (start_pinned_thread(&p->tids[i], cpus[i], copy_worker_main, p)) {
             copy_pool_stop(p, i);
             return NULL;
         }
     }
     return p;
-}
-
-/* Copy `bytes` from src to dst with every thread of the pool (with non-temporal stores
- * if nt); returns when done. Not while a stream runs. */
-void copy_pool_run(void *pool, char *dst, const char *src, size_t bytes, int nt)
-{
-    struct copy_pool *p = pool;
-    pthread_mutex_lock(&p->lock);
-    p->dst = dst;
-    p->src = src;
-    p->bytes = bytes;
-    p->nt = nt;
-    p->remaining = p->nthreads;
-    p->generation++;
-    pthread_cond_broadcast(&p->go);
-    while (p->remaining)
-        pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
 }
 
 void copy_pool_destroy(void *pool)

@@ -59,15 +59,19 @@ def test_stream_ptx_is_the_generators_output() -> None:
 @pytest.mark.parametrize("nt", [0, 1])
 @pytest.mark.parametrize("size", [1, 4095, 4097, (8 << 20) + 123])
 def test_copy_threads_copy_every_byte(size: int, nt: int) -> None:
+    """One chunk from an unaligned staging buffer into 16-aligned pageable memory (the
+    side non-temporal stores write), with the same threads stream after stream."""
     ffi, lib = kernels()
     src = np.random.default_rng(size).integers(0, 255, size + 8, dtype=np.uint8)[8:]
     dst = np.zeros(size + 24, dtype=np.uint8)[16:-8]  # 16-aligned start, an unaligned source
     pool = lib.copy_pool_create(2, ffi.new("int[]", [0, 0]))
     assert pool != ffi.NULL
     try:
-        for _ in range(3):  # the same threads, copy after copy
+        for _ in range(3):
             dst[:] = 0
-            lib.copy_pool_run(pool, ffi.from_buffer(dst), ffi.from_buffer(src), size, nt)
+            with _CopyStream(pool, dst.ctypes.data, [ffi.cast("void *", src.ctypes.data)], size,
+                             size, True, bool(nt), 1):  # fmt: skip
+                pass
             assert np.array_equal(dst, src)
     finally:
         lib.copy_pool_destroy(pool)
@@ -128,7 +132,7 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
 
 def test_copy_stream_stops_on_an_error() -> None:
     """An error inside the stream stops the threads before chunks never opened, and the
-    pool copies normally after."""
+    pool streams normally after."""
     ffi, lib = kernels()
     size, chunk = 4 << 20, 1 << 20
     host = np.full(size, 7, dtype=np.uint8)
@@ -141,8 +145,9 @@ def test_copy_stream_stops_on_an_error() -> None:
             copy.wait(0)
             raise RuntimeError("the engine failed")
         assert stage[0].min() == 7 and stage[1].max() == 0  # chunk 1 was never opened
-        dst = np.zeros(size, dtype=np.uint8)
-        lib.copy_pool_run(pool, ffi.from_buffer(dst), ffi.from_buffer(host), size, 0)
-        assert np.array_equal(dst, host)
+        stage[1][:] = 0
+        with _CopyStream(pool, host.ctypes.data, ptrs, size, chunk, False, False, 4) as copy:
+            copy.wait(3)  # the last chunk went through buffer 1
+        assert stage[1].min() == 7
     finally:
         lib.copy_pool_destroy(pool)
