@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -87,13 +86,11 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
         if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
             pytest.fail(str(e), pytrace=False)
         pytest.skip(f"testbed unavailable: {e}")
-    from pycxl.testbed.kernel import cache_dir
+    from pycxl.testbed.runner import new_workdir
 
     nodeids = config._pycxl_kernel_tests[topo]  # type: ignore[attr-defined]
     cmd = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids])
-    runs = cache_dir() / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"{topo}-", dir=runs))
+    workdir = new_workdir(topo)
     try:
         result = run_in_guest(
             cmd,

@@ -63,6 +63,13 @@ def check_requirements() -> None:
         )
 
 
+def new_workdir(topology_name: str) -> Path:
+    """A fresh run directory, shared with the guest (its output, status and reports)."""
+    runs = cache_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{topology_name}-", dir=runs))
+
+
 def run_in_guest(
     command: str,
     topology_name: str = DEFAULT_TOPOLOGY,
@@ -77,10 +84,7 @@ def run_in_guest(
     topo = topology(topology_name)
     check_requirements()
     kernel = prepare_kernel()
-    if workdir is None:
-        runs = cache_dir() / "runs"
-        runs.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=f"{topo.name}-", dir=runs))
+    workdir = workdir or new_workdir(topo.name)
     script = workdir / "run.sh"
     guest_env = {
         "PYCXL_EXPECT_MEMDEVS": str(len(topo.serials)),
