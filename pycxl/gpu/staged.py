@@ -77,10 +77,9 @@ class StagedCopier:
         self._buffers = [NumaBuffer(chunk, policy) for _ in range(depth)]
         self._pinned = [HostMemory(ctx, b) for b in self._buffers]
         self._events = [Event() for _ in range(depth)]
-        ffi, _ = kernels()
+        ffi, lib = kernels()
         self._stage = [ffi.cast("void *", b.address) for b in self._buffers]
         self.stream = Stream(ctx)
-        ffi, lib = kernels()
         pool = lib.copy_pool_create(len(cpus), ffi.new("int[]", cpus))
         if pool == ffi.NULL:
             raise OperationError(f"cannot start {len(cpus)} copy threads")
