@@ -105,7 +105,7 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
         # What the guest reported before the emulator stopped still stands; the tests
         # it never reported fail with this error (remembered, so they report it
         # instead of booting again one by one).
-        output, said = str(e), "the emulator stopped twice"
+        output, said = str(e), "the emulator stopped on every boot"
     out: dict[str, Any] = {"__output__": {"text": output}}
     for rec in _reported(workdir / REPORT):
         prev = out.get(rec["nodeid"])
@@ -131,8 +131,8 @@ def _reported(path: Path) -> list[dict[str, Any]]:
 
 
 def _resume_after_a_crash(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a second boot (the emulator stopped in the first), run only what the first
-    boot did not finish: the test that was running when it stopped runs again, from a
+    """In a later boot (the emulator stopped in an earlier one), run only what earlier
+    boots did not finish: the test that was running when it stopped runs again, from a
     fresh guest, and finished ones keep their reported outcome. A docs walk-through is
     one unit (its lines build on each other): cut short, it runs again from its start."""
     done = {rec["nodeid"] for rec in _reported(Path(os.environ["PYCXL_TESTBED_WORKDIR"]) / REPORT)}
