@@ -61,12 +61,6 @@ def _ready() -> None:
 
 
 def _check_log(path: str) -> None:
-    import os
+    from pycxl.outfiles import check_output_path
 
-    from pycxl.errors import InvalidRequestError
-
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise InvalidRequestError(f"--log {path}: directory {directory} does not exist")
-    if os.path.isdir(path) or not os.access(directory, os.W_OK):
-        raise InvalidRequestError(f"--log {path}: cannot write there")
+    check_output_path(path, "--log")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import select
 import time
 from collections.abc import Callable, Generator
 from typing import Any
 
 from ..errors import NotAvailableError
+from ..outfiles import append_line
 from ..sysfs import Sysfs
 from ..system import System, snapshot
 from ..trace import TraceEvent, TraceInstance
@@ -193,10 +193,4 @@ def missing_events(sysroot: str | None = None) -> list[str]:
 def append_log(path: str, record: dict[str, Any]) -> None:
     """Append one record to the event log ``pycxl check`` reads (one JSON line, flushed
     and synced: a record is in the log before it is shown)."""
-    line = json.dumps(record, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, json.dumps(record, sort_keys=True))

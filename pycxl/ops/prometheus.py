@@ -5,15 +5,12 @@ renamed), metric names with the ``pycxl_`` prefix.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import InvalidRequestError, OperationError
+from ..outfiles import check_output_path, write_atomically
 
 PREFIX = "pycxl_"
 Labels = Mapping[str, str | int | None]
@@ -67,34 +64,11 @@ def render(metrics: Iterable[Metric]) -> str:
 def check_textfile_path(path: str) -> None:
     """Refuse, before anything runs, a path node_exporter would not read or pycxl
     could not write."""
-    if not path.endswith(".prom"):
-        raise InvalidRequestError(
-            f"textfile {path}: node_exporter's textfile collector reads only *.prom files"
-        )
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise InvalidRequestError(f"textfile {path}: directory {directory} does not exist")
-    if os.path.isdir(path):
-        raise InvalidRequestError(f"textfile {path} is a directory")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise InvalidRequestError(
-            f"textfile {path}: directory {directory} is not writable by this user"
-        )
+    check_output_path(path, "textfile", suffixes=(".prom",))
 
 
 def write_textfile(path: str, metrics: Iterable[Metric]) -> None:
     """Replace ``path`` with ``metrics`` atomically: a scrape sees the old file or the
     new one, never half of one."""
     check_textfile_path(path)
-    text = render(metrics)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pycxl-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise OperationError(f"cannot write textfile {path}: {e.strerror}") from e
+    write_atomically(path, render(metrics))
