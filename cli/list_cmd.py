@@ -48,10 +48,13 @@ def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
               show_default=True, help="Where CXL objects are read from.")  # fmt: skip
 @click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
               help="Read a recorded sysfs tree instead of the live one.")  # fmt: skip
+@click.option("--cuda", is_flag=True,
+              help="Read GPUs through the CUDA driver: also L2 size, copy engines and "
+              "host-memory flags (starts CUDA: about 0.25 s).")  # fmt: skip
 def list_command(
     serial_filter: tuple[str, ...], targets: bool, include_disabled: bool, health: bool,
     alert_config: bool, media_errors: bool, human: bool, as_json: bool, backend: str,
-    sysroot: str | None, **kinds: Any,
+    sysroot: str | None, cuda: bool, **kinds: Any,
 ) -> None:  # fmt: skip
     """List memory tiers: CXL objects, NUMA nodes, GPUs.
 
@@ -70,9 +73,10 @@ def list_command(
         include_disabled=include_disabled, human=human, health=health,
         alert_config=alert_config, media_errors=media_errors,
     )  # fmt: skip
-    # The CUDA driver takes a while to start: ask it only when GPUs are shown.
+    # GPUs come from NVML or the driver's files; CUDA, slow to start, only with --cuda
     want_gpus = req.summary or "gpus" in req.shown
-    system = snapshot(sysroot, backend=backend, gpus=want_gpus)  # type: ignore[arg-type]
+    system = snapshot(sysroot, backend=backend, gpus=want_gpus,  # type: ignore[arg-type]
+                      cuda="always" if cuda else "auto")  # fmt: skip
     if as_json:
         emit_json(list_json(system, req))
         return
@@ -259,6 +263,7 @@ def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> No
 
 
 def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> None:
+    from pycxl.to_json import cc_text
     from pycxl.units import format_size
 
     if not sel.gpus and system.gpus.absent_reason:
@@ -268,8 +273,9 @@ def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> Non
     emit_table(
         "GPUs",
         ["gpu", "name", "pci", "memory", "SMs", "cc", "nearest node"],
-        [[g.target_name, g.name, g.pci_bus_id, format_size(g.total_memory), g.sm_count,
-          "{}.{}".format(*g.compute_capability),
+        [[g.target_name, g.name, g.pci_bus_id,
+          dash(None if g.total_memory is None else format_size(g.total_memory)),
+          dash(g.sm_count), dash(cc_text(g.compute_capability)),
           f"{dash(g.numa_node)} ({g.numa_node_source})"] for g in sel.gpus],
     )  # fmt: skip
 

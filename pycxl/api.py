@@ -91,7 +91,7 @@ def host_memory(
 
     s = system or snapshot()
     nodes = s.memory_nodes(target)
-    ctx = GpuContext(s.gpu(gpu).ordinal)
+    ctx = GpuContext.of(s.gpu(gpu))
     return HostMemory.allocate(ctx, _bytes(size), nodes, huge=huge,
                                allow_migration=allow_migration)  # fmt: skip
 

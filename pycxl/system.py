@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .cxl.topology import CxlTopology
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
-from .gpu.devices import GpuDevice, GpuInventory
+from .gpu.devices import CudaUse, GpuDevice, GpuInventory
 from .sysfs import Sysfs, parse_cpulist
 from .tiers import (
     NodeTier,
@@ -309,8 +309,10 @@ def snapshot(
     backend: Backend = "sysfs",
     gpus: bool = True,
     explicit_cxl: str | None = None,
+    cuda: CudaUse = "auto",
 ) -> System:
-    """Read everything once. ``gpus=False`` skips the CUDA driver (it is slow to start);
+    """Read everything once. ``gpus=False`` skips the GPUs; ``cuda`` says when they may
+    be read through the CUDA driver (slow to start; see ``pycxl.gpu.read_gpus``);
     ``explicit_cxl`` ('2,3') names nodes CXL on a machine without CXL (default:
     ``PYCXL_CXL_NODES``)."""
     from .gpu.devices import read_gpus
@@ -321,7 +323,7 @@ def snapshot(
     nodes = classify_nodes(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones()
     )
-    inventory = read_gpus(fs) if gpus else GpuInventory((), None, "GPUs not queried")
+    inventory = read_gpus(fs, cuda=cuda) if gpus else GpuInventory((), None, "GPUs not queried")
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory)
 
 

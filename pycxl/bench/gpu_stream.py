@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from ..errors import InvalidRequestError, OperationError
-from ..gpu.devices import GpuDevice
+from ..gpu.devices import GpuDevice, with_cuda_facts
 from ..gpu.kernels import Arg, Module, f64, u64
 from ..gpu.memory import DeviceMemory, GpuContext
 from ..gpu.streams import Stream, Timer
@@ -44,13 +44,13 @@ def gpu_stream_bandwidth(
         raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     ntimes = samples + 1
     size = max(16, size // 16 * 16)
-    ctx = GpuContext(g.ordinal)
+    ctx = GpuContext.of(g)
     arrays = [DeviceMemory(ctx, size) for _ in range(3)]
     mod = Module(ctx, "stream.ptx")
     n = size // 8
     grid = -(-(n // 2) // (block * unroll))  # one grid step covers the arrays
     if blocks_per_sm > 0:  # else: that whole grid, as PyTorch launches
-        grid = min(grid, g.sm_count * blocks_per_sm)
+        grid = min(grid, (with_cuda_facts(g).sm_count or 1) * blocks_per_sm)
     args = [*(u64(a.ptr) for a in arrays), f64(SCALAR), u64(n // 2)]
     try:
         _fill(arrays, n)

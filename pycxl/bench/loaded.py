@@ -152,7 +152,7 @@ class GpuLoad:
             )
         self.mix, self.gpu = mix, gpu
         self.cpus = tuple(cpus)  # where the lanes' threads run (never the chase's CPU)
-        self.ctx = GpuContext(gpu.ordinal)
+        self.ctx = GpuContext.of(gpu)
         chunk = min(GPU_CHUNK, max(1 << 20, size // 2))
         self.chunk = chunk
         self._lanes = []

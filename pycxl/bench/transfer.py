@@ -96,7 +96,7 @@ class _Lane:
     def __init__(self, g: GpuDevice, direction: str, p: Placement, size: int, memory: str,
                  copy_cpus: Sequence[int] | None) -> None:  # fmt: skip
         self.gpu, self.direction, self.size, self.memory = g, direction, size, memory
-        self.ctx = GpuContext(g.ordinal)
+        self.ctx = GpuContext.of(g)
         self._closers: list[Any] = []
         self.dev: DeviceMemory = self._keep(DeviceMemory(self.ctx, size))
         self.host: NumaBuffer = self._keep(allocate(size, [p.node]))

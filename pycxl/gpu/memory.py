@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..numa.placement import HugePages
+    from .devices import GpuDevice
     from .streams import Stream
 
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
@@ -75,6 +76,14 @@ class GpuContext:
         self.handle = ctx[0]
         self.activate()
         self._release = weakref.finalize(self, lib.cuDevicePrimaryCtxRelease_v2, self.device)
+
+    @classmethod
+    def of(cls, gpu: GpuDevice) -> GpuContext:
+        """The primary context of ``gpu``, found by its PCI address (CUDA numbers GPUs its
+        own way; CUDA_VISIBLE_DEVICES renumbers them)."""
+        from .cuda_devices import ordinal_of
+
+        return cls(ordinal_of(gpu.pci_bus_id))
 
     def __repr__(self) -> str:
         return f"GpuContext(device {self.device}, primary)"
