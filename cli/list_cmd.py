@@ -75,8 +75,8 @@ def list_command(
     )  # fmt: skip
     # GPUs come from NVML or the driver's files; CUDA, slow to start, only with --cuda
     want_gpus = req.summary or "gpus" in req.shown
-    system = snapshot(sysroot, backend=backend, gpus=want_gpus,  # type: ignore[arg-type]
-                      cuda="always" if cuda else "auto")  # fmt: skip
+    gpus = want_gpus and ("cuda" if cuda else True)
+    system = snapshot(sysroot, backend=backend, gpus=gpus)  # type: ignore[arg-type]
     if as_json:
         emit_json(list_json(system, req))
         return

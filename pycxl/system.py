@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .cxl.topology import CxlTopology
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
-from .gpu.devices import CudaUse, GpuDevice, GpuInventory
+from .gpu.devices import GpuDevice, GpuInventory, GpuSource
 from .sysfs import Sysfs, parse_cpulist
 from .tiers import (
     NodeTier,
@@ -307,14 +307,13 @@ def snapshot(
     sysroot: str | None = None,
     *,
     backend: Backend = "sysfs",
-    gpus: bool = True,
+    gpus: bool | GpuSource = True,
     explicit_cxl: str | None = None,
-    cuda: CudaUse = "auto",
 ) -> System:
-    """Read everything once. ``gpus=False`` skips the GPUs; ``cuda`` says when they may
-    be read through the CUDA driver (slow to start; see ``pycxl.gpu.read_gpus``);
-    ``explicit_cxl`` ('2,3') names nodes CXL on a machine without CXL (default:
-    ``PYCXL_CXL_NODES``)."""
+    """Read everything once. ``gpus=False`` skips the GPUs; True reads them without
+    starting CUDA where the driver allows, a source name ('nvml', 'files', 'cuda') as
+    ``pycxl.gpu.read_gpus`` says; ``explicit_cxl`` ('2,3') names nodes CXL on a machine
+    without CXL (default: ``PYCXL_CXL_NODES``)."""
     from .gpu.devices import read_gpus
     from .numa.nodes import read_nodes
 
@@ -323,7 +322,10 @@ def snapshot(
     nodes = classify_nodes(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones()
     )
-    inventory = read_gpus(fs, cuda=cuda) if gpus else GpuInventory((), None, "GPUs not queried")
+    if gpus is False:
+        inventory = GpuInventory((), None, "GPUs not queried")
+    else:
+        inventory = read_gpus(fs, via="auto" if gpus is True else gpus)
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory)
 
 

@@ -1,6 +1,7 @@
 """GPUs with their nearest host NUMA node, read without initialising CUDA where the driver
 allows: NVML first (``nvml.py``), else the driver's files (``procfs.py``); the CUDA driver
-(``cuda_devices.py``) only when asked, or when only CUDA can say which GPUs it shows."""
+(``cuda_devices.py``) only when asked, or when only CUDA can say which GPUs it shows
+(``visible.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Literal
 
 from ..sysfs import Sysfs
 
-CudaUse = Literal["never", "auto", "always"]
+GpuSource = Literal["auto", "nvml", "files", "cuda"]
 NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"
 
 
@@ -54,39 +55,40 @@ class GpuInventory:
     absent_reason: str | None
 
 
-def read_gpus(sysfs: Sysfs | None = None, *, cuda: CudaUse = "auto") -> GpuInventory:
+def read_gpus(sysfs: Sysfs | None = None, *, via: GpuSource = "auto") -> GpuInventory:
     """The GPUs CUDA shows this process. No driver or no GPU is reported, not raised.
 
-    ``cuda``: 'auto' reads NVML or the driver's files and initialises CUDA only where
-    they cannot tell which GPUs CUDA shows (or no NVIDIA driver file is there to read);
-    'never' does not initialise it at all; 'always' reads every fact from CUDA (slow to
-    start: about a quarter of a second). A recorded tree (a sysroot other than /) is read
-    from its files alone."""
+    ``via``: 'auto' reads NVML, else the driver's files, and starts CUDA only where they
+    cannot tell which GPUs CUDA shows or no NVIDIA driver file is there to read; 'nvml'
+    the same, never starting CUDA; 'files' the driver's files alone (no library loaded);
+    'cuda' every fact from the CUDA driver (about a quarter of a second to start). A
+    recorded tree (a sysroot other than /) is read from its files alone."""
     fs = sysfs or Sysfs()
     if fs.root != "/":
-        from . import procfs
-
-        return procfs.read_inventory(fs, {}) or GpuInventory((), None, "no NVIDIA GPU driver")
-    if cuda == "always":
+        via, environ = "files", {}  # another machine's files: this process's CUDA_* do not apply
+    else:
+        environ = dict(os.environ)
+    if via == "cuda":
         return _from_cuda(fs)
-    from . import nvml, procfs
+    from . import procfs
     from .visible import Undecided
 
-    undecided = None
+    why = "no NVIDIA GPU driver"
     try:
-        try:
-            return nvml.read_inventory(fs, os.environ)
-        except nvml.NvmlUnusable as e:
-            why = str(e)
-        found = procfs.read_inventory(fs, os.environ)
+        if via != "files":
+            from . import nvml
+
+            try:
+                return nvml.read_inventory(fs, environ)
+            except nvml.NvmlUnusable as e:
+                why += f" ({e})"
+        found = procfs.read_inventory(fs, environ)
         if found is not None:
             return found
     except Undecided as e:
-        undecided = str(e)
-    if cuda == "never":
-        if undecided:
-            return GpuInventory((), None, f"only CUDA can say which GPUs it shows: {undecided}")
-        return GpuInventory((), None, f"no NVIDIA GPU driver ({why})")
+        why = f"only CUDA can say which GPUs it shows: {e}"
+    if via != "auto":
+        return GpuInventory((), None, why)
     return _from_cuda(fs)
 
 

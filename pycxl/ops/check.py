@@ -10,22 +10,23 @@ mailbox, the monitor's event log) and poison. Expectations (``cxl0=512G``,
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..cxl.health import DeviceHealth, Health, read_health
-from ..cxl.mailbox import Unsupported
 from ..cxl.model import Memdev, Region
-from ..cxl.poison import PoisonRecord, read_poison
 from ..errors import InvalidRequestError, NeedsRootError, NotFoundError, OperationError
 from ..pcie import Link, nvidia_gpus, read_link
 from ..sysfs import Sysfs
 from ..system import System
 from ..units import format_size, parse_size
+
+if TYPE_CHECKING:  # imported where used: a host without CXL memdevs needs none of them
+    from ..cxl.health import DeviceHealth, Health
+    from ..cxl.mailbox import Unsupported
+    from ..cxl.poison import PoisonRecord
 
 Severity = Literal["ok", "info", "warning", "failure"]
 SEVERITIES: tuple[Severity, ...] = ("ok", "info", "warning", "failure")
@@ -462,6 +463,10 @@ def _link_findings(system: System, links: dict[str, Link]) -> list[Finding]:
 def _device_findings(
     system: System, fs: Sysfs, dev_dir: str
 ) -> tuple[dict[str, DeviceHealth], dict[str, list[PoisonRecord] | Unsupported], list[Finding]]:
+    from ..cxl.health import read_health
+    from ..cxl.mailbox import Unsupported
+    from ..cxl.poison import read_poison
+
     memdevs = [m for m in system.cxl.memdevs if m.enabled]
     if os.geteuid() != 0:
         return (
@@ -547,6 +552,8 @@ def _where(system: System, r: PoisonRecord) -> str:
 def _health_finding(
     memdev: str, health: Health | Unsupported, labels: dict[str, str], source: str
 ) -> Finding:
+    from ..cxl.mailbox import Unsupported
+
     if isinstance(health, Unsupported):
         return Finding(
             "info",
@@ -577,6 +584,10 @@ def _event_findings(
 ) -> list[Finding]:
     """The latest memory-module event per device (by serial: names can change across
     boots) in the monitor's log; where the mailbox answered health itself, it wins."""
+    import json
+
+    from ..cxl.mailbox import Unsupported
+
     latest: dict[int, dict[str, Any]] = {}
     try:
         with open(log) as f:
@@ -630,6 +641,8 @@ _LEVEL = {"NORMAL": 0, "WARNING": 1, "CRITICAL": 2}
 
 def event_health(ev: dict[str, Any]) -> Health:
     """The device health a memory-module event reports (the kernel's trace fields)."""
+    from ..cxl.health import Health
+
     f = ev.get("fields", {})
     status = 0
     for flag in str(f.get("health_status", "")).split("|"):
