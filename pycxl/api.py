@@ -248,12 +248,13 @@ def offload_layers(
     >>> offload.pages_by_node()                    # {1: 524288}: counted, not assumed
     """
     from .gpu.prefetch import CudaEngine, HostEngine
-    from .gpu.torch_offload import LayerOffload, _torch
+    from .gpu.torch_offload import LayerOffload, _torch, tier_allocator
 
     torch = _torch()
     s = system or snapshot(gpus=gpu is not None)
-    s.memory_nodes(target)  # a bad name fails here, before any memory is taken
+    nodes = s.memory_nodes(target)  # a bad name fails here, before any memory is taken
     engine: Any
+    ctx = None
     if gpu is None:
         engine, device = HostEngine(), torch.device("cpu")
         if weights == "stream":
@@ -266,18 +267,11 @@ def offload_layers(
 
         ordinal = s.gpu(gpu).ordinal
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
-        engine, device = CudaEngine(GpuContext(ordinal)), torch.device("cuda", ordinal)
-
-    def host_alloc(nbytes: int, pinned: bool) -> Any:
-        if pinned:
-            assert gpu is not None
-            array = pinned_array(nbytes, "uint8", target, gpu, huge=huge, system=s)
-        else:
-            array = allocate(nbytes, target, huge=huge, system=s).array("uint8")
-        return torch.from_numpy(array)
-
-    return LayerOffload(list(layers), host_alloc, engine=engine, device=device,
-                        weights=weights, lookahead=lookahead, optimizer=optimizer)  # fmt: skip
+        ctx = GpuContext(ordinal)
+        engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
+    return LayerOffload(list(layers), tier_allocator(nodes, ctx, huge), engine=engine,
+                        device=device, weights=weights, lookahead=lookahead,
+                        optimizer=optimizer)  # fmt: skip
 
 
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:

@@ -51,6 +51,31 @@ def _torch() -> Any:
     return torch
 
 
+def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") -> HostAlloc:
+    """Host memory on ``nodes`` for LayerOffload, as uint8 CPU tensors: pinned ones
+    registered with the GPU of ``ctx`` (a GpuContext) and checked to be on the nodes
+    still after the pin; others only placed. The allocator keeps the registrations
+    alive as long as it lives (LayerOffload keeps it)."""
+    from ..numa.placement import allocate
+
+    torch = _torch()
+    owners: list[Any] = []
+
+    def host_alloc(nbytes: int, pinned: bool) -> Any:
+        if pinned:
+            if ctx is None:
+                raise InvalidRequestError("pinned host memory needs a GPU to pin it for")
+            from .memory import HostMemory
+
+            mem = HostMemory.allocate(ctx, nbytes, list(nodes), huge=huge)
+            owners.append(mem)
+            return torch.from_numpy(mem.array("uint8"))
+        buf = allocate(nbytes, list(nodes), huge=huge)
+        return torch.from_numpy(buf.array("uint8"))
+
+    return host_alloc
+
+
 def default_optimizer(params: list[Any]) -> Any:
     """Adam (lr 1e-3), fused on the CPU where this PyTorch has it."""
     torch = _torch()
