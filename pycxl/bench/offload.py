@@ -17,8 +17,10 @@ Each mode runs two steps untimed, then ``samples`` timed ones (host clock, the G
 synchronised at both ends: a step is done when its results, gradients included, are
 where they go). The pinned copy bandwidth from the tier is measured in the same run;
 the bound is max(hbm step, bytes to the device / h2d bandwidth, bytes back / d2h
-bandwidth). With the backward pass, streaming moves each layer twice but the one at the
-turn (2 * layers - 2 copies) and every gradient back once.
+bandwidth), where the bytes to the device are the layer copies no schedule with two
+device buffers avoids (``stream_copies``: every layer in a forward pass; with the
+backward pass each layer twice, but the two at each turn) and the bytes back are the
+gradients.
 """
 
 from __future__ import annotations
@@ -109,13 +111,10 @@ def offload_steps(
     compute_s = statistics.median(hbm_times)
     for p in placements:
         h2d, d2h = stack.pinned_bandwidth(ctx, p.node)
-        moved = {
-            "pycxl": ((2 * layers - 2 if backward else layers) * layer_bytes,
-                      layers * layer_bytes if backward else 0),
-            "to": (layers * layer_bytes, layers * layer_bytes if backward else 0),
-        }  # fmt: skip
-        moved["pinned"] = moved["to"]
-        bound = max(compute_s, moved["pycxl"][0] / h2d, moved["pycxl"][1] / d2h)
+        grads = layers * layer_bytes if backward else 0
+        moved = {"to": (layers * layer_bytes, grads), "pinned": (layers * layer_bytes, grads)}
+        least = stream_copies(layers, backward) * layer_bytes
+        bound = max(compute_s, least / h2d, grads / d2h)
         figures: dict[str, Any] = dict(compute_s=compute_s, pinned_h2d_bytes_per_s=h2d,
                        pinned_d2h_bytes_per_s=d2h, bound_s=bound)  # fmt: skip
         if p is placements[0]:
@@ -130,6 +129,16 @@ def offload_steps(
                                lookahead=lookahead if mode == "pycxl" else None,
                                bytes_=(to_dev, to_host)))  # fmt: skip
     return out
+
+
+def stream_copies(layers: int, backward: bool, buffers: int = 2) -> int:
+    """Layer copies per step that streaming through ``buffers`` device buffers cannot
+    avoid, steps following each other: a forward pass copies every layer (none, if
+    all fit); forward+backward uses each layer twice, and the ``buffers`` layers at each
+    turn (forward to backward, backward to the next step) are still there."""
+    if backward:
+        return max(0, 2 * layers - 2 * buffers)
+    return layers if layers > buffers else 0
 
 
 def _result(mode: str, times: list[float], p: Placement | None, figures: dict[str, Any],

@@ -27,6 +27,7 @@ passed as objects with ``__cuda_array_interface__``, never as raw pointers.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -367,6 +368,14 @@ class CudaEngine:
         self._in = Stream(ctx)
         self._out = Stream(ctx)
         self._slots = 0
+        self._threads = threading.local()
+
+    def _current(self) -> None:
+        """The context current on this thread (hooks of a backward pass and optimizer
+        workers call from threads of their own)."""
+        if not getattr(self._threads, "ready", False):
+            self.ctx.activate()
+            self._threads.ready = True
 
     @property
     def copy_in_stream(self) -> Any:
@@ -398,21 +407,25 @@ class CudaEngine:
     def event(self) -> Any:
         from .streams import Event
 
+        self._current()
         return Event(timing=False)
 
     def record(self, event: Any, stream: Any) -> None:
         from .streams import Stream
 
+        self._current()
         event.record(Stream.borrow(stream))
 
     def wait(self, stream: Any, event: Any) -> None:
         from .streams import Stream
 
+        self._current()
         Stream.borrow(stream).wait(event)
 
     def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
         from . import driver as drv
 
+        self._current()
         ffi, lib = drv.driver()
         rc = lib.cuMemcpyHtoDAsync_v2(dst[0], ffi.cast("void *", src[0]), src[1], self._in.handle)
         drv.check("cuMemcpyHtoDAsync", rc)
@@ -420,12 +433,14 @@ class CudaEngine:
     def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
         from . import driver as drv
 
+        self._current()
         ffi, lib = drv.driver()
         rc = lib.cuMemcpyDtoHAsync_v2(ffi.cast("void *", dst[0]), src[0], src[1],
                                       self._out.handle)  # fmt: skip
         drv.check("cuMemcpyDtoHAsync", rc)
 
     def synchronize(self, event: Any) -> None:
+        self._current()
         event.synchronize()
 
 
@@ -502,8 +517,15 @@ def host_span(obj: Any) -> tuple[int, int]:
 
 
 def device_span(obj: Any) -> tuple[int, int]:
-    """(device address, bytes) of contiguous device memory given by its
-    ``__cuda_array_interface__`` (PyTorch, CuPy, Numba arrays; pycxl's views)."""
+    """(device address, bytes) of contiguous device memory: a CUDA torch tensor (any
+    dtype, bf16 too), or anything with ``__cuda_array_interface__`` (CuPy, Numba,
+    pycxl's views)."""
+    if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # a torch tensor
+        if obj.device.type != "cuda":
+            raise InvalidRequestError(f"expected device memory, got a tensor on {obj.device}")
+        if not obj.is_contiguous():
+            raise InvalidRequestError("the tensor is not contiguous; pass .contiguous()")
+        return int(obj.data_ptr()), int(obj.numel() * obj.element_size())
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
         raise InvalidRequestError(

@@ -465,5 +465,6 @@ class LayerOffload:
             h.remove()
         self._hooks = []
         self._pool.shutdown(wait=True)
+        self._views.clear()  # views into the ring's device buffers, freed next
         if self.ring is not None:
             self.ring.close()

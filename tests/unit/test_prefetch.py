@@ -256,3 +256,17 @@ def test_the_host_engine_streams_bytes_into_host_buffers() -> None:
             view = ring.get(i, None)
             assert bytes(view.memory) == src[i].tobytes() and view.nbytes == src[i].nbytes
             ring.done(i, None)
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3, 6])
+@pytest.mark.parametrize("backward", [False, True])
+def test_the_offload_bound_counts_the_copies_the_ring_makes(layers: int, backward: bool) -> None:
+    from pycxl.bench.offload import stream_copies
+
+    order = list(range(layers)) + (list(range(layers))[::-1] if backward else [])
+    engine = SimEngine()
+    ring = Prefetcher(engine, _sources(layers), lookahead=1, order=order)  # type: ignore[arg-type]
+    _run(ring, engine, order * 2, "copies-first")  # the first steps fill the ring
+    before = ring.stats.copies_in
+    _run(ring, engine, order * 3, "copies-first")
+    assert (ring.stats.copies_in - before) == 3 * stream_copies(layers, backward)
