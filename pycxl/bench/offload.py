@@ -25,6 +25,7 @@ gradients.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -211,16 +212,17 @@ class _Stack:
         torch = self.torch
         nbytes = 2 * self.width * self.width * min(self.layers, 4)
         host_mem = HostMemory.allocate(ctx, nbytes, [node])
+        tensors = [torch.from_numpy(host_mem.array("uint8")),
+                   torch.empty(nbytes, dtype=torch.uint8, device=self.dev)]  # fmt: skip
         try:
-            host = torch.from_numpy(host_mem.array("uint8"))
-            device = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
             figures = []
-            for copy in (lambda: device.copy_(host, non_blocking=True),
-                         lambda: host.copy_(device, non_blocking=True)):  # fmt: skip
-                times = self.time(copy, COPY_SAMPLES)
-                figures.append(nbytes / statistics.median(times))
+            for dst, src in ((1, 0), (0, 1)):
+                copy = functools.partial(tensors[dst].copy_, tensors[src], non_blocking=True)
+                figures.append(nbytes / statistics.median(self.time(copy, COPY_SAMPLES)))
+                del copy
             return figures[0], figures[1]
         finally:
+            tensors.clear()  # the host memory's views go before it is freed
             host_mem.close()
 
     def host_mode(self, mode: str, ctx: GpuContext, node: int, backward: bool, lookahead: int,
@@ -245,20 +247,27 @@ class _Stack:
         offload = LayerOffload(linears, tier_allocator([node], ctx), engine=CudaEngine(ctx),
                                device=self.dev, weights="stream", lookahead=lookahead)  # fmt: skip
         model = torch.nn.Sequential(*[m for lin in linears for m in (lin, torch.nn.ReLU())])
-        try:
+        counted: list[tuple[int, int]] = []
 
-            def step() -> None:
-                with torch.set_grad_enabled(backward):
-                    self._finish(model(self.x), backward)
-                offload.synchronize()  # the gradients have landed on the tier
-
-            times = self.time(step, samples)
+        def step() -> None:
+            with torch.set_grad_enabled(backward):
+                self._finish(model(self.x), backward)
+            offload.synchronize()  # the gradients have landed on the tier
             st = offload.stats()
-            steps = WARMUP + samples
-            moved = (st.bytes_to_device // steps, st.bytes_to_host // steps)
+            counted.append((st.bytes_to_device, st.bytes_to_host))
+
+        try:
+            times = self.time(step, samples)
+            (d0, h0), (d1, h1) = counted[WARMUP - 1], counted[-1]  # around the timed steps
+            moved = ((d1 - d0) // samples, (h1 - h0) // samples)
             return times, _on_node(offload.pages_by_node(), node), moved
         finally:
             offload.close()
+
+    def _host_weight(self, mem: Any, i: int) -> Any:
+        """Layer ``i``'s weights written into host memory ``mem``, as a tensor on it."""
+        t = self.torch.from_numpy(mem.array("uint8")).view(self.torch.bfloat16)
+        return t.view(self.width, self.width).copy_(self.weight(i))
 
     def _copied(self, ctx: GpuContext, node: int, backward: bool, samples: int, *,
                 pinned: bool) -> Timing:  # fmt: skip
@@ -273,10 +282,7 @@ class _Stack:
                 HostMemory.allocate(ctx, nbytes, [node]) if pinned else allocate(nbytes, [node])
             )
             owners.append(mem)
-            t = torch.from_numpy(mem.array("uint8")).view(torch.bfloat16)
-            t = t.view(self.width, self.width)
-            t.copy_(self.weight(i))
-            hosts.append(t.requires_grad_(backward))
+            hosts.append(self._host_weight(mem, i).requires_grad_(backward))
         try:
 
             def step() -> None:
@@ -296,6 +302,7 @@ class _Stack:
                     counts[k] = counts.get(k, 0) + v
             return times, _on_node(counts, node), None
         finally:
+            hosts.clear()  # the host memory's views go before it is freed
             for mem in owners:
                 mem.close()
 
