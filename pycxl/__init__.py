@@ -23,6 +23,8 @@ What is here:
   mapped for a GPU (a numpy array, a PyTorch tensor that is_pinned());
   ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying;
   ``map_dax``: a devdax region's memory mapped directly.
+- ``offload_layers``: a PyTorch model's layers streamed to the GPU from a tier while it
+  computes, and their optimizer state kept and updated there (ZeRO-Offload).
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
         host_memory,
         map_dax,
         migrate,
+        offload_layers,
         pinned_array,
         pinned_tensor,
         probe_longterm_pins,
@@ -86,6 +89,7 @@ _LAZY = {
     "map_dax": "api",
     "pinned_array": "api",
     "pinned_tensor": "api",
+    "offload_layers": "api",
     "create_region": "api",
     "destroy_region": "api",
     "disable_region": "api",
@@ -131,6 +135,7 @@ __all__ = [
     "list_json",
     "map_dax",
     "migrate",
+    "offload_layers",
     "pinned_array",
     "pinned_tensor",
     "probe_longterm_pins",

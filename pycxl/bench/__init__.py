@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         measure_first_touch,
         measure_latency,
         measure_matrix,
+        measure_offload,
         measure_transfer,
     )
     from .results import (
@@ -37,18 +38,20 @@ if TYPE_CHECKING:
         FirstTouchResult,
         Lane,
         LatencyResult,
+        OffloadResult,
         TransferResult,
     )
 
 _LAZY = {
     **dict.fromkeys(
         ("Matrix", "MatrixCell", "latency_sweep_sizes", "matrix_pairs", "measure_bandwidth",
-         "measure_first_touch", "measure_latency", "measure_matrix", "measure_transfer"),
+         "measure_first_touch", "measure_latency", "measure_matrix", "measure_offload",
+         "measure_transfer"),
         "dispatch",
     ),
     **dict.fromkeys(
         ("BandwidthResult", "BenchResult", "FirstTouchResult", "Lane", "LatencyResult",
-         "TransferResult"),
+         "OffloadResult", "TransferResult"),
         "results",
     ),
 }  # fmt: skip
@@ -61,6 +64,7 @@ __all__ = [
     "LatencyResult",
     "Matrix",
     "MatrixCell",
+    "OffloadResult",
     "TransferResult",
     "latency_sweep_sizes",
     "matrix_pairs",
@@ -68,6 +72,7 @@ __all__ = [
     "measure_first_touch",
     "measure_latency",
     "measure_matrix",
+    "measure_offload",
     "measure_transfer",
 ]
 

@@ -123,6 +123,18 @@ class DeviceMemory:
     def __repr__(self) -> str:
         return f"DeviceMemory(ptr={self.ptr:#x}, size={self.size})"
 
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The memory as a 1-D byte array (CuPy, Numba and PyTorch wrap it, no copy)."""
+        return {
+            "shape": (self.size,),
+            "typestr": "|u1",
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
+
     def copy_from_host(self, src: Any, *, offset: int = 0, stream: Stream | None = None) -> None:
         """Copy all of ``src`` (a buffer, array or HostMemory) to this memory at
         ``offset``; with ``stream``, enqueued there (asynchronous), else done on return."""

@@ -19,10 +19,17 @@ NOT_PRESENT = -1  # key for pages not yet touched (move_pages says -ENOENT)
 
 
 def buffer_span(obj: Any) -> tuple[int, int]:
-    """(address, length) of a buffer, numpy array or NumaBuffer; contiguous only."""
+    """(address, length) of a buffer, numpy array, NumaBuffer or CPU torch tensor;
+    contiguous only."""
     span = getattr(obj, "span", None)
     if callable(span):
         return span()  # type: ignore[no-any-return]
+    if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # a torch tensor
+        if obj.device.type != "cpu":
+            raise InvalidRequestError(f"expected host memory, got a tensor on {obj.device}")
+        if not obj.is_contiguous():
+            raise InvalidRequestError("the tensor is not contiguous; pass .contiguous()")
+        return int(obj.data_ptr()), int(obj.numel() * obj.element_size())
     import numpy as np
 
     arr = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
