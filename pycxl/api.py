@@ -263,9 +263,10 @@ def offload_layers(
                 "weights='resident' to train on the CPU with the parameters on the tier"
             )
     else:
+        from .gpu.cuda_devices import ordinal_of
         from .gpu.memory import GpuContext
 
-        ordinal = s.gpu(gpu).ordinal
+        ordinal = ordinal_of(s.gpu(gpu).pci_bus_id)  # CUDA's number for it, as torch's
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
         ctx = GpuContext(ordinal)
         engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError, NotAvailableError
+from ..gpu.cuda_devices import ordinal_of
 from ..gpu.devices import GpuDevice
 from ..gpu.memory import GpuContext, HostMemory
 from ..numa.placement import allocate
@@ -94,9 +95,10 @@ def offload_steps(
     for p in placements:
         copies = layers * layer_bytes * (2 if "pinned" in run or "to" in run else 1)
         check_fits(copies + layer_bytes, p)
-    dev = torch.device("cuda", gpu.ordinal)
+    ordinal = ordinal_of(gpu.pci_bus_id)  # CUDA's number for it, as torch's
+    dev = torch.device("cuda", ordinal)
     torch.cuda.set_device(dev)
-    ctx = GpuContext(gpu.ordinal)
+    ctx = GpuContext(ordinal)
     stack = _Stack(torch, dev, layers, width, tokens)
     free = ctx.free_memory()
     if layers * layer_bytes * 2 > free:
