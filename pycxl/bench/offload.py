@@ -16,11 +16,12 @@ The stack is ``layers`` bf16 ``Linear(width, width)`` layers (ReLU between them)
 Each mode runs two steps untimed, then ``samples`` timed ones (host clock, the GPU
 synchronised at both ends: a step is done when its results, gradients included, are
 where they go). The pinned copy bandwidth from the tier is measured in the same run;
-the bound is max(hbm step, bytes to the device / h2d bandwidth, bytes back / d2h
-bandwidth), where the bytes to the device are the layer copies no schedule with two
-device buffers avoids (``stream_copies``: every layer in a forward pass; with the
-backward pass each layer twice, but the two at each turn) and the bytes back are the
-gradients.
+the bound is max(hbm step, the link's least time): the bytes to the device are the
+layer copies no schedule with two device buffers avoids (``stream_copies``: every layer
+in a forward pass; with the backward pass each layer twice, but the two at each turn);
+with the backward pass, half of them come in during the forward pass, and the other half
+while the gradients go out, at the link's measured rate both ways at once
+(``link_time``).
 """
 
 from __future__ import annotations
@@ -111,11 +112,11 @@ def offload_steps(
                   samples=samples)  # fmt: skip
     compute_s = statistics.median(hbm_times)
     for p in placements:
-        h2d, d2h = stack.pinned_bandwidth(ctx, p.node)
+        h2d, d2h, bidir = stack.pinned_bandwidth(ctx, p.node)
         grads = layers * layer_bytes if backward else 0
         moved = {"to": (layers * layer_bytes, grads), "pinned": (layers * layer_bytes, grads)}
-        least = stream_copies(layers, backward) * layer_bytes
-        bound = max(compute_s, least / h2d, grads / d2h)
+        bound = max(compute_s, link_time(stream_copies(layers, backward) * layer_bytes, grads,
+                                         h2d, d2h, bidir))  # fmt: skip
         figures: dict[str, Any] = dict(compute_s=compute_s, pinned_h2d_bytes_per_s=h2d,
                        pinned_d2h_bytes_per_s=d2h, bound_s=bound)  # fmt: skip
         if p is placements[0]:
@@ -123,7 +124,7 @@ def offload_steps(
         for mode in run[1:]:
             times, pages, extra = stack.host_mode(mode, ctx, p.node, backward, lookahead, samples)
             to_dev, to_host = extra or moved[mode]
-            copy_s = max(to_dev / h2d, to_host / d2h)
+            copy_s = link_time(to_dev, to_host, h2d, d2h, bidir)
             step = statistics.median(times)
             hidden = min(1.0, max(0.0, 1 - max(0.0, step - compute_s) / copy_s)) if copy_s else None
             out.append(_result(mode, times, p, figures, common, pages=pages, hidden=hidden,
@@ -140,6 +141,17 @@ def stream_copies(layers: int, backward: bool, buffers: int = 2) -> int:
     if backward:
         return max(0, 2 * layers - 2 * buffers)
     return layers if layers > buffers else 0
+
+
+def link_time(to_device: int, to_host: int, h2d: float, d2h: float, bidir: float) -> float:
+    """The least time the link needs for a step: without gradients, the weights over
+    the h2d bandwidth; with them (``to_host``), half the weights come in during the
+    forward pass alone, and the other half during the backward pass while the gradients
+    go out, at what the link carries both ways at once."""
+    if not to_host:
+        return to_device / h2d
+    half = to_device / 2
+    return half / h2d + max(half / h2d, to_host / d2h, (half + to_host) / bidir)
 
 
 def _result(mode: str, times: list[float], p: Placement | None, figures: dict[str, Any],
@@ -207,23 +219,36 @@ class _Stack:
 
         return step
 
-    def pinned_bandwidth(self, ctx: GpuContext, node: int) -> tuple[float, float]:
-        """Pinned copy bandwidth between the tier and the GPU, both ways (medians)."""
+    def pinned_bandwidth(self, ctx: GpuContext, node: int) -> tuple[float, float, float]:
+        """Pinned copy bandwidth between the tier and the GPU (medians): to the device,
+        to the host, and both at once (the sum, on two streams)."""
         torch = self.torch
         nbytes = 2 * self.width * self.width * min(self.layers, 4)
-        host_mem = HostMemory.allocate(ctx, nbytes, [node])
-        tensors = [torch.from_numpy(host_mem.array("uint8")),
-                   torch.empty(nbytes, dtype=torch.uint8, device=self.dev)]  # fmt: skip
+        hosts = [HostMemory.allocate(ctx, nbytes, [node]) for _ in range(2)]
+        t: list[Any] = [torch.from_numpy(h.array("uint8")) for h in hosts]
+        t += [torch.empty(nbytes, dtype=torch.uint8, device=self.dev) for _ in range(2)]
+        streams = [torch.cuda.Stream(self.dev) for _ in range(2)]
+
+        def both() -> None:
+            for s, (dst, src) in zip(streams, ((2, 0), (1, 3)), strict=True):
+                s.wait_stream(torch.cuda.current_stream(self.dev))
+                with torch.cuda.stream(s):
+                    t[dst].copy_(t[src], non_blocking=True)
+            for s in streams:
+                torch.cuda.current_stream(self.dev).wait_stream(s)
+
         try:
-            figures = []
-            for dst, src in ((1, 0), (0, 1)):
-                copy = functools.partial(tensors[dst].copy_, tensors[src], non_blocking=True)
-                figures.append(nbytes / statistics.median(self.time(copy, COPY_SAMPLES)))
-                del copy
-            return figures[0], figures[1]
+            h2d = functools.partial(t[2].copy_, t[0], non_blocking=True)
+            d2h = functools.partial(t[1].copy_, t[3], non_blocking=True)
+            figures = [nbytes / statistics.median(self.time(copy, COPY_SAMPLES))
+                       for copy in (h2d, d2h)]  # fmt: skip
+            figures.append(2 * nbytes / statistics.median(self.time(both, COPY_SAMPLES)))
+            del h2d, d2h
+            return figures[0], figures[1], figures[2]
         finally:
-            tensors.clear()  # the host memory's views go before it is freed
-            host_mem.close()
+            t.clear()  # the host memory's views go before it is freed
+            for h in hosts:
+                h.close()
 
     def host_mode(self, mode: str, ctx: GpuContext, node: int, backward: bool, lookahead: int,
                   samples: int) -> Timing:  # fmt: skip

@@ -102,6 +102,7 @@ class _Layer:
     optimizer: Any = None
     update: Future[None] | None = None  # the optimizer step in flight
     updated: Any = None  # device event: the new weights are on the device (resident)
+    trainable: list[int] = field(default_factory=list)  # params that take gradients
     grads_ready: int = 0
     copies: list[CopyBack] = field(default_factory=list)
 
@@ -166,6 +167,7 @@ class LayerOffload:
         self._host_alloc = host_alloc
         self._layers = self._layout(modules)
         self._hooks: list[Any] = []
+        self._held: list[_Layer] = []  # bound for a backward pass without gradients of their own
         self._views: dict[tuple[int, int], list[Any]] = {}  # (slot, layer) -> param views
         self._placeholders = {id(p): self._placeholder(p) for L in self._layers for p in L.params}
         self._training_order = False
@@ -278,8 +280,9 @@ class LayerOffload:
             if self.weights == "stream":
                 self._hooks.append(module.register_forward_hook(
                     functools.partial(self._after_forward, L)))  # fmt: skip
-            for p in L.params:
-                self._hooks.append(p.register_post_accumulate_grad_hook(
+            L.trainable = [k for k, p in enumerate(L.params) if p.requires_grad]
+            for k in L.trainable:
+                self._hooks.append(L.params[k].register_post_accumulate_grad_hook(
                     functools.partial(self._grad_ready, L)))  # fmt: skip
 
     # --- hooks ---------------------------------------------------------------------
@@ -288,7 +291,8 @@ class LayerOffload:
 
     def _before_forward(self, L: _Layer, module: Any, args: Any) -> None:
         if L.index == 0 and self.ring is not None:
-            training = _torch().is_grad_enabled() and any(p.requires_grad for p in L.params)
+            self._release_held()
+            training = _torch().is_grad_enabled() and any(M.trainable for M in self._layers)
             if training != self._training_order:
                 n = len(self._layers)
                 order = [*range(n), *reversed(range(n))] if training else list(range(n))
@@ -314,14 +318,26 @@ class LayerOffload:
 
             def before_backward(grad: Any) -> None:
                 if pending.pop() if pending else False:
+                    self._release_held()
                     self._bind(L, self.ring.get(L.index, self._stream()))  # type: ignore[union-attr]
+                    if not L.trainable:  # no gradient says when it is done: the next does
+                        self._held.append(L)
 
             for t in needs:
                 t.register_hook(before_backward)
 
+    def _release_held(self) -> None:
+        """Layers without trainable parameters, bound for their backward pass: the
+        backward of the layer before them (or the next forward pass) means they are done."""
+        assert self.ring is not None
+        while self._held:
+            H = self._held.pop()
+            self.ring.done(H.index, self._stream())
+            self._unbind(H)
+
     def _grad_ready(self, L: _Layer, param: Any) -> None:
         L.grads_ready += 1
-        if L.grads_ready < len(L.params):
+        if L.grads_ready < len(L.trainable):
             return
         L.grads_ready = 0
         stream = self._stream()
@@ -329,11 +345,12 @@ class LayerOffload:
             self.ring.done(L.index, stream)
             self._unbind(L)
         if not self._params_on_tier:
-            L.copies = [copy_to_host(self.engine, p.grad, g, stream)
-                        for p, g in zip(L.params, L.views(L.grads), strict=True)]  # fmt: skip
-            self._bytes_to_host += sum(p.grad.numel() * p.grad.element_size() for p in L.params)
-            for p in L.params:
-                p.grad = None  # the copy holds the gradient until it has landed
+            grads = L.views(L.grads)
+            L.copies = [copy_to_host(self.engine, L.params[k].grad, grads[k], stream)
+                        for k in L.trainable]  # fmt: skip
+            self._bytes_to_host += sum(c.nbytes for c in L.copies)
+            for k in L.trainable:
+                L.params[k].grad = None  # the copy holds the gradient until it has landed
         if L.optimizer is not None:
             if self.ring is not None:
                 self.ring.invalidate(L.index)  # its host weights change under the update
@@ -347,14 +364,17 @@ class LayerOffload:
             c.wait()
         L.copies = []
         with torch.no_grad():
-            if not self._params_on_tier:  # gradients landed in host memory on the tier
-                for m, mg, g in zip(L.masters, L.master_grads, L.views(L.grads), strict=True):
+            grads = L.views(L.grads) if not self._params_on_tier else []
+            for k in L.trainable:
+                m = L.masters[k]
+                if not self._params_on_tier:  # gradients landed in host memory on the tier
+                    mg, g = L.master_grads[k], grads[k]
                     if mg.data_ptr() != g.data_ptr():
                         mg.copy_(g)
                     m.grad = mg
-            else:
-                for m, p in zip(L.masters, L.params, strict=True):
-                    m.grad = p.grad if p.grad.dtype == torch.float32 else p.grad.float()
+                else:
+                    g = L.params[k].grad
+                    m.grad = g if g.dtype == torch.float32 else g.float()
             L.optimizer.step()
             for m in L.masters:
                 m.grad = None
