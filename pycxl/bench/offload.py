@@ -117,8 +117,10 @@ def offload_steps(
         moved = {"to": (layers * layer_bytes, grads), "pinned": (layers * layer_bytes, grads)}
         bound = max(compute_s, link_time(stream_copies(layers, backward) * layer_bytes, grads,
                                          h2d, d2h, bidir))  # fmt: skip
-        figures: dict[str, Any] = dict(compute_s=compute_s, pinned_h2d_bytes_per_s=h2d,
-                       pinned_d2h_bytes_per_s=d2h, bound_s=bound)  # fmt: skip
+        figures: dict[str, Any] = dict(
+            compute_s=compute_s, pinned_h2d_bytes_per_s=h2d, pinned_d2h_bytes_per_s=d2h,
+            pinned_bidir_bytes_per_s=bidir, bound_s=bound,
+        )  # fmt: skip
         if p is placements[0]:
             out.append(_result("hbm", hbm_times, None, figures, common, bytes_=(0, 0)))
         for mode in run[1:]:

@@ -187,7 +187,7 @@ def test_a_model_without_gradients_streams_for_inference() -> None:
     model.requires_grad_(False)
     node = pycxl.snapshot(gpus=False).resolve("dram0").node
     offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu")
-    (x, _), = _batches(1)
+    ((x, _),) = _batches(1)
     for _ in range(3):
         assert torch.allclose(model(x), ref(x), atol=1e-6)  # grad mode on, nothing to train
     assert offload.stats().copies_to_device == 3 * 3 + 1  # cyclic: one past the end
