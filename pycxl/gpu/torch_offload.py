@@ -466,6 +466,8 @@ class LayerOffload:
         return L.views(L.grads)
 
     def stats(self) -> OffloadStats:
+        """Bytes and copies so far, layers served from the ring without a copy, updates
+        made, and how long forward passes waited for updates."""
         ring = self.ring.stats if self.ring is not None else None
         return OffloadStats(
             bytes_to_device=ring.bytes_in if ring else 0,
