@@ -51,6 +51,25 @@ def test_the_ring_serves_each_item_intact_while_the_compute_stream_lags(lookahea
     ring.close()
 
 
+def test_the_ring_works_with_cupy_streams_and_arrays() -> None:
+    cp = pytest.importorskip("cupy")
+    items = [pycxl.pinned_array(MiB, "uint8", "dram0") for _ in range(4)]
+    for i, a in enumerate(items):
+        a[:] = i + 1
+    ring = Prefetcher(CudaEngine(GpuContext(0)), items, lookahead=1)
+    stream = cp.cuda.Stream(non_blocking=True)
+    sums = []
+    with stream:
+        for _ in range(2):
+            for i in range(4):
+                dev = cp.asarray(ring.get(i, stream))  # no copy: the ring's buffer
+                sums.append((i, dev.sum(dtype=cp.int64)))
+                ring.done(i, stream)
+    stream.synchronize()
+    assert [(i, int(s)) for i, s in sums] == [(i, (i + 1) * MiB) for i in range(4)] * 2
+    ring.close()
+
+
 def test_the_ring_refuses_pageable_host_memory() -> None:
     pageable = torch.zeros(MiB, dtype=torch.uint8)
     with pytest.raises(InvalidRequestError, match="not pinned"):
