@@ -33,9 +33,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError, NotAvailableError
+from ..errors import InvalidRequestError
 from ..gpu.devices import GpuDevice
 from ..gpu.memory import GpuContext, HostMemory
+from ..gpu.torch_offload import import_torch
 from ..numa.placement import allocate
 from .context import Placement, check_fits, default
 from .results import OffloadResult
@@ -50,14 +51,6 @@ TOKENS = 1024
 SAMPLES = 5
 WARMUP = 2
 COPY_SAMPLES = 10
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise NotAvailableError("bench offload runs PyTorch layers: pip install torch") from None
-    return torch
 
 
 def check_offload(modes: Sequence[str], layers: int, width: int, tokens: int,
@@ -91,7 +84,7 @@ def offload_steps(
     """The stack from each placement's tier, every mode; the hbm result first."""
     samples = samples or default(SAMPLES, 2)
     run = check_offload(modes, layers, width, tokens, lookahead, samples)
-    torch = _torch()
+    torch = import_torch("bench offload")
     layer_bytes = 2 * width * width
     for p in placements:
         copies = layers * layer_bytes * (2 if "pinned" in run or "to" in run else 1)

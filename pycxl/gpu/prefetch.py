@@ -381,14 +381,10 @@ class DeviceView:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {
-            "shape": (self.nbytes,),
-            "typestr": "|u1",
-            "data": (self._buffer.__cuda_array_interface__["data"][0], False),
-            "version": 3,
-            "strides": None,
-            "stream": None,  # ordering is the ring's events' job
-        }
+        """The bytes as a 1-D array; ordering is the ring's events' job."""
+        from .memory import byte_array_interface
+
+        return byte_array_interface(device_span(self._buffer)[0], self.nbytes)
 
 
 class CudaEngine(Engine):
@@ -556,12 +552,11 @@ def device_span(obj: Any) -> tuple[int, int]:
     """(device address, bytes) of contiguous device memory: a CUDA torch tensor (any
     dtype, bf16 too), or anything with ``__cuda_array_interface__`` (CuPy, Numba,
     pycxl's views)."""
-    if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # a torch tensor
-        if obj.device.type != "cuda":
-            raise InvalidRequestError(f"expected device memory, got a tensor on {obj.device}")
-        if not obj.is_contiguous():
-            raise InvalidRequestError("the tensor is not contiguous; pass .contiguous()")
-        return int(obj.data_ptr()), int(obj.numel() * obj.element_size())
+    from ..numa.pages import tensor_span
+
+    span = tensor_span(obj, "cuda")
+    if span is not None:
+        return span
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
         raise InvalidRequestError(

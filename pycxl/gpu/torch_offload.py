@@ -43,11 +43,12 @@ HostAlloc = Callable[[int, bool], Any]
 ALIGN = 256
 
 
-def _torch() -> Any:
+def import_torch(needed_for: str = "layer offload") -> Any:
+    """PyTorch, imported on first use; NotAvailableError saying what needs it."""
     try:
         import torch
     except ImportError:
-        raise NotAvailableError("layer offload needs PyTorch (pip install torch)") from None
+        raise NotAvailableError(f"{needed_for} needs PyTorch (pip install torch)") from None
     return torch
 
 
@@ -58,7 +59,7 @@ def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") ->
     alive as long as it lives (LayerOffload keeps it)."""
     from ..numa.placement import allocate
 
-    torch = _torch()
+    torch = import_torch()
     owners: list[Any] = []
 
     def host_alloc(nbytes: int, pinned: bool) -> Any:
@@ -78,7 +79,7 @@ def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") ->
 
 def default_optimizer(params: list[Any]) -> Any:
     """Adam (lr 1e-3), fused on the CPU where this PyTorch has it."""
-    torch = _torch()
+    torch = import_torch()
     try:
         return torch.optim.Adam(params, lr=1e-3, fused=True)
     except (RuntimeError, TypeError, ValueError):
@@ -149,7 +150,7 @@ class LayerOffload:
         lookahead: int = 1,
         optimizer: Callable[[list[Any]], Any] | None = None,
     ) -> None:
-        torch = _torch()
+        torch = import_torch()
         self.device = torch.device(device)
         on_gpu = self.device.type == "cuda"
         if on_gpu == isinstance(engine, HostEngine):
@@ -208,10 +209,10 @@ class LayerOffload:
         return out
 
     def _placeholder(self, p: Any) -> Any:
-        return _torch().empty(0, dtype=p.dtype, device=self.device)
+        return import_torch().empty(0, dtype=p.dtype, device=self.device)
 
     def _place_host_memory(self, optimizer: Callable[[list[Any]], Any] | None) -> None:
-        torch = _torch()
+        torch = import_torch()
         for L in self._layers:
             L.weights = self._host_alloc(L.nbytes, self._on_gpu)
             with torch.no_grad():
@@ -229,7 +230,7 @@ class LayerOffload:
                 self._place_optimizer(L, optimizer)
 
     def _place_optimizer(self, L: _Layer, factory: Callable[[list[Any]], Any]) -> None:
-        torch = _torch()
+        torch = import_torch()
         fp32 = all(d == torch.float32 for d in L.dtypes)
         sizes = [_nbytes(shape, torch.float32) for shape in L.shapes]
         total = sum(-(-n // ALIGN) * ALIGN for n in sizes)
@@ -287,12 +288,12 @@ class LayerOffload:
 
     # --- hooks ---------------------------------------------------------------------
     def _stream(self) -> Any:
-        return _torch().cuda.current_stream(self.device) if self._on_gpu else None
+        return import_torch().cuda.current_stream(self.device) if self._on_gpu else None
 
     def _before_forward(self, L: _Layer, module: Any, args: Any) -> None:
         if L.index == 0 and self.ring is not None:
             self._release_held()
-            training = _torch().is_grad_enabled() and any(M.trainable for M in self._layers)
+            training = import_torch().is_grad_enabled() and any(M.trainable for M in self._layers)
             if training != self._training_order:
                 n = len(self._layers)
                 order = [*range(n), *reversed(range(n))] if training else list(range(n))
@@ -359,7 +360,7 @@ class LayerOffload:
 
     # --- the optimizer step of one layer (worker thread) ---------------------------
     def _update(self, L: _Layer) -> None:
-        torch = _torch()
+        torch = import_torch()
         for c in L.copies:
             c.wait()
         L.copies = []
@@ -406,7 +407,7 @@ class LayerOffload:
         key = (view.slot, L.index)
         views = self._views.get(key)
         if views is None:
-            torch = _torch()
+            torch = import_torch()
             if self._on_gpu:
                 flat = torch.as_tensor(view, device=self.device)
             else:
