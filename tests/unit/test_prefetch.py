@@ -149,25 +149,21 @@ def test_every_use_reads_its_own_item_whatever_the_streams_do(
     assert [(i, vals, n) for i, vals, n in seen] == [(i, {i + 1}, src[i].nbytes) for i in order * 3]
 
 
-def test_the_simulation_catches_a_use_that_does_not_wait_for_its_copy(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("dropped", "policy"),
+    [
+        ("compute", "copies-last"),  # a use that does not wait for its copy reads stale bytes
+        ("in", "copies-first"),  # a refill that does not wait for the last use overwrites
+    ],
+)
+def test_the_simulation_catches_a_missing_wait(
+    monkeypatch: pytest.MonkeyPatch, dropped: str, policy: str
 ) -> None:
     engine = SimEngine()
     ring = Prefetcher(engine, _sources(4), lookahead=1)  # type: ignore[arg-type]
     real_wait = engine.wait
-    monkeypatch.setattr(engine, "wait", lambda s, e: None if s == "compute" else real_wait(s, e))
-    seen = _run(ring, engine, [0, 1, 2, 3] * 2, "copies-last")
-    assert any(vals != {i + 1} for i, vals, _ in seen)
-
-
-def test_the_simulation_catches_a_refill_that_does_not_wait_for_the_last_use(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    engine = SimEngine()
-    ring = Prefetcher(engine, _sources(4), lookahead=1)  # type: ignore[arg-type]
-    real_wait = engine.wait
-    monkeypatch.setattr(engine, "wait", lambda s, e: None if s == "in" else real_wait(s, e))
-    seen = _run(ring, engine, [0, 1, 2, 3] * 2, "copies-first")
+    monkeypatch.setattr(engine, "wait", lambda s, e: None if s == dropped else real_wait(s, e))
+    seen = _run(ring, engine, [0, 1, 2, 3] * 2, policy)
     assert any(vals != {i + 1} for i, vals, _ in seen)
 
 
