@@ -27,6 +27,7 @@ while the gradients go out, at the link's measured rate both ways at once
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import time
@@ -129,6 +130,83 @@ def offload_steps(
     return out
 
 
+def offload_together(
+    gpus: Sequence[GpuDevice],
+    placements: Sequence[Placement],
+    *,
+    layers: int = LAYERS,
+    width: int = WIDTH,
+    tokens: int = TOKENS,
+    lookahead: int = 1,
+    backward: bool = False,
+    samples: int | None = None,
+) -> list[OffloadResult]:
+    """Every GPU of ``gpus`` streaming the stack from one tier at the same time (a
+    thread each, timed steps started together), after each GPU alone: per tier, the
+    alone results (hbm and pycxl, with each GPU's own bound), then one result per GPU
+    with ``at_once`` GPUs and ``alone_s``, its step alone (step / alone: the cost of
+    sharing the tier and the host's links)."""
+    samples = samples or default(SAMPLES, 2)
+    check_offload(("pycxl",), layers, width, tokens, lookahead, samples)
+    out: list[OffloadResult] = []
+    for p in placements:
+        alone = {g.index: offload_steps(g, [p], modes=("pycxl",), layers=layers, width=width,
+                                        tokens=tokens, lookahead=lookahead, backward=backward,
+                                        samples=samples) for g in gpus}  # fmt: skip
+        for results in alone.values():
+            out += results
+        timed = _at_once(gpus, p, layers, width, tokens, lookahead, backward, samples)
+        for g in gpus:
+            (_, mine) = alone[g.index]
+            times, pages, moved = timed[g.index]
+            assert moved is not None
+            out.append(dataclasses.replace(
+                mine, step_s=statistics.median(times), step_s_best=min(times),
+                vs_bound=statistics.median(times) / mine.bound_s, at_once=len(gpus),
+                alone_s=mine.step_s, pages_on_node=pages[0], pages=pages[1],
+                bytes_to_device=moved[0], bytes_to_host=moved[1],
+                link_bytes_per_s=moved[0] / statistics.median(times) if moved[0] else None,
+                hidden=None,
+            ))  # fmt: skip
+    return out
+
+
+def _at_once(gpus: Sequence[GpuDevice], p: Placement, layers: int, width: int, tokens: int,
+             lookahead: int, backward: bool, samples: int) -> dict[int, Timing]:  # fmt: skip
+    """Each GPU's pycxl Timing, all streaming from ``p`` together (a thread each; the
+    timed steps start at one barrier)."""
+    import threading
+
+    start = threading.Barrier(len(gpus))
+    timed: dict[int, Timing] = {}
+    failed: list[BaseException] = []
+
+    def ready() -> None:
+        start.wait()
+
+    def run(g: GpuDevice) -> None:
+        try:
+            torch = import_torch("bench offload")
+            dev = torch.device("cuda", g.ordinal)
+            torch.cuda.set_device(dev)
+            stack = _Stack(torch, dev, layers, width, tokens)
+            timed[g.index] = stack.host_mode("pycxl", GpuContext(g.ordinal), p.node, backward,
+                                             lookahead, samples, ready)  # fmt: skip
+        except BaseException as e:  # said in the caller's thread
+            failed.append(e)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:  # the first error that is not another thread's broken barrier
+        raise next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)),
+                   failed[0])  # fmt: skip
+    return timed
+
+
 def stream_copies(layers: int, backward: bool, buffers: int = 2) -> int:
     """Layer copies per step that streaming through ``buffers`` device buffers cannot
     avoid, steps following each other: a forward pass copies every layer (none, if
@@ -183,11 +261,16 @@ class _Stack:
         w = torch.randn(self.width, self.width, device=self.dev, dtype=torch.float32, generator=g)
         return (w / self.width**0.5).to(torch.bfloat16)
 
-    def time(self, step: Callable[[], None], samples: int) -> list[float]:
+    def time(self, step: Callable[[], None], samples: int,
+             ready: Callable[[], None] | None = None) -> list[float]:  # fmt: skip
+        """Host seconds of each of ``samples`` steps, after WARMUP untimed ones and,
+        when given, ``ready()`` (other GPUs' threads meet there to start at once)."""
         sync = self.torch.cuda.synchronize
         for _ in range(WARMUP):
             step()
         sync()
+        if ready is not None:
+            ready()
         times = []
         for _ in range(samples):
             t0 = time.perf_counter()
@@ -247,14 +330,14 @@ class _Stack:
                 h.close()
 
     def host_mode(self, mode: str, ctx: GpuContext, node: int, backward: bool, lookahead: int,
-                  samples: int) -> Timing:  # fmt: skip
+                  samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
         """One host mode's Timing."""
         if mode == "pycxl":
-            return self._streamed(ctx, node, backward, lookahead, samples)
+            return self._streamed(ctx, node, backward, lookahead, samples, ready)
         return self._copied(ctx, node, backward, samples, pinned=mode == "pinned")
 
     def _streamed(self, ctx: GpuContext, node: int, backward: bool, lookahead: int,
-                  samples: int) -> Timing:  # fmt: skip
+                  samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
         from ..gpu.prefetch import CudaEngine
         from ..gpu.torch_offload import LayerOffload, tier_allocator
 
@@ -278,7 +361,7 @@ class _Stack:
             counted.append((st.bytes_to_device, st.bytes_to_host))
 
         try:
-            times = self.time(step, samples)
+            times = self.time(step, samples, ready)
             (d0, h0), (d1, h1) = counted[WARMUP - 1], counted[-1]  # around the timed steps
             moved = ((d1 - d0) // samples, (h1 - h0) // samples)
             return times, _on_node(offload.pages_by_node(), node), moved

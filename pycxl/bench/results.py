@@ -193,3 +193,5 @@ class OffloadResult(BenchResult):
     vs_bound: float  # step_s / bound_s
     hidden: float | None  # share of copy time hidden behind compute (host modes)
     link_bytes_per_s: float | None  # bytes to the device per second of step
+    at_once: int = 1  # GPUs streaming from the tier at the same time (bench offload --gpu all)
+    alone_s: float | None = None  # with others at once: this GPU's median step alone
