@@ -316,24 +316,29 @@ def _emit_offload(results: Sequence[Any]) -> None:
     pass_ = "forward+backward" if first.backward else "forward"
     click.echo(f"{first.layers} x Linear({first.width}, {first.width}) bf16 "
                f"({format_size(first.layer_bytes)} per layer), {first.tokens} tokens, "
-               f"{pass_}, on {first.initiator} ({first.gpu})")  # fmt: skip
+               f"{pass_}, on {first.gpu}")  # fmt: skip
+    together = any(r.alone_s is not None for r in results)
     rows = []
     for r in results:
-        bound = (
-            f"{1e3 * r.bound_s:.1f} ms (compute {1e3 * r.compute_s:.1f} ms, pinned "
-            f"{r.pinned_h2d_bytes_per_s / 1e9:.1f} GB/s)"
-            if r.mode != "hbm"
-            else "-"
-        )
-        rows.append([
-            r.mode, r.target, "-" if r.node is None else r.node,
+        bound = "-"
+        if r.mode != "hbm":
+            bound = (f"{1e3 * r.bound_s:.1f} ms (compute {1e3 * r.compute_s:.1f} ms, pinned "
+                     f"{r.pinned_h2d_bytes_per_s / 1e9:.1f} GB/s)")  # fmt: skip
+        row = [
+            r.mode, r.initiator, r.target, "-" if r.node is None else r.node,
             f"{1e3 * r.step_s:.2f} ms", f"{r.vs_bound:.2f}x",
             "-" if r.hidden is None else f"{100 * r.hidden:.0f}%",
             "-" if r.link_bytes_per_s is None else _rate(r.link_bytes_per_s),
             "-" if r.pages is None else f"{r.pages_on_node}/{r.pages}", bound,
-        ])  # fmt: skip
-    emit_table(None, ["mode", "weights on", "node", "step", "vs bound", "copy hidden",
-                      "link", "pages on node", "bound"], rows)  # fmt: skip
+        ]  # fmt: skip
+        if together:
+            row[2:2] = [r.at_once, "-" if r.alone_s is None else f"{r.step_s / r.alone_s:.2f}x"]
+        rows.append(row)
+    head = ["mode", "gpu", "weights on", "node", "step", "vs bound", "copy hidden", "link",
+            "pages on node", "bound"]  # fmt: skip
+    if together:
+        head[2:2] = ["at once", "vs alone"]
+    emit_table(None, head, rows)
 
 
 @bench_group.command("matrix")

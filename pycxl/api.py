@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cxl import regions as _regions
-from .errors import InvalidRequestError, NotAvailableError
+from .errors import InvalidRequestError
 from .system import System, snapshot
 from .units import parse_size
 
@@ -204,10 +204,9 @@ def pinned_tensor(
     on ``target``, pinned and registered for ``gpu``: PyTorch treats it as pinned
     (``is_pinned()``; ``non_blocking`` copies by DMA), and it is unregistered and freed
     with the tensor. PyTorch is needed only here."""
-    try:
-        import torch
-    except ImportError:
-        raise NotAvailableError("pinned_tensor needs PyTorch (pip install torch)") from None
+    from .gpu.torch_offload import import_torch
+
+    torch = import_torch("pinned_tensor")
     if not isinstance(dtype, torch.dtype):
         raise InvalidRequestError(f"dtype {dtype!r}: give a torch dtype, such as torch.float32")
     if torch.cuda.is_available():
@@ -248,9 +247,9 @@ def offload_layers(
     >>> offload.pages_by_node()                    # {1: 524288}: counted, not assumed
     """
     from .gpu.prefetch import CudaEngine, HostEngine
-    from .gpu.torch_offload import LayerOffload, _torch, tier_allocator
+    from .gpu.torch_offload import LayerOffload, import_torch, tier_allocator
 
-    torch = _torch()
+    torch = import_torch()
     s = system or snapshot(gpus=gpu is not None)
     nodes = s.memory_nodes(target)  # a bad name fails here, before any memory is taken
     engine: Any

@@ -260,20 +260,23 @@ def measure_offload(
     run on ``gpu`` with its weights in HBM (mode ``hbm``, always run: the bound's compute
     time) and on each host tier of ``target`` (``all``: every node with memory; or names:
     ``dram0,cxl0``): streamed by pycxl, ``.to()`` from pageable memory, pinned copies
-    without look-ahead. Defaults: 16 layers of 8192 (2 GiB of weights), 1024 tokens."""
+    without look-ahead. Defaults: 16 layers of 8192 (2 GiB of weights), 1024 tokens.
+    ``gpu="all"``: every GPU alone, then all of them streaming from each tier at once
+    (pycxl's mode), each result with its step alone (``alone_s``)."""
     from . import offload
 
     s = system or snapshot()
-    g = s.gpu(gpu)
+    gpus = s.gpus_named(gpu)
     tiers = [s.tier(n) for n in s.memory_nodes(target)]
     placements = [s.placement(t.name) for t in tiers if t is not None]
     wanted = [m.strip() for m in modes.split(",")] if isinstance(modes, str) else list(modes)
-    results = offload.offload_steps(
-        g, placements, modes=wanted, layers=layers or offload.LAYERS,
-        width=width or offload.WIDTH, tokens=tokens or offload.TOKENS, lookahead=lookahead,
-        backward=backward, samples=samples,
+    shape: dict[str, Any] = dict(
+        layers=layers or offload.LAYERS, width=width or offload.WIDTH,
+        tokens=tokens or offload.TOKENS, lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
-    return results
+    if gpu.strip().lower() == "all":
+        return offload.offload_together(gpus, placements, **shape)
+    return offload.offload_steps(gpus[0], placements, modes=wanted, **shape)
 
 
 def measure_loaded_latency(

@@ -15,26 +15,30 @@ The stack is ``layers`` bf16 ``Linear(width, width)`` layers (ReLU between them)
 
 Each mode runs two steps untimed, then ``samples`` timed ones (host clock, the GPU
 synchronised at both ends: a step is done when its results, gradients included, are
-where they go). The pinned copy bandwidth from the tier is measured in the same run;
-the bound is max(hbm step, bytes to the device / h2d bandwidth, bytes back / d2h
-bandwidth), where the bytes to the device are the layer copies no schedule with two
-device buffers avoids (``stream_copies``: every layer in a forward pass; with the
-backward pass each layer twice, but the two at each turn) and the bytes back are the
-gradients.
+where they go). The pinned copy bandwidth from the tier is measured in the same run
+(the best of ten copies: a bound takes the link at its best);
+the bound is max(hbm step, the link's least time): the bytes to the device are the
+layer copies no schedule with two device buffers avoids (``stream_copies``: every layer
+in a forward pass; with the backward pass each layer twice, but the two at each turn);
+with the backward pass, half of them come in during the forward pass, and the other half
+while the gradients go out, at the link's measured rate both ways at once
+(``link_time``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError, NotAvailableError
+from ..errors import InvalidRequestError
 from ..gpu.cuda_devices import ordinal_of
 from ..gpu.devices import GpuDevice
 from ..gpu.memory import GpuContext, HostMemory
+from ..gpu.torch_offload import import_torch
 from ..numa.placement import allocate
 from .context import Placement, check_fits, default
 from .results import OffloadResult
@@ -49,14 +53,6 @@ TOKENS = 1024
 SAMPLES = 5
 WARMUP = 2
 COPY_SAMPLES = 10
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise NotAvailableError("bench offload runs PyTorch layers: pip install torch") from None
-    return torch
 
 
 def check_offload(modes: Sequence[str], layers: int, width: int, tokens: int,
@@ -90,7 +86,7 @@ def offload_steps(
     """The stack from each placement's tier, every mode; the hbm result first."""
     samples = samples or default(SAMPLES, 2)
     run = check_offload(modes, layers, width, tokens, lookahead, samples)
-    torch = _torch()
+    torch = import_torch("bench offload")
     layer_bytes = 2 * width * width
     for p in placements:
         copies = layers * layer_bytes * (2 if "pinned" in run or "to" in run else 1)
@@ -113,25 +109,105 @@ def offload_steps(
                   samples=samples)  # fmt: skip
     compute_s = statistics.median(hbm_times)
     for p in placements:
-        h2d, d2h = stack.pinned_bandwidth(ctx, p.node)
+        h2d, d2h, bidir = stack.pinned_bandwidth(ctx, p.node)
         grads = layers * layer_bytes if backward else 0
         moved = {"to": (layers * layer_bytes, grads), "pinned": (layers * layer_bytes, grads)}
-        least = stream_copies(layers, backward) * layer_bytes
-        bound = max(compute_s, least / h2d, grads / d2h)
-        figures: dict[str, Any] = dict(compute_s=compute_s, pinned_h2d_bytes_per_s=h2d,
-                       pinned_d2h_bytes_per_s=d2h, bound_s=bound)  # fmt: skip
+        bound = max(compute_s, link_time(stream_copies(layers, backward) * layer_bytes, grads,
+                                         h2d, d2h, bidir))  # fmt: skip
+        figures: dict[str, Any] = dict(
+            compute_s=compute_s, pinned_h2d_bytes_per_s=h2d, pinned_d2h_bytes_per_s=d2h,
+            pinned_bidir_bytes_per_s=bidir, bound_s=bound,
+        )  # fmt: skip
         if p is placements[0]:
             out.append(_result("hbm", hbm_times, None, figures, common, bytes_=(0, 0)))
         for mode in run[1:]:
             times, pages, extra = stack.host_mode(mode, ctx, p.node, backward, lookahead, samples)
             to_dev, to_host = extra or moved[mode]
-            copy_s = max(to_dev / h2d, to_host / d2h)
+            copy_s = link_time(to_dev, to_host, h2d, d2h, bidir)
             step = statistics.median(times)
             hidden = min(1.0, max(0.0, 1 - max(0.0, step - compute_s) / copy_s)) if copy_s else None
             out.append(_result(mode, times, p, figures, common, pages=pages, hidden=hidden,
                                lookahead=lookahead if mode == "pycxl" else None,
                                bytes_=(to_dev, to_host)))  # fmt: skip
     return out
+
+
+def offload_together(
+    gpus: Sequence[GpuDevice],
+    placements: Sequence[Placement],
+    *,
+    layers: int = LAYERS,
+    width: int = WIDTH,
+    tokens: int = TOKENS,
+    lookahead: int = 1,
+    backward: bool = False,
+    samples: int | None = None,
+) -> list[OffloadResult]:
+    """Every GPU of ``gpus`` streaming the stack from one tier at the same time (a
+    thread each, timed steps started together), after each GPU alone: per tier, the
+    alone results (hbm and pycxl, with each GPU's own bound), then one result per GPU
+    with ``at_once`` GPUs and ``alone_s``, its step alone (step / alone: the cost of
+    sharing the tier and the host's links)."""
+    samples = samples or default(SAMPLES, 2)
+    check_offload(("pycxl",), layers, width, tokens, lookahead, samples)
+    out: list[OffloadResult] = []
+    for p in placements:
+        alone = {g.index: offload_steps(g, [p], modes=("pycxl",), layers=layers, width=width,
+                                        tokens=tokens, lookahead=lookahead, backward=backward,
+                                        samples=samples) for g in gpus}  # fmt: skip
+        for results in alone.values():
+            out += results
+        timed = _at_once(gpus, p, layers, width, tokens, lookahead, backward, samples)
+        for g in gpus:
+            (_, mine) = alone[g.index]
+            times, pages, moved = timed[g.index]
+            assert moved is not None
+            out.append(dataclasses.replace(
+                mine, step_s=statistics.median(times), step_s_best=min(times),
+                vs_bound=statistics.median(times) / mine.bound_s, at_once=len(gpus),
+                alone_s=mine.step_s, pages_on_node=pages[0], pages=pages[1],
+                bytes_to_device=moved[0], bytes_to_host=moved[1],
+                link_bytes_per_s=moved[0] / statistics.median(times) if moved[0] else None,
+                hidden=None,
+            ))  # fmt: skip
+    return out
+
+
+def _at_once(gpus: Sequence[GpuDevice], p: Placement, layers: int, width: int, tokens: int,
+             lookahead: int, backward: bool, samples: int) -> dict[int, Timing]:  # fmt: skip
+    """Each GPU's pycxl Timing, all streaming from ``p`` together (a thread each; the
+    timed steps start at one barrier)."""
+    import threading
+
+    start = threading.Barrier(len(gpus))
+    timed: dict[int, Timing] = {}
+    failed: list[BaseException] = []
+
+    def ready() -> None:
+        start.wait()
+
+    def run(g: GpuDevice) -> None:
+        try:
+            torch = import_torch("bench offload")
+            ordinal = ordinal_of(g.pci_bus_id)  # CUDA's number for it, as torch's
+            dev = torch.device("cuda", ordinal)
+            torch.cuda.set_device(dev)
+            stack = _Stack(torch, dev, layers, width, tokens)
+            timed[g.index] = stack.host_mode("pycxl", GpuContext(ordinal), p.node, backward,
+                                             lookahead, samples, ready)  # fmt: skip
+        except BaseException as e:  # said in the caller's thread
+            failed.append(e)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:  # the first error that is not another thread's broken barrier
+        raise next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)),
+                   failed[0])  # fmt: skip
+    return timed
 
 
 def stream_copies(layers: int, backward: bool, buffers: int = 2) -> int:
@@ -142,6 +218,17 @@ def stream_copies(layers: int, backward: bool, buffers: int = 2) -> int:
     if backward:
         return max(0, 2 * layers - 2 * buffers)
     return layers if layers > buffers else 0
+
+
+def link_time(to_device: int, to_host: int, h2d: float, d2h: float, bidir: float) -> float:
+    """The least time the link needs for a step: without gradients, the weights over
+    the h2d bandwidth; with them (``to_host``), half the weights come in during the
+    forward pass alone, and the other half during the backward pass while the gradients
+    go out, at what the link carries both ways at once."""
+    if not to_host:
+        return to_device / h2d
+    half = to_device / 2
+    return half / h2d + max(half / h2d, to_host / d2h, (half + to_host) / bidir)
 
 
 def _result(mode: str, times: list[float], p: Placement | None, figures: dict[str, Any],
@@ -177,11 +264,16 @@ class _Stack:
         w = torch.randn(self.width, self.width, device=self.dev, dtype=torch.float32, generator=g)
         return (w / self.width**0.5).to(torch.bfloat16)
 
-    def time(self, step: Callable[[], None], samples: int) -> list[float]:
+    def time(self, step: Callable[[], None], samples: int,
+             ready: Callable[[], None] | None = None) -> list[float]:  # fmt: skip
+        """Host seconds of each of ``samples`` steps, after WARMUP untimed ones and,
+        when given, ``ready()`` (other GPUs' threads meet there to start at once)."""
         sync = self.torch.cuda.synchronize
         for _ in range(WARMUP):
             step()
         sync()
+        if ready is not None:
+            ready()
         times = []
         for _ in range(samples):
             t0 = time.perf_counter()
@@ -209,33 +301,46 @@ class _Stack:
 
         return step
 
-    def pinned_bandwidth(self, ctx: GpuContext, node: int) -> tuple[float, float]:
-        """Pinned copy bandwidth between the tier and the GPU, both ways (medians)."""
+    def pinned_bandwidth(self, ctx: GpuContext, node: int) -> tuple[float, float, float]:
+        """Pinned copy bandwidth between the tier and the GPU (best of the samples): to
+        the device, to the host, and both at once (the sum, on two streams)."""
         torch = self.torch
         nbytes = 2 * self.width * self.width * min(self.layers, 4)
-        host_mem = HostMemory.allocate(ctx, nbytes, [node])
-        tensors = [torch.from_numpy(host_mem.array("uint8")),
-                   torch.empty(nbytes, dtype=torch.uint8, device=self.dev)]  # fmt: skip
+        hosts = [HostMemory.allocate(ctx, nbytes, [node]) for _ in range(2)]
+        t: list[Any] = [torch.from_numpy(h.array("uint8")) for h in hosts]
+        t += [torch.empty(nbytes, dtype=torch.uint8, device=self.dev) for _ in range(2)]
+        streams = [torch.cuda.Stream(self.dev) for _ in range(2)]
+
+        def both() -> None:
+            for s, (dst, src) in zip(streams, ((2, 0), (1, 3)), strict=True):
+                s.wait_stream(torch.cuda.current_stream(self.dev))
+                with torch.cuda.stream(s):
+                    t[dst].copy_(t[src], non_blocking=True)
+            for s in streams:
+                torch.cuda.current_stream(self.dev).wait_stream(s)
+
         try:
-            figures = []
-            for dst, src in ((1, 0), (0, 1)):
-                copy = functools.partial(tensors[dst].copy_, tensors[src], non_blocking=True)
-                figures.append(nbytes / statistics.median(self.time(copy, COPY_SAMPLES)))
-                del copy
-            return figures[0], figures[1]
+            h2d = functools.partial(t[2].copy_, t[0], non_blocking=True)
+            d2h = functools.partial(t[1].copy_, t[3], non_blocking=True)
+            # best of the samples: a bound is what the link can do at its best
+            figures = [nbytes / min(self.time(copy, COPY_SAMPLES)) for copy in (h2d, d2h)]
+            figures.append(2 * nbytes / min(self.time(both, COPY_SAMPLES)))
+            del h2d, d2h
+            return figures[0], figures[1], figures[2]
         finally:
-            tensors.clear()  # the host memory's views go before it is freed
-            host_mem.close()
+            t.clear()  # the host memory's views go before it is freed
+            for h in hosts:
+                h.close()
 
     def host_mode(self, mode: str, ctx: GpuContext, node: int, backward: bool, lookahead: int,
-                  samples: int) -> Timing:  # fmt: skip
+                  samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
         """One host mode's Timing."""
         if mode == "pycxl":
-            return self._streamed(ctx, node, backward, lookahead, samples)
+            return self._streamed(ctx, node, backward, lookahead, samples, ready)
         return self._copied(ctx, node, backward, samples, pinned=mode == "pinned")
 
     def _streamed(self, ctx: GpuContext, node: int, backward: bool, lookahead: int,
-                  samples: int) -> Timing:  # fmt: skip
+                  samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
         from ..gpu.prefetch import CudaEngine
         from ..gpu.torch_offload import LayerOffload, tier_allocator
 
@@ -259,7 +364,7 @@ class _Stack:
             counted.append((st.bytes_to_device, st.bytes_to_host))
 
         try:
-            times = self.time(step, samples)
+            times = self.time(step, samples, ready)
             (d0, h0), (d1, h1) = counted[WARMUP - 1], counted[-1]  # around the timed steps
             moved = ((d1 - d0) // samples, (h1 - h0) // samples)
             return times, _on_node(offload.pages_by_node(), node), moved

@@ -166,9 +166,10 @@ class OffloadResult(BenchResult):
     (to), or copied from pinned memory with ``non_blocking`` and no look-ahead (pinned).
     One step is a forward pass, or forward and backward (gradients back to the host).
 
-    ``bound_s`` is what the link and the GPU allow: max(the hbm step, bytes to the
-    device / pinned bandwidth, bytes to the host / pinned bandwidth), all measured in
-    the same run; ``hidden`` is the share of the copy time the step hid behind compute."""
+    ``bound_s`` is what the link and the GPU allow: max(the hbm step, the least time the
+    link needs for the step's copies at its pinned bandwidth, one way and both ways at
+    once), all measured in the same run (``pycxl.bench.offload``); ``hidden`` is the
+    share of the copy time the step hid behind compute."""
 
     benchmark: ClassVar[str] = "offload"
     mode: str
@@ -187,7 +188,10 @@ class OffloadResult(BenchResult):
     compute_s: float  # the hbm step (the same run)
     pinned_h2d_bytes_per_s: float  # from the tier, measured in the same run
     pinned_d2h_bytes_per_s: float
+    pinned_bidir_bytes_per_s: float  # both directions at once, the sum
     bound_s: float
     vs_bound: float  # step_s / bound_s
     hidden: float | None  # share of copy time hidden behind compute (host modes)
     link_bytes_per_s: float | None  # bytes to the device per second of step
+    at_once: int = 1  # GPUs streaming from the tier at the same time (bench offload --gpu all)
+    alone_s: float | None = None  # with others at once: this GPU's median step alone

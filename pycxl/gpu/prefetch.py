@@ -42,21 +42,55 @@ class Engine(Protocol):
     (``copy_in``: host to device; ``copy_out``: device to host), and events that order
     them against the caller's streams."""
 
-    def buffer(self, size: int) -> Any: ...
-    def host_span(self, obj: Any) -> tuple[int, int]: ...
-    def device_span(self, obj: Any) -> tuple[int, int]: ...
-    def event(self) -> Any: ...
-    def record(self, event: Any, stream: Any) -> None: ...
-    def wait(self, stream: Any, event: Any) -> None: ...
-    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None: ...
-    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None: ...
-    def synchronize(self, event: Any) -> None: ...
-    def slot_view(self, buffer: Any, nbytes: int) -> Any: ...
+    def buffer(self, size: int) -> Any:
+        """A device buffer of ``size`` bytes (with a ``slot`` number, from 0)."""
+        ...
+
+    def slot_view(self, buffer: Any, nbytes: int) -> Any:
+        """What ``Prefetcher.get`` hands out: the first ``nbytes`` of ``buffer``."""
+        ...
+
+    def host_span(self, obj: Any) -> tuple[int, int]:
+        """(address, bytes) of host memory the engine can copy from and to."""
+        ...
+
+    def device_span(self, obj: Any) -> tuple[int, int]:
+        """(address, bytes) of device memory (a buffer, an array, a tensor)."""
+        ...
+
+    def event(self) -> Any:
+        """A new event, for ordering."""
+        ...
+
+    def record(self, event: Any, stream: Any) -> None:
+        """Record ``event`` after the work enqueued on ``stream`` so far."""
+        ...
+
+    def wait(self, stream: Any, event: Any) -> None:
+        """Work enqueued on ``stream`` from now on waits for ``event``'s last record."""
+        ...
+
+    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        """Enqueue a copy from host ``src`` to device ``dst`` on the copy-in stream."""
+        ...
+
+    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        """Enqueue a copy from device ``src`` to host ``dst`` on the copy-out stream."""
+        ...
+
+    def synchronize(self, event: Any) -> None:
+        """Block the host until ``event``'s last record has completed."""
+        ...
 
     @property
-    def copy_in_stream(self) -> Any: ...
+    def copy_in_stream(self) -> Any:
+        """The stream copies to the device run on."""
+        ...
+
     @property
-    def copy_out_stream(self) -> Any: ...
+    def copy_out_stream(self) -> Any:
+        """The stream copies to the host run on."""
+        ...
 
 
 @dataclass
@@ -347,17 +381,13 @@ class DeviceView:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {
-            "shape": (self.nbytes,),
-            "typestr": "|u1",
-            "data": (self._buffer.__cuda_array_interface__["data"][0], False),
-            "version": 3,
-            "strides": None,
-            "stream": None,  # ordering is the ring's events' job
-        }
+        """The bytes as a 1-D array; ordering is the ring's events' job."""
+        from .memory import byte_array_interface
+
+        return byte_array_interface(device_span(self._buffer)[0], self.nbytes)
 
 
-class CudaEngine:
+class CudaEngine(Engine):
     """The ring's engine on a GPU: device buffers from the driver, one stream for copies
     to the device and one for copies back (the link carries both directions at once)."""
 
@@ -379,10 +409,12 @@ class CudaEngine:
 
     @property
     def copy_in_stream(self) -> Any:
+        """The engine's stream for copies to the device."""
         return self._in
 
     @property
     def copy_out_stream(self) -> Any:
+        """The engine's stream for copies to the host."""
         return self._out
 
     def buffer(self, size: int) -> Any:
@@ -444,13 +476,13 @@ class CudaEngine:
         event.synchronize()
 
 
-class HostEngine:
+class HostEngine(Engine):
     """The ring's engine when the 'device' is the CPU (training on CPUs, and the
     ring's logic on machines without a GPU): buffers in host memory, copies done at
     once, events that are always complete."""
 
-    copy_in_stream = None
-    copy_out_stream = None
+    copy_in_stream: Any = None
+    copy_out_stream: Any = None
 
     def __init__(self) -> None:
         self._slots = 0
@@ -520,12 +552,11 @@ def device_span(obj: Any) -> tuple[int, int]:
     """(device address, bytes) of contiguous device memory: a CUDA torch tensor (any
     dtype, bf16 too), or anything with ``__cuda_array_interface__`` (CuPy, Numba,
     pycxl's views)."""
-    if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # a torch tensor
-        if obj.device.type != "cuda":
-            raise InvalidRequestError(f"expected device memory, got a tensor on {obj.device}")
-        if not obj.is_contiguous():
-            raise InvalidRequestError("the tensor is not contiguous; pass .contiguous()")
-        return int(obj.data_ptr()), int(obj.numel() * obj.element_size())
+    from ..numa.pages import tensor_span
+
+    span = tensor_span(obj, "cuda")
+    if span is not None:
+        return span
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
         raise InvalidRequestError(

@@ -43,11 +43,12 @@ HostAlloc = Callable[[int, bool], Any]
 ALIGN = 256
 
 
-def _torch() -> Any:
+def import_torch(needed_for: str = "layer offload") -> Any:
+    """PyTorch, imported on first use; NotAvailableError saying what needs it."""
     try:
         import torch
     except ImportError:
-        raise NotAvailableError("layer offload needs PyTorch (pip install torch)") from None
+        raise NotAvailableError(f"{needed_for} needs PyTorch (pip install torch)") from None
     return torch
 
 
@@ -58,7 +59,7 @@ def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") ->
     alive as long as it lives (LayerOffload keeps it)."""
     from ..numa.placement import allocate
 
-    torch = _torch()
+    torch = import_torch()
     owners: list[Any] = []
 
     def host_alloc(nbytes: int, pinned: bool) -> Any:
@@ -78,7 +79,7 @@ def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") ->
 
 def default_optimizer(params: list[Any]) -> Any:
     """Adam (lr 1e-3), fused on the CPU where this PyTorch has it."""
-    torch = _torch()
+    torch = import_torch()
     try:
         return torch.optim.Adam(params, lr=1e-3, fused=True)
     except (RuntimeError, TypeError, ValueError):
@@ -102,6 +103,7 @@ class _Layer:
     optimizer: Any = None
     update: Future[None] | None = None  # the optimizer step in flight
     updated: Any = None  # device event: the new weights are on the device (resident)
+    trainable: list[int] = field(default_factory=list)  # params that take gradients
     grads_ready: int = 0
     copies: list[CopyBack] = field(default_factory=list)
 
@@ -148,7 +150,7 @@ class LayerOffload:
         lookahead: int = 1,
         optimizer: Callable[[list[Any]], Any] | None = None,
     ) -> None:
-        torch = _torch()
+        torch = import_torch()
         self.device = torch.device(device)
         on_gpu = self.device.type == "cuda"
         if on_gpu == isinstance(engine, HostEngine):
@@ -166,6 +168,7 @@ class LayerOffload:
         self._host_alloc = host_alloc
         self._layers = self._layout(modules)
         self._hooks: list[Any] = []
+        self._held: list[_Layer] = []  # bound for a backward pass without gradients of their own
         self._views: dict[tuple[int, int], list[Any]] = {}  # (slot, layer) -> param views
         self._placeholders = {id(p): self._placeholder(p) for L in self._layers for p in L.params}
         self._training_order = False
@@ -206,10 +209,10 @@ class LayerOffload:
         return out
 
     def _placeholder(self, p: Any) -> Any:
-        return _torch().empty(0, dtype=p.dtype, device=self.device)
+        return import_torch().empty(0, dtype=p.dtype, device=self.device)
 
     def _place_host_memory(self, optimizer: Callable[[list[Any]], Any] | None) -> None:
-        torch = _torch()
+        torch = import_torch()
         for L in self._layers:
             L.weights = self._host_alloc(L.nbytes, self._on_gpu)
             with torch.no_grad():
@@ -227,7 +230,7 @@ class LayerOffload:
                 self._place_optimizer(L, optimizer)
 
     def _place_optimizer(self, L: _Layer, factory: Callable[[list[Any]], Any]) -> None:
-        torch = _torch()
+        torch = import_torch()
         fp32 = all(d == torch.float32 for d in L.dtypes)
         sizes = [_nbytes(shape, torch.float32) for shape in L.shapes]
         total = sum(-(-n // ALIGN) * ALIGN for n in sizes)
@@ -278,17 +281,19 @@ class LayerOffload:
             if self.weights == "stream":
                 self._hooks.append(module.register_forward_hook(
                     functools.partial(self._after_forward, L)))  # fmt: skip
-            for p in L.params:
-                self._hooks.append(p.register_post_accumulate_grad_hook(
+            L.trainable = [k for k, p in enumerate(L.params) if p.requires_grad]
+            for k in L.trainable:
+                self._hooks.append(L.params[k].register_post_accumulate_grad_hook(
                     functools.partial(self._grad_ready, L)))  # fmt: skip
 
     # --- hooks ---------------------------------------------------------------------
     def _stream(self) -> Any:
-        return _torch().cuda.current_stream(self.device) if self._on_gpu else None
+        return import_torch().cuda.current_stream(self.device) if self._on_gpu else None
 
     def _before_forward(self, L: _Layer, module: Any, args: Any) -> None:
         if L.index == 0 and self.ring is not None:
-            training = _torch().is_grad_enabled() and any(p.requires_grad for p in L.params)
+            self._release_held()
+            training = import_torch().is_grad_enabled() and any(M.trainable for M in self._layers)
             if training != self._training_order:
                 n = len(self._layers)
                 order = [*range(n), *reversed(range(n))] if training else list(range(n))
@@ -314,14 +319,26 @@ class LayerOffload:
 
             def before_backward(grad: Any) -> None:
                 if pending.pop() if pending else False:
+                    self._release_held()
                     self._bind(L, self.ring.get(L.index, self._stream()))  # type: ignore[union-attr]
+                    if not L.trainable:  # no gradient says when it is done: the next does
+                        self._held.append(L)
 
             for t in needs:
                 t.register_hook(before_backward)
 
+    def _release_held(self) -> None:
+        """Layers without trainable parameters, bound for their backward pass: the
+        backward of the layer before them (or the next forward pass) means they are done."""
+        assert self.ring is not None
+        while self._held:
+            H = self._held.pop()
+            self.ring.done(H.index, self._stream())
+            self._unbind(H)
+
     def _grad_ready(self, L: _Layer, param: Any) -> None:
         L.grads_ready += 1
-        if L.grads_ready < len(L.params):
+        if L.grads_ready < len(L.trainable):
             return
         L.grads_ready = 0
         stream = self._stream()
@@ -329,11 +346,12 @@ class LayerOffload:
             self.ring.done(L.index, stream)
             self._unbind(L)
         if not self._params_on_tier:
-            L.copies = [copy_to_host(self.engine, p.grad, g, stream)
-                        for p, g in zip(L.params, L.views(L.grads), strict=True)]  # fmt: skip
-            self._bytes_to_host += sum(p.grad.numel() * p.grad.element_size() for p in L.params)
-            for p in L.params:
-                p.grad = None  # the copy holds the gradient until it has landed
+            grads = L.views(L.grads)
+            L.copies = [copy_to_host(self.engine, L.params[k].grad, grads[k], stream)
+                        for k in L.trainable]  # fmt: skip
+            self._bytes_to_host += sum(c.nbytes for c in L.copies)
+            for k in L.trainable:
+                L.params[k].grad = None  # the copy holds the gradient until it has landed
         if L.optimizer is not None:
             if self.ring is not None:
                 self.ring.invalidate(L.index)  # its host weights change under the update
@@ -342,19 +360,22 @@ class LayerOffload:
 
     # --- the optimizer step of one layer (worker thread) ---------------------------
     def _update(self, L: _Layer) -> None:
-        torch = _torch()
+        torch = import_torch()
         for c in L.copies:
             c.wait()
         L.copies = []
         with torch.no_grad():
-            if not self._params_on_tier:  # gradients landed in host memory on the tier
-                for m, mg, g in zip(L.masters, L.master_grads, L.views(L.grads), strict=True):
+            grads = L.views(L.grads) if not self._params_on_tier else []
+            for k in L.trainable:
+                m = L.masters[k]
+                if not self._params_on_tier:  # gradients landed in host memory on the tier
+                    mg, g = L.master_grads[k], grads[k]
                     if mg.data_ptr() != g.data_ptr():
                         mg.copy_(g)
                     m.grad = mg
-            else:
-                for m, p in zip(L.masters, L.params, strict=True):
-                    m.grad = p.grad if p.grad.dtype == torch.float32 else p.grad.float()
+                else:
+                    g = L.params[k].grad
+                    m.grad = g if g.dtype == torch.float32 else g.float()
             L.optimizer.step()
             for m in L.masters:
                 m.grad = None
@@ -386,7 +407,7 @@ class LayerOffload:
         key = (view.slot, L.index)
         views = self._views.get(key)
         if views is None:
-            torch = _torch()
+            torch = import_torch()
             if self._on_gpu:
                 flat = torch.as_tensor(view, device=self.device)
             else:
@@ -446,6 +467,8 @@ class LayerOffload:
         return L.views(L.grads)
 
     def stats(self) -> OffloadStats:
+        """Bytes and copies so far, layers served from the ring without a copy, updates
+        made, and how long forward passes waited for updates."""
         ring = self.ring.stats if self.ring is not None else None
         return OffloadStats(
             bytes_to_device=ring.bytes_in if ring else 0,

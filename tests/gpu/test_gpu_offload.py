@@ -51,6 +51,25 @@ def test_the_ring_serves_each_item_intact_while_the_compute_stream_lags(lookahea
     ring.close()
 
 
+def test_the_ring_works_with_cupy_streams_and_arrays() -> None:
+    cp = pytest.importorskip("cupy")
+    items = [pycxl.pinned_array(MiB, "uint8", "dram0") for _ in range(4)]
+    for i, a in enumerate(items):
+        a[:] = i + 1
+    ring = Prefetcher(CudaEngine(GpuContext(0)), items, lookahead=1)
+    stream = cp.cuda.Stream(non_blocking=True)
+    sums = []
+    with stream:
+        for _ in range(2):
+            for i in range(4):
+                dev = cp.asarray(ring.get(i, stream))  # no copy: the ring's buffer
+                sums.append((i, dev.sum(dtype=cp.int64)))
+                ring.done(i, stream)
+    stream.synchronize()
+    assert [(i, int(s)) for i, s in sums] == [(i, (i + 1) * MiB) for i in range(4)] * 2
+    ring.close()
+
+
 def test_the_ring_refuses_pageable_host_memory() -> None:
     pageable = torch.zeros(MiB, dtype=torch.uint8)
     with pytest.raises(InvalidRequestError, match="not pinned"):
@@ -143,3 +162,27 @@ def test_bench_offload_reports_sane_figures_for_every_mode() -> None:
     # two buffers: of 8 uses a step, the two layers at each turn are still there
     assert streamed.bytes_to_device == (2 * 4 - 4) * 2048 * 2048 * 2
     assert streamed.bytes_to_host == 4 * 2048 * 2048 * 2
+
+
+def test_every_gpu_at_once_runs_each_alone_first_and_says_the_cost_of_sharing() -> None:
+    n = len(snapshot().gpus.devices)
+    results = pycxl.bench.measure_offload("dram0", "all", layers=4, width=2048, tokens=256,
+                                          samples=2)  # fmt: skip
+    alone = [r for r in results if r.at_once == 1]
+    together = [r for r in results if r.alone_s is not None]
+    assert [r.mode for r in alone] == ["hbm", "pycxl"] * n
+    assert len(together) == n and all(r.at_once == n for r in together)
+    for r in together:
+        assert r.pages_on_node == r.pages and r.step_s > 0 and r.alone_s > 0
+        if n == 1:  # alone and "at once" are the same run twice
+            assert 0.5 < r.step_s / r.alone_s < 2
+
+
+@pytest.mark.gpus(2)
+def test_two_gpus_streaming_from_one_tier_each_get_part_of_the_link() -> None:
+    results = pycxl.bench.measure_offload("dram0", "all", layers=8, width=4096, tokens=256)
+    together = [r for r in results if r.alone_s is not None]
+    assert len(together) >= 2
+    total = sum(r.link_bytes_per_s or 0 for r in together)
+    single = max(r.pinned_h2d_bytes_per_s for r in together)
+    assert total > single  # more than one link's worth moves, however they share the host

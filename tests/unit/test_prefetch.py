@@ -149,25 +149,21 @@ def test_every_use_reads_its_own_item_whatever_the_streams_do(
     assert [(i, vals, n) for i, vals, n in seen] == [(i, {i + 1}, src[i].nbytes) for i in order * 3]
 
 
-def test_the_simulation_catches_a_use_that_does_not_wait_for_its_copy(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("dropped", "policy"),
+    [
+        ("compute", "copies-last"),  # a use that does not wait for its copy reads stale bytes
+        ("in", "copies-first"),  # a refill that does not wait for the last use overwrites
+    ],
+)
+def test_the_simulation_catches_a_missing_wait(
+    monkeypatch: pytest.MonkeyPatch, dropped: str, policy: str
 ) -> None:
     engine = SimEngine()
     ring = Prefetcher(engine, _sources(4), lookahead=1)  # type: ignore[arg-type]
     real_wait = engine.wait
-    monkeypatch.setattr(engine, "wait", lambda s, e: None if s == "compute" else real_wait(s, e))
-    seen = _run(ring, engine, [0, 1, 2, 3] * 2, "copies-last")
-    assert any(vals != {i + 1} for i, vals, _ in seen)
-
-
-def test_the_simulation_catches_a_refill_that_does_not_wait_for_the_last_use(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    engine = SimEngine()
-    ring = Prefetcher(engine, _sources(4), lookahead=1)  # type: ignore[arg-type]
-    real_wait = engine.wait
-    monkeypatch.setattr(engine, "wait", lambda s, e: None if s == "in" else real_wait(s, e))
-    seen = _run(ring, engine, [0, 1, 2, 3] * 2, "copies-first")
+    monkeypatch.setattr(engine, "wait", lambda s, e: None if s == dropped else real_wait(s, e))
+    seen = _run(ring, engine, [0, 1, 2, 3] * 2, policy)
     assert any(vals != {i + 1} for i, vals, _ in seen)
 
 
@@ -270,3 +266,27 @@ def test_the_offload_bound_counts_the_copies_the_ring_makes(layers: int, backwar
     before = ring.stats.copies_in
     _run(ring, engine, order * 3, "copies-first")
     assert (ring.stats.copies_in - before) == 3 * stream_copies(layers, backward)
+
+
+def test_offload_results_are_built_whole_from_what_a_run_measures() -> None:
+    """The result a run assembles (no GPU here: its figures given) has every field, and
+    the bound follows link_time: one way forward, both ways at once backward."""
+    from pycxl.bench.context import Placement
+    from pycxl.bench.offload import _result, link_time
+
+    lb = 128 << 20
+    fwd = link_time(16 * lb, 0, 50e9, 50e9, 90e9)
+    assert fwd == pytest.approx(16 * lb / 50e9)
+    back = link_time(28 * lb, 16 * lb, 50e9, 50e9, 90e9)
+    assert back == pytest.approx(14 * lb / 50e9 + 30 * lb / 90e9)
+    figures = dict(compute_s=0.01, pinned_h2d_bytes_per_s=50e9, pinned_d2h_bytes_per_s=50e9,
+                   pinned_bidir_bytes_per_s=90e9, bound_s=back)  # fmt: skip
+    common = dict(initiator="gpu0", gpu="GPU", layers=16, width=8192, tokens=1024,
+                  layer_bytes=lb, backward=True, samples=3)  # fmt: skip
+    p = Placement(target="dram0", node=0, initiator="dram0", cpus=(0,), free=1 << 40)
+    r = _result("pycxl", [0.09, 0.08, 0.1], p, figures, common, bytes_=(28 * lb, 16 * lb),
+                pages=(10, 10), hidden=0.1, lookahead=1)  # fmt: skip
+    assert r.step_s == 0.09 and r.vs_bound == pytest.approx(0.09 / back)
+    assert r.as_json()["pinned_bidir_bytes_per_s"] == 90e9 and r.target == "dram0"
+    hbm = _result("hbm", [0.01], None, figures, common, bytes_=(0, 0))
+    assert hbm.target == "gpu0" and hbm.node is None and hbm.link_bytes_per_s is None

@@ -165,3 +165,30 @@ def test_unknown_tiers_and_layers_without_parameters_are_refused() -> None:
     with pytest.raises(InvalidRequestError, match="no parameters"):
         pycxl.offload_layers([torch.nn.ReLU()], "dram0", gpu=None, weights="resident",
                              optimizer=ADAM)  # fmt: skip
+
+
+def test_frozen_layers_stream_and_the_rest_trains_like_plain_pytorch() -> None:
+    model, ref = _model(), _model()
+    for m in (model, ref):
+        m[1].requires_grad_(False)  # a frozen layer in the middle (fine-tuning the rest)
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu",
+                           weights="stream", optimizer=ADAM)  # fmt: skip
+    batches = _batches(4)
+    got = _train(model, batches)
+    offload.synchronize()
+    want = _train(ref, batches, ADAM([p for p in ref.parameters() if p.requires_grad]))
+    assert got == pytest.approx(want, rel=1e-5)
+    offload.close()
+
+
+def test_a_model_without_gradients_streams_for_inference() -> None:
+    model, ref = _model(layers=3), _model(layers=3)
+    model.requires_grad_(False)
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu")
+    ((x, _),) = _batches(1)
+    for _ in range(3):
+        assert torch.allclose(model(x), ref(x), atol=1e-6)  # grad mode on, nothing to train
+    assert offload.stats().copies_to_device == 3 * 3 + 1  # cyclic: one past the end
+    offload.close()
