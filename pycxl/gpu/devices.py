@@ -51,7 +51,9 @@ class GpuInventory:
     """The GPUs, or why there are none (``absent_reason``)."""
 
     devices: tuple[GpuDevice, ...]
-    driver_version: int | None  # the CUDA version the driver supports (13000: 13.0)
+    # the CUDA version the driver supports (13000: 13.0); None where CUDA was not
+    # started (only libcuda can say it: NVML loads libcuda to answer)
+    driver_version: int | None
     absent_reason: str | None
 
 

@@ -66,11 +66,10 @@ def error_text(ffi: Any, lib: Any, rc: int) -> str:
 def read_inventory(fs: Sysfs, environ: Mapping[str, str]) -> GpuInventory:
     """The GPUs CUDA would show this process, from NVML. NvmlUnusable when NVML cannot
     answer; visible.Undecided when only CUDA can say which GPUs it shows."""
+    # No nvmlSystemGetCudaDriverVersion: NVML loads the CUDA driver (libcuda) to answer
+    # it, which is what reading GPUs through NVML is for not doing.
+    version = None
     with session() as (ffi, lib):
-        version_p = ffi.new("int *")
-        version = None
-        if lib.nvmlSystemGetCudaDriverVersion_v2(version_p) == NVML_SUCCESS:
-            version = int(version_p[0])
         count = ffi.new("unsigned int *")
         rc = lib.nvmlDeviceGetCount_v2(count)
         if rc != NVML_SUCCESS:

@@ -63,7 +63,7 @@ def test_nvml_facts_equal_the_cuda_drivers() -> None:
     fast = read_gpus(via="nvml")
     cuda = read_gpus(via="cuda")
     assert fast.absent_reason is None and cuda.absent_reason is None
-    assert fast.driver_version == cuda.driver_version
+    assert fast.driver_version is None and cuda.driver_version  # only libcuda knows it
     assert list(_by_bus(fast.devices)) == list(_by_bus(cuda.devices))
     for bus, c in _by_bus(cuda.devices).items():
         n = _by_bus(fast.devices)[bus]

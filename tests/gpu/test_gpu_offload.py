@@ -168,7 +168,7 @@ def test_every_gpu_at_once_runs_each_alone_first_and_says_the_cost_of_sharing() 
     n = len(snapshot().gpus.devices)
     results = pycxl.bench.measure_offload("dram0", "all", layers=4, width=2048, tokens=256,
                                           samples=2)  # fmt: skip
-    alone = [r for r in results if r.at_once == 1]
+    alone = [r for r in results if r.alone_s is None]
     together = [r for r in results if r.alone_s is not None]
     assert [r.mode for r in alone] == ["hbm", "pycxl"] * n
     assert len(together) == n and all(r.at_once == n for r in together)
