@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .params import COUNT, INT_LIST, PAGE_SIZE, RatesType, SizeType
+from .params import (
+    COUNT,
+    INT_LIST,
+    PAGE_SIZE,
+    CountType,
+    OutputFileType,
+    RatesType,
+    SizeType,
+    plot_suffixes,
+)
 from .render import emit_json, emit_table
 
 if TYPE_CHECKING:
@@ -30,7 +39,10 @@ TARGET = click.option("--target", "-t", required=True, metavar="TARGET",
 PAGE = click.option(
     "--page-size", "page", type=click.Choice(["4k", "2m"]), default="4k", show_default=True
 )
-PLOT = click.option("--plot", default=None, metavar="FILE.png", help="Draw the results.")
+PLOT = click.option("--plot", type=OutputFileType(plot_suffixes), default=None,
+                    metavar="FILE.png",
+                    help="Draw the results (png, svg, pdf...: any format matplotlib writes; "
+                         "the path is checked before measuring).")  # fmt: skip
 
 
 def samples_option(default: int | None, what: str) -> Callable[[Any], Any]:
@@ -70,7 +82,6 @@ def latency_command(target: str, initiator: str | None, size: int | None, page: 
     from pycxl.bench import dispatch
     from pycxl.bench.context import default
 
-    _check_plot(plot)
     s = _snapshot(target, initiator)
     if not sweep:
         results = dispatch.measure_latency(target, initiator, size=size, page=page,
@@ -113,7 +124,6 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
     the GPU's pinned copy from that memory."""
     from pycxl.bench import dispatch
 
-    _check_plot(plot)
     s = _snapshot(target, initiator)
     counts: Sequence[int | None] = threads or [None]
     results: list[BenchResult] = []
@@ -139,7 +149,7 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
 @click.option("--rates", type=RatesType(), default=None, metavar="GB/S[,GB/S...]",
               help="Load bandwidths to pace to (default: a sweep from idle to the "
                    "peak).")  # fmt: skip
-@click.option("--steps", type=click.IntRange(min=2), default=None,
+@click.option("--steps", type=CountType(minimum=2), default=None,
               help="Points of the automatic sweep (default: 10).")  # fmt: skip
 @click.option("--load-threads", type=COUNT, default=None,
               help="CPU load threads (default: every CPU of the initiator but the chase's "
@@ -171,7 +181,6 @@ def loaded_latency_command(
     """
     from pycxl.bench import dispatch
 
-    _check_plot(plot)
     s = _snapshot(target, initiator, load_from)
     results = dispatch.measure_loaded_latency(
         target, initiator, load_on=load_on, load_from=load_from, mix=mix,
@@ -229,7 +238,7 @@ def _plot_loaded(path: str, results: Sequence[Any]) -> None:
     ax.set_title(f"loaded latency: {first.target} from {first.initiator}, "
                  f"load on {first.load_target} from {first.load_from}")  # fmt: skip
     ax.legend(title="mix")
-    fig.savefig(path)
+    _save(fig, path)
 
 
 @bench_group.command("first-touch")
@@ -408,16 +417,6 @@ def _figure(key: str, v: float) -> str:
     return f"{v:.1f}"
 
 
-def _check_plot(path: str | None) -> None:
-    """--plot needs matplotlib: say so before measuring anything."""
-    import importlib.util
-
-    if path and importlib.util.find_spec("matplotlib") is None:
-        from pycxl.errors import NotAvailableError
-
-        raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'")
-
-
 def _plot(path: str, results: Sequence[Any], x: str, y: str, xl: str, yl: str) -> None:
     import matplotlib
 
@@ -432,4 +431,16 @@ def _plot(path: str, results: Sequence[Any], x: str, y: str, xl: str, yl: str) -
     ax.set_xlabel(xl)
     ax.set_ylabel(yl)
     ax.set_title(f"{results[0].benchmark}: {results[0].target} from {results[0].initiator}")
-    fig.savefig(path)
+    _save(fig, path)
+
+
+def _save(fig: Any, path: str) -> None:
+    """The figure in the format its name says, replacing the file atomically (never
+    through a symbolic link)."""
+    import io
+
+    from pycxl.outfiles import write_atomically
+
+    data = io.BytesIO()
+    fig.savefig(data, format=path.rsplit(".", 1)[-1].lower())
+    write_atomically(path, data.getvalue())

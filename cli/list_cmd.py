@@ -9,6 +9,7 @@ import click
 
 from pycxl.kinds import KINDS
 
+from .params import sysroot_option
 from .render import dash, emit_json, emit_table, pins, ranges
 
 if TYPE_CHECKING:
@@ -46,8 +47,7 @@ def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (ndctl fields).")
 @click.option("--backend", type=click.Choice(["sysfs", "libcxl"]), default="sysfs",
               show_default=True, help="Where CXL objects are read from.")  # fmt: skip
-@click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-              help="Read a recorded sysfs tree instead of the live one.")  # fmt: skip
+@sysroot_option("Read a recorded sysfs tree instead of the live one.")
 def list_command(
     serial_filter: tuple[str, ...], targets: bool, include_disabled: bool, health: bool,
     alert_config: bool, media_errors: bool, human: bool, as_json: bool, backend: str,

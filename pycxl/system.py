@@ -66,7 +66,7 @@ class System:
         return out
 
     # --- single names ----------------------------------------------------------------
-    def resolve(self, name: str, *, initiator: bool = False) -> Target:
+    def resolve(self, name: str | int, *, initiator: bool = False) -> Target:
         """What ``name`` stands for; NotFoundError lists the names that exist."""
         return resolve(name, self.nodes, self.gpus.devices, initiator=initiator)
 
@@ -148,9 +148,9 @@ class System:
                 text = item[3:] if item.startswith("cpu") else item
                 try:
                     ids = list(parse_cpulist(text))
-                except ValueError:
+                except ValueError as e:
                     raise InvalidRequestError(
-                        f"'{item}' is not a CPU list: use numbers and ranges such as 0-3,8"
+                        f"CPU list '{item}': {e} (use numbers and ranges such as 0-3,8)"
                     ) from None
             missing = [c for c in ids if c not in online]
             if missing:
@@ -161,13 +161,20 @@ class System:
         return tuple(out)
 
     def _node_ids(self, item: str, *, initiator: bool) -> list[int]:
-        lo, sep, hi = item.partition("-")
-        if sep and lo.isdigit() and hi.isdigit():
-            ids = list(range(int(lo), int(hi) + 1))
+        if "-" in item and item[:1].isdigit():  # a range of node ids: 0-2
+            try:
+                ids = list(parse_cpulist(item))
+            except ValueError as e:
+                raise InvalidRequestError(f"node range {e}") from None
             known = {t.node.id for t in self.nodes}
             missing = [i for i in ids if i not in known]
             if missing:
-                raise NotFoundError("NUMA node", str(missing[0]), [str(k) for k in known])
+                gone = _ranges(missing)
+                raise NotFoundError(
+                    "NUMA node range", item, [str(k) for k in sorted(known)],
+                    problem=f"node{'s' if len(missing) > 1 else ''} {gone} "
+                    f"do{'es' if len(missing) == 1 else ''} not exist",
+                )  # fmt: skip
             return ids
         t = self.resolve(item, initiator=initiator)
         if t.kind == "gpu":
