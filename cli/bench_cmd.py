@@ -392,12 +392,23 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
         keys = FIGURES[bench]
         rows = [
             [r.benchmark, _variant(r), r.target, r.node, r.initiator, len(r.cpus) or "-",
-             format_size(r.size), format_size(r.page_size) if r.page_size else "-"]
+             format_size(r.size) + ("*" if _in_cache(r) else ""),
+             format_size(r.page_size) if r.page_size else "-"]
             + [_figure(k, getattr(r, k)) for k in keys]
             for r in results if r.benchmark == bench
         ]  # fmt: skip
         emit_table(None, ["bench", "kernel", "target", "node", "from", "cpus", "size", "page",
                           *keys], rows)  # fmt: skip
+    cached = [r for r in results if _in_cache(r)]
+    if cached:
+        r = cached[0]
+        cache = format_size(getattr(r, "last_level_cache", 0))
+        click.echo(f"* fits in the {cache} last-level cache: the figure is the cache's, not "
+                   f"{r.target}'s memory (the default size is 4x the cache)\n")  # fmt: skip
+
+
+def _in_cache(r: BenchResult) -> bool:
+    return bool(getattr(r, "fits_in_cache", False))
 
 
 def _variant(r: BenchResult) -> str:

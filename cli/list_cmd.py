@@ -44,13 +44,19 @@ def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-L", "--media-errors", is_flag=True,
               help="Memdevs' poison lists, with region and node (root).")  # fmt: skip
 @click.option("-u", "--human", is_flag=True, help="Human sizes and hex addresses in JSON.")
+@click.option("-v", "--verbose", "verbose", count=True,
+              help="More objects and detail, as cxl list: -v every CXL object kind with "
+                   "targets; -vv also disabled objects; -vvv also health, alert thresholds, "
+                   "media errors (root) and dax devices. (pycxl -v LIST... logs "
+                   "progress instead.)")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (ndctl fields).")
 @click.option("--backend", type=click.Choice(["sysfs", "libcxl"]), default="sysfs",
               show_default=True, help="Where CXL objects are read from.")  # fmt: skip
 @sysroot_option("Read a recorded sysfs tree instead of the live one.")
 def list_command(
     serial_filter: tuple[str, ...], targets: bool, include_disabled: bool, health: bool,
-    alert_config: bool, media_errors: bool, human: bool, as_json: bool, backend: str,
+    alert_config: bool, media_errors: bool, human: bool, verbose: int, as_json: bool,
+    backend: str,
     sysroot: str | None, **kinds: Any,
 ) -> None:  # fmt: skip
     """List memory tiers: CXL objects, NUMA nodes, GPUs.
@@ -69,7 +75,7 @@ def list_command(
         serials=_split(serial_filter), targets=targets,
         include_disabled=include_disabled, human=human, health=health,
         alert_config=alert_config, media_errors=media_errors,
-    )  # fmt: skip
+    ).verbose(verbose)  # fmt: skip
     # The CUDA driver takes a while to start: ask it only when GPUs are shown.
     want_gpus = req.summary or "gpus" in req.shown
     system = snapshot(sysroot, backend=backend, gpus=want_gpus)  # type: ignore[arg-type]

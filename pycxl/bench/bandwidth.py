@@ -17,7 +17,14 @@ from .._lib.compiled import kernels
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, default, last_level_cache, require_placed
+from .context import (
+    Placement,
+    cache_fit,
+    check_fits,
+    default,
+    last_level_cache,
+    require_placed,
+)
 from .results import BandwidthResult
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
@@ -108,6 +115,7 @@ def stream_bandwidth(
                 samples=samples,
                 threads=nthreads,
                 nt_stores=nt_stores,
+                **cache_fit(nbytes),  # the arrays the kernel reads and writes
             )
         )
     return results

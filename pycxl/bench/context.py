@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ..errors import InvalidRequestError, NotAvailableError, PlacementError
 from ..numa.placement import HugePages
@@ -79,6 +80,20 @@ def last_level_cache(fs: Sysfs | None = None) -> int:
             size = _cache_size(fs.read(f"{d}/size") or "0")
             seen[fs.read(f"{d}/shared_cpu_list") or cpu] = size
     return sum(seen.values()) or _sysconf_llc() or FALLBACK_LLC
+
+
+class CacheFit(TypedDict):
+    """The cache fields of a latency or bandwidth result."""
+
+    last_level_cache: int
+    fits_in_cache: bool
+
+
+def cache_fit(working_set: int, cache: int | None = None) -> CacheFit:
+    """A result's ``last_level_cache`` (default: the CPUs') and whether ``working_set``
+    bytes fit in it, in which case the figure describes the cache, not the memory."""
+    size = last_level_cache() if cache is None else cache
+    return {"last_level_cache": size, "fits_in_cache": working_set <= size}
 
 
 def _sysconf_llc() -> int:

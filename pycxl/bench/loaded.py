@@ -31,6 +31,7 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import (
     Placement,
+    cache_fit,
     check_fits,
     default,
     huge_pages,
@@ -526,5 +527,5 @@ def mix_bandwidth(
         size=size_used, page_size=4096, pages_on_node=placed.get(p.node, 0),
         pages=sum(placed.values()), kernel=mix, bytes_per_s=max(rates),
         bytes_per_s_median=statistics.median(rates), samples=samples, threads=len(cpus),
-        nt_stores=mix in NT_MIXES, mix=mix,
+        nt_stores=mix in NT_MIXES, mix=mix, **cache_fit(size_used),
     )  # fmt: skip
