@@ -202,22 +202,23 @@ def plot_suffixes() -> tuple[str, ...]:
 
 
 def _check_sysroot(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from click.core import ParameterSource
+    import os
 
     from pycxl.values import sysroot
 
-    if value is None:
-        return None
-    from_env = ctx.get_parameter_source(param.name or "") is ParameterSource.ENVIRONMENT
-    return sysroot(value, SYSROOT_ENV if from_env else "--sysroot")
+    if value is not None:
+        return sysroot(value, "--sysroot")
+    env = os.environ.get(SYSROOT_ENV)
+    return sysroot(env, SYSROOT_ENV) if env else None
 
 
 def sysroot_option(help: str | None = None) -> Callable[[Any], Any]:
-    """--sysroot DIR (also PYCXL_SYSROOT): a recorded sysfs tree to read instead of this
-    machine's; hidden where ``help`` is None. A folder that does not exist is an error."""
-    return click.option("--sysroot", envvar=SYSROOT_ENV, default=None, metavar="DIR",
-                        callback=_check_sysroot, hidden=help is None,
-                        help=help)  # fmt: skip
+    """--sysroot DIR (else PYCXL_SYSROOT): a recorded sysfs tree to read instead of this
+    machine's; hidden where ``help`` is None. A folder that does not exist is an error
+    naming where it came from."""
+    return click.option("--sysroot", default=None, metavar="DIR", callback=_check_sysroot,
+                        hidden=help is None,
+                        help=help and f"{help} (also {SYSROOT_ENV})")  # fmt: skip
 
 
 SIZE = SizeType()

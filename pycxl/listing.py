@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import to_json as js
 from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
 from .cxl.topology import CxlTopology
-from .errors import NotFoundError, PycxlError
+from .errors import InvalidRequestError, NotFoundError, PycxlError
 from .gpu.devices import GpuDevice
 from .kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
 from .system import System
@@ -57,6 +57,19 @@ class ListRequest:
         return cls(kinds=frozenset(kinds), **options)
 
     def __post_init__(self) -> None:
+        if isinstance(self.kinds, str) or not isinstance(self.kinds, Iterable):
+            raise InvalidRequestError(f"kinds {self.kinds!r}: give a set of kinds such as "
+                                      "{'memdevs', 'regions'}")  # fmt: skip
+        if not isinstance(self.filters, dict) or not all(
+            isinstance(v, tuple | list) and all(isinstance(i, str) for i in v)
+            for v in self.filters.values()
+        ):  # fmt: skip
+            raise InvalidRequestError(f"filters {self.filters!r}: give kinds mapped to names, "
+                                      "such as {'memdevs': ('mem0',)}")  # fmt: skip
+        if not isinstance(self.serials, tuple | list) or not all(
+            isinstance(v, str) for v in self.serials
+        ):  # fmt: skip
+            raise InvalidRequestError(f"serials {self.serials!r}: give a tuple of serials")
         unknown = [k for k in [*self.kinds, *self.filters] if k not in KIND_NAMES]
         if unknown:
             raise NotFoundError("object kind", unknown[0], KIND_NAMES)

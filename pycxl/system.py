@@ -24,6 +24,7 @@ from .tiers import (
     classify_nodes,
     explicit_cxl_nodes,
     is_gpu_name,
+    name_text,
     resolve,
     split_names,
 )
@@ -89,7 +90,7 @@ class System:
 
     def gpus_named(self, name: str) -> tuple[GpuDevice, ...]:
         """``all`` for every GPU, or one GPU by name."""
-        if name.strip().lower() == "all":
+        if name_text(name, "GPU") == "all":
             return self.require_gpus()
         return (self.gpu(name),)
 
@@ -245,7 +246,7 @@ class System:
 
         chosen = [
             bool(membind), preferred is not None, bool(preferred_many), bool(interleave),
-            bool(weighted_interleave), localalloc,
+            bool(weighted_interleave), bool(localalloc),
         ]  # fmt: skip
         if sum(chosen) > 1:
             raise InvalidRequestError(
@@ -303,7 +304,7 @@ def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopol
         from .cxl import libcxl_backend
 
         return libcxl_backend.read_topology(sysfs)
-    if backend != "sysfs":
+    if not isinstance(backend, str) or backend != "sysfs":
         raise InvalidRequestError(f"backend={backend!r}: use 'sysfs' or 'libcxl'")
     from .cxl import sysfs_backend
 

@@ -94,6 +94,8 @@ def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
 def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
     """Nodes the user maps to CXL names (``PYCXL_CXL_NODES=2,3``); never guessed."""
     text = value if value is not None else os.environ.get(EXPLICIT_CXL_ENV, "")
+    if not isinstance(text, str):
+        raise InvalidRequestError(f"explicit_cxl={text!r}: give NUMA node ids such as '2,3'")
     try:
         return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:

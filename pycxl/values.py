@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Iterable
 
 from .errors import InvalidRequestError
 
@@ -26,6 +27,15 @@ def count(value: object, what: str, minimum: int = 1) -> int:
     if n < minimum:
         raise InvalidRequestError(f"{what} must be at least {minimum}, not {n}")
     return n
+
+
+def word(value: object, what: str, choices: Iterable[str]) -> str:
+    """One of a fixed set of words (a kernel, a mode, a zone, a page size): ``value`` if
+    it is one of ``choices``, else an InvalidRequestError listing them."""
+    allowed = list(choices)
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidRequestError(f"{what} {value!r}: use {', '.join(allowed)}")
+    return value
 
 
 def parse_ranges(text: str) -> tuple[int, ...]:

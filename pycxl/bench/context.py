@@ -16,6 +16,7 @@ from ..errors import InvalidRequestError, NotAvailableError, PlacementError
 from ..numa.placement import HugePages
 from ..sysfs import Sysfs
 from ..units import format_size
+from ..values import word
 
 QUICK_ENV = "PYCXL_BENCH_QUICK"
 CPU_DIR = "/sys/devices/system/cpu"
@@ -117,8 +118,7 @@ def _cache_size(text: str) -> int:
 
 def page_size(name: str, fs: Sysfs | None = None) -> int:
     """Bytes of a page size name ('4k', '2m'); 2 MiB needs transparent huge pages."""
-    if name not in PAGE_SIZES:
-        raise InvalidRequestError(f"page size '{name}': use 4k or 2m")
+    word(name, "page size", PAGE_SIZES)
     if name == "2m":
         fs = fs or Sysfs()
         mode = fs.read(THP) or ""

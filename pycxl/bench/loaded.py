@@ -63,6 +63,8 @@ PEAK_RUNS = 2  # unpaced runs a curve's peak is the best of
 
 def mix_names(spec: str) -> list[str]:
     """'all', one mix, or a comma-separated list -> mixes in MLC's order."""
+    if not isinstance(spec, str):
+        raise InvalidRequestError(f"mix {spec!r}: use {', '.join(MIXES)} or all")
     names = list(MIXES) if spec.strip() == "all" else [m.strip() for m in spec.split(",")]
     bad = [m for m in names if m not in MIXES]
     if bad or not names:
