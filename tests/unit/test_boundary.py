@@ -207,9 +207,11 @@ def test_where_of_another_users_process_needs_root() -> None:
 
 
 def test_where_refuses_what_is_not_a_pid_and_says_why_root_cannot_read() -> None:
-    for bad in ("0", "-3", "x", "1.5"):
+    for bad in ("0", "x", "1.5"):
         p = pycxl_cli("where", bad)
         assert p.returncode == 2 and "process id" in p.stderr and bad in p.stderr, p.stderr
+    p = pycxl_cli("where", "-3")  # an option, as for any command
+    assert p.returncode == 2 and "'-3'" in p.stderr
     hidden = [pid for pid in ("1", "2") if not os.access(f"/proc/{pid}/numa_maps", os.R_OK)]
     if os.geteuid() == 0 and hidden:
         p = pycxl_cli("where", hidden[0])
