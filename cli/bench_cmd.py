@@ -1,4 +1,4 @@
-"""pycxl bench latency|bandwidth|first-touch|transfer|matrix: measurements by name, through
+"""pycxl bench latency|bandwidth|first-touch|transfer|offload|matrix: measurements by name, through
 the one dispatcher (pycxl.bench.dispatch) that the library and the matrix use too."""
 
 from __future__ import annotations
@@ -282,6 +282,67 @@ def transfer_command(gpu: str, target: str, direction: str, pageable: bool, stag
         system=snapshot(),
     )  # fmt: skip
     _emit(results, as_json)
+
+
+@bench_group.command("offload")
+@click.option("--target", "-t", default="all", show_default=True, metavar="TARGETS",
+              help="Host tiers the weights live on: dram0, cxl0, or all.")  # fmt: skip
+@click.option("--gpu", "-g", default="gpu0", show_default=True, metavar="GPU")
+@click.option("--layers", type=COUNT, default=None, help="Layers in the stack (default: 16).")
+@click.option("--width", type=CountType(minimum=8), default=None,
+              help="Each layer is Linear(WIDTH, WIDTH) in bf16 (default: 8192).")  # fmt: skip
+@click.option("--tokens", type=COUNT, default=None,
+              help="Rows of activations: the compute per layer (default: 1024).")  # fmt: skip
+@click.option("--lookahead", type=CountType(minimum=0), default=1, show_default=True,
+              help="Layers pycxl copies ahead of the one computing.")  # fmt: skip
+@click.option("--backward", is_flag=True, help="Forward and backward (gradients to the tier).")
+@click.option("--mode", "modes", default="hbm,pycxl,to,pinned", show_default=True,
+              metavar="MODES", help="hbm (always run), pycxl, to, pinned.")  # fmt: skip
+@samples_option(None, "Timed steps after two untimed ones (default: 5).")
+@AS_JSON
+def offload_command(target: str, gpu: str, layers: int | None, width: int | None,
+                    tokens: int | None, lookahead: int, backward: bool, modes: str,
+                    samples: int | None, as_json: bool) -> None:  # fmt: skip
+    """Layers run on a GPU with their weights on host tiers: streamed by pycxl, against
+    plain .to() copies, pinned copies without look-ahead, and all in HBM."""
+    from pycxl.bench import dispatch
+    from pycxl.system import snapshot
+
+    results = dispatch.measure_offload(
+        target, gpu, modes=modes, layers=layers, width=width, tokens=tokens,
+        lookahead=lookahead, backward=backward, samples=samples, system=snapshot(),
+    )  # fmt: skip
+    if as_json:
+        emit_json([r.as_json() for r in results])
+        return
+    _emit_offload(results)
+
+
+def _emit_offload(results: Sequence[Any]) -> None:
+    from pycxl.units import format_size
+
+    first = results[0]
+    pass_ = "forward+backward" if first.backward else "forward"
+    click.echo(f"{first.layers} x Linear({first.width}, {first.width}) bf16 "
+               f"({format_size(first.layer_bytes)} per layer), {first.tokens} tokens, "
+               f"{pass_}, on {first.initiator} ({first.gpu})")  # fmt: skip
+    rows = []
+    for r in results:
+        bound = (
+            f"{1e3 * r.bound_s:.1f} ms (compute {1e3 * r.compute_s:.1f} ms, pinned "
+            f"{r.pinned_h2d_bytes_per_s / 1e9:.1f} GB/s)"
+            if r.mode != "hbm"
+            else "-"
+        )
+        rows.append([
+            r.mode, r.target, "-" if r.node is None else r.node,
+            f"{1e3 * r.step_s:.2f} ms", f"{r.vs_bound:.2f}x",
+            "-" if r.hidden is None else f"{100 * r.hidden:.0f}%",
+            "-" if r.link_bytes_per_s is None else _rate(r.link_bytes_per_s),
+            "-" if r.pages is None else f"{r.pages_on_node}/{r.pages}", bound,
+        ])  # fmt: skip
+    emit_table(None, ["mode", "weights on", "node", "step", "vs bound", "copy hidden",
+                      "link", "pages on node", "bound"], rows)  # fmt: skip
 
 
 @bench_group.command("matrix")

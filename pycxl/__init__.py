@@ -23,6 +23,8 @@ What is here:
   mapped for a GPU (a numpy array, a PyTorch tensor that is_pinned());
   ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying;
   ``map_dax``: a devdax region's memory mapped directly.
+- ``offload_layers``: a PyTorch model's layers streamed to the GPU from a tier while it
+  computes, and their optimizer state kept and updated there (ZeRO-Offload).
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
         host_memory,
         map_dax,
         migrate,
+        offload_layers,
         pinned_array,
         pinned_tensor,
         probe_longterm_pins,
@@ -81,7 +84,8 @@ _LAZY = {
     **dict.fromkeys(("snapshot", "read_cxl", "System"), "system"),
     **dict.fromkeys(
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
-         "pinned_tensor", "create_region", "destroy_region", "disable_region", "enable_region"),
+         "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
+         "enable_region"),
         "api",
     ),
     "RegionRequest": "cxl.region_layout",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         measure_latency,
         measure_loaded_latency,
         measure_matrix,
+        measure_offload,
         measure_transfer,
     )
     from .results import (
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         LatencyResult,
         LoadedLatencyResult,
         LoadedPoint,
+        OffloadResult,
         TransferResult,
     )
 
@@ -47,12 +49,12 @@ _LAZY = {
     **dict.fromkeys(
         ("Matrix", "MatrixCell", "latency_sweep_sizes", "matrix_pairs", "measure_bandwidth",
          "measure_first_touch", "measure_latency", "measure_loaded_latency", "measure_matrix",
-         "measure_transfer"),
+         "measure_offload", "measure_transfer"),
         "dispatch",
     ),
     **dict.fromkeys(
         ("BandwidthResult", "BenchResult", "FirstTouchResult", "Lane", "LatencyResult",
-         "LoadedLatencyResult", "LoadedPoint", "TransferResult"),
+         "LoadedLatencyResult", "LoadedPoint", "OffloadResult", "TransferResult"),
         "results",
     ),
 }  # fmt: skip

@@ -33,6 +33,7 @@ from .results import (
     FirstTouchResult,
     LatencyResult,
     LoadedLatencyResult,
+    OffloadResult,
     TransferResult,
 )
 
@@ -258,6 +259,39 @@ def measure_transfer(
         gpus, p, direction=direction, size=_size(size), memory=memory, samples=samples,
         copy_cpus={k: v for k, v in cpus.items() if v}, every_gpu=every,
     )  # fmt: skip
+
+
+def measure_offload(
+    target: str = "all",
+    gpu: str = "gpu0",
+    *,
+    modes: Sequence[str] | str = "hbm,pycxl,to,pinned",
+    layers: int | None = None,
+    width: int | None = None,
+    tokens: int | None = None,
+    lookahead: int = 1,
+    backward: bool = False,
+    samples: int | None = None,
+    system: System | None = None,
+) -> list[OffloadResult]:
+    """A stack of ``layers`` bf16 Linear(``width``, ``width``) layers over ``tokens`` rows,
+    run on ``gpu`` with its weights in HBM (mode ``hbm``, always run: the bound's compute
+    time) and on each host tier of ``target`` (``all``: every node with memory; or names:
+    ``dram0,cxl0``): streamed by pycxl, ``.to()`` from pageable memory, pinned copies
+    without look-ahead. Defaults: 16 layers of 8192 (2 GiB of weights), 1024 tokens."""
+    from . import offload
+
+    s = system or snapshot()
+    g = s.gpu(gpu)
+    tiers = [s.tier(n) for n in s.memory_nodes(target)]
+    placements = [s.placement(t.name) for t in tiers if t is not None]
+    wanted = [m.strip() for m in modes.split(",")] if isinstance(modes, str) else list(modes)
+    results = offload.offload_steps(
+        g, placements, modes=wanted, layers=layers or offload.LAYERS,
+        width=width or offload.WIDTH, tokens=tokens or offload.TOKENS, lookahead=lookahead,
+        backward=backward, samples=samples,
+    )  # fmt: skip
+    return results
 
 
 def measure_loaded_latency(

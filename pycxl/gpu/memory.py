@@ -35,6 +35,20 @@ PAGE = pages.PAGE
 REGISTER_CHUNK = 256 << 30  # the driver refuses single registrations of 512 GiB or more
 
 
+def byte_array_interface(address: int, size: int) -> dict[str, Any]:
+    """``__cuda_array_interface__`` of ``size`` bytes of device-visible memory at
+    ``address``, as a 1-D byte array; no stream to synchronise with (the caller orders
+    its work with events)."""
+    return {
+        "shape": (size,),
+        "typestr": "|u1",
+        "data": (address, False),
+        "version": 3,
+        "strides": None,
+        "stream": None,
+    }
+
+
 def _register(ffi: Any, lib: Any, address: int, n: int, total: int) -> None:
     flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP
     rc = int(lib.cuMemHostRegister_v2(ffi.cast("void *", address), n, flags))
@@ -113,6 +127,11 @@ class DeviceMemory:
 
     def __repr__(self) -> str:
         return f"DeviceMemory(ptr={self.ptr:#x}, size={self.size})"
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The memory as a 1-D byte array (CuPy, Numba and PyTorch wrap it, no copy)."""
+        return byte_array_interface(self.ptr, self.size)
 
     def copy_from_host(self, src: Any, *, offset: int = 0, stream: Stream | None = None) -> None:
         """Copy all of ``src`` (a buffer, array or HostMemory) to this memory at
@@ -267,13 +286,7 @@ class HostMemory:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """A 1-D byte array at the device pointer (CuPy, Numba, PyTorch read it)."""
-        return {
-            "shape": (self.size,),
-            "typestr": "|u1",
-            "data": (self.device_pointer, False),
-            "version": 3,
-            "strides": None,
-        }
+        return byte_array_interface(self.device_pointer, self.size)
 
     def pages_by_node(self) -> dict[int, int]:
         """Pages per NUMA node of the registered memory, now."""

@@ -20,11 +20,28 @@ PAGE = mmap.PAGESIZE
 NOT_PRESENT = -1  # key for pages not yet touched (move_pages says -ENOENT)
 
 
+def tensor_span(obj: Any, device: str) -> tuple[int, int] | None:
+    """(address, bytes) of a contiguous torch tensor on ``device`` ('cpu', 'cuda');
+    None for what is not a torch tensor (any dtype, bf16 too, unlike the array
+    interfaces)."""
+    if not (hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous")):
+        return None
+    if obj.device.type != device:
+        raise InvalidRequestError(f"expected memory on {device}, got a tensor on {obj.device}")
+    if not obj.is_contiguous():
+        raise InvalidRequestError("the tensor is not contiguous; pass .contiguous()")
+    return int(obj.data_ptr()), int(obj.numel() * obj.element_size())
+
+
 def buffer_span(obj: Any) -> tuple[int, int]:
-    """(address, length) of a buffer, numpy array or NumaBuffer; contiguous only."""
+    """(address, length) of a buffer, numpy array, NumaBuffer or CPU torch tensor;
+    contiguous only."""
     span = getattr(obj, "span", None)
     if callable(span):
         return span()  # type: ignore[no-any-return]
+    tensor = tensor_span(obj, "cpu")
+    if tensor is not None:
+        return tensor
     import numpy as np
 
     try:
