@@ -89,6 +89,8 @@ def list_command(
     for k in KINDS:
         if k.name in req.shown:
             RENDERERS[k.name](system, sel, req)
+    if not system.cxl.present and any(k.cxl and k.name in req.shown for k in KINDS):
+        click.echo(f"absent: {system.cxl.NO_BUS}")  # why the CXL tables are empty
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:

@@ -311,6 +311,16 @@ def test_list_verbose_levels_are_cxl_lists() -> None:
     assert [m["memdev"] for m in groups["memdevs"]] == ["mem0"] and "buses" in groups
 
 
+def test_list_verbose_on_a_host_without_cxl_says_why_it_is_empty(tmp_path: Path) -> None:
+    p = pycxl_cli("list", "-v", "--sysroot", str(no_cxl_tree(tmp_path)))
+    assert p.returncode == 0 and p.stdout.rstrip().endswith(
+        "absent: no CXL bus: the CXL drivers are not loaded or there is no CXL hardware "
+        "(modprobe cxl_acpi cxl_pci cxl_mem)"
+    ), p.stdout
+    p = pycxl_cli("list", "-v", "--json", "--sysroot", str(no_cxl_tree(tmp_path / "j")))
+    assert p.returncode == 0 and json.loads(p.stdout) == []  # as cxl list: nothing to list
+
+
 # --- a working set that fits in the cache -------------------------------------------------
 def test_an_arena_in_the_last_level_cache_is_said_in_the_table_and_json() -> None:
     from pycxl.bench.context import last_level_cache
