@@ -78,22 +78,16 @@ if TYPE_CHECKING:
     from .numa.policy import Policy
     from .system import System, read_cxl, snapshot
 
+# Every public name but the errors above, and the submodule each is loaded from on first
+# use ('' for a subpackage of that name); __all__ and dir() are made from it.
 _LAZY = {
-    "snapshot": "system",
-    "read_cxl": "system",
-    "System": "system",
-    "allocate": "api",
-    "migrate": "api",
-    "host_memory": "api",
-    "probe_longterm_pins": "api",
-    "map_dax": "api",
-    "pinned_array": "api",
-    "pinned_tensor": "api",
-    "offload_layers": "api",
-    "create_region": "api",
-    "destroy_region": "api",
-    "disable_region": "api",
-    "enable_region": "api",
+    **dict.fromkeys(("snapshot", "read_cxl", "System"), "system"),
+    **dict.fromkeys(
+        ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
+         "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
+         "enable_region"),
+        "api",
+    ),
     "RegionRequest": "cxl.region_layout",
     "RegionResult": "cxl.regions",
     "NumaBuffer": "numa.placement",
@@ -101,46 +95,13 @@ _LAZY = {
     "ListRequest": "listing",
     "list_json": "listing",
     **dict.fromkeys(("bench", "cxl", "gpu", "numa", "testbed"), ""),  # the subpackages
-}
+}  # fmt: skip
+_ERRORS = (
+    "CommandNotExecutableError", "CommandNotFoundError", "CudaError", "InvalidRequestError",
+    "LibraryNotFoundError", "NeedsRootError", "NotAvailableError", "NotFoundError",
+    "OperationError", "PlacementError", "PycxlError", "SysfsError", "TestbedError",
+)  # fmt: skip
 
+__all__ = sorted(["__version__", *_ERRORS, *_LAZY])
 
-__all__ = [
-    "CommandNotExecutableError",
-    "CommandNotFoundError",
-    "CudaError",
-    "InvalidRequestError",
-    "LibraryNotFoundError",
-    "ListRequest",
-    "NeedsRootError",
-    "NotAvailableError",
-    "NotFoundError",
-    "NumaBuffer",
-    "OperationError",
-    "PlacementError",
-    "Policy",
-    "PycxlError",
-    "RegionRequest",
-    "RegionResult",
-    "SysfsError",
-    "System",
-    "TestbedError",
-    "__version__",
-    "allocate",
-    "bench",
-    "create_region",
-    "destroy_region",
-    "disable_region",
-    "enable_region",
-    "host_memory",
-    "list_json",
-    "map_dax",
-    "migrate",
-    "offload_layers",
-    "pinned_array",
-    "pinned_tensor",
-    "probe_longterm_pins",
-    "read_cxl",
-    "snapshot",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, [*__all__, *globals()])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -8,6 +8,7 @@ the floors below, which take ids. ``import pycxl`` exposes each of them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -163,6 +164,16 @@ class _PinnedOwner:
         }  # fmt: skip
 
 
+def _shape(shape: object) -> tuple[int, ...]:
+    """An array shape: a whole number or a sequence of them, none negative."""
+    dims = (shape,) if isinstance(shape, int) else shape
+    if not isinstance(dims, tuple | list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):  # fmt: skip
+        raise InvalidRequestError(f"shape {shape!r}: give a whole number or a tuple of them")
+    return tuple(dims)
+
+
 def pinned_array(
     shape: int | tuple[int, ...],
     dtype: Any,
@@ -178,9 +189,14 @@ def pinned_array(
     when the last array or view of it goes."""
     import numpy as np
 
-    dt = np.dtype(dtype)
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise InvalidRequestError(
+            f"dtype {dtype!r}: give a numpy dtype, such as 'float32'"
+        ) from None
+    dims = _shape(shape)
+    nbytes = math.prod(dims) * dt.itemsize
     if nbytes <= 0:
         raise InvalidRequestError(f"shape {dims} holds no element")
     host = host_memory(nbytes, target, gpu, huge=huge, allow_migration=allow_migration,
@@ -212,7 +228,7 @@ def pinned_tensor(
     if torch.cuda.is_available():
         # PyTorch says a tensor is pinned only once its own CUDA state exists
         torch.cuda.current_device()
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    dims = _shape(shape)
     itemsize = torch.empty((), dtype=dtype).element_size()
     count = 1
     for d in dims:

@@ -24,7 +24,7 @@ from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
 from ..gpu.streams import Stream, Timer
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, default, huge_pages, page_size
+from .context import Placement, cache_fit, check_fits, default, huge_pages, page_size
 from .latency import STRIDE, TLB_PAGES, check_size, sweep_sizes
 from .results import LatencyResult
 
@@ -87,7 +87,7 @@ def gpu_chase_latency(
         pages=sum(placed.values()) if on_host else None,
         latency_ns=min(ns), latency_ns_median=statistics.median(ns), loads=loads,
         samples=samples, stride=STRIDE, tlb_group=group, gpu=g.name,
-        measure_s=time.perf_counter() - began,
+        measure_s=time.perf_counter() - began, **cache_fit(size, g.l2_cache),
     )  # fmt: skip
 
 

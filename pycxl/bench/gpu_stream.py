@@ -12,7 +12,7 @@ from ..gpu.kernels import Arg, Module, f64, u64
 from ..gpu.memory import DeviceMemory, GpuContext
 from ..gpu.streams import Stream, Timer
 from .bandwidth import BYTES_PER_ELEMENT, INITIAL, SCALAR, expected_values, kernel_names
-from .context import default
+from .context import cache_fit, default
 from .results import BandwidthResult
 
 # Launch shape, from benchmarks/gpu_stream_tune.py on an H200: one block per 256 pairs
@@ -70,6 +70,7 @@ def gpu_stream_bandwidth(
             bytes_per_s=nbytes / (min(kept) / 1e3),
             bytes_per_s_median=nbytes / (statistics.median(kept) / 1e3),
             samples=samples, gpu=g.name, grid=grid, block=block, unroll=unroll,
+            **cache_fit(nbytes, g.l2_cache),
         ))  # fmt: skip
     return out
 

@@ -57,6 +57,8 @@ class LatencyResult(BenchResult):
     tlb_group: int  # bytes per randomisation group
     gpu: str | None = None  # the GPU's name, for GPU initiators
     measure_s: float = 0.0  # wall time of the whole measurement
+    last_level_cache: int | None = None  # bytes: the CPUs' last-level cache, or a GPU's L2
+    fits_in_cache: bool | None = None  # the arena fits in it: the figure is the cache's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +77,8 @@ class BandwidthResult(BenchResult):
     grid: int | None = None
     block: int | None = None
     unroll: int | None = None
+    last_level_cache: int | None = None  # bytes: the CPUs' last-level cache, or a GPU's L2
+    fits_in_cache: bool | None = None  # the kernel's arrays fit in it: the cache's figure
 
 
 @dataclass(frozen=True, kw_only=True)
