@@ -203,6 +203,8 @@ def read_event_log(path: str) -> list[dict[str, Any]]:
     """The records of the event log ``pycxl monitor --log`` writes, one JSON object per
     line. A last line cut short (a crash while writing) is skipped; any other line that
     is not a JSON object is an InvalidRequestError naming the file and the line."""
+    import json  # only where there is a log: check runs at the top of job scripts
+
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -625,8 +627,6 @@ def _event_findings(
 ) -> list[Finding]:
     """The latest memory-module event per device (by serial: names can change across
     boots) in the monitor's log; where the mailbox answered health itself, it wins."""
-    import json
-
     from ..cxl.mailbox import Unsupported
 
     latest: dict[int, dict[str, Any]] = {}
