@@ -99,6 +99,7 @@ class NamesType(NamesParam):
 SIZE = SizeType()
 PAGE_SIZE = SizeType(minimum=4096)  # buffers of at least one page
 COUNT = click.IntRange(min=1)
+SECONDS = click.IntRange(min=1)  # a whole number of seconds: a lifetime, a timeout
 INT_LIST = IntListType()
 NODES = NamesType("NODES")
 CPUS = NamesType("CPUS")

@@ -21,11 +21,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def scrape(textfile_dir: str, exporter: str) -> list[str]:
-    """Start the exporter with only the textfile collector on ``textfile_dir``, read
-    /metrics once, stop it; the lines it served (AssertionError if it never answered)."""
+def scrape(textfile_dir: str, exporter: str, *collectors: str) -> list[str]:
+    """Start the exporter with only the textfile collector on ``textfile_dir`` (and
+    ``collectors``: 'meminfo_numa'...), read /metrics once, stop it; the lines it served
+    (AssertionError if it never answered)."""
     port = _free_port()
     proc = subprocess.Popen([exporter, "--collector.disable-defaults", "--collector.textfile",
+                             *(f"--collector.{c}" for c in collectors),
                              f"--collector.textfile.directory={textfile_dir}",
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip

@@ -270,7 +270,7 @@ def test_prometheus_metrics_through_a_real_node_exporter(
     subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
     assert pycxl_cli("check", "--textfile", str(tmp_path / "check.prom")).returncode == 0
     assert pycxl_cli("stat", "--textfile", str(tmp_path / "stat.prom")).returncode == 0
-    lines = node_exporter.scrape(str(tmp_path), exporter)
+    lines = node_exporter.scrape(str(tmp_path), exporter, "meminfo_numa")
     assert "node_textfile_scrape_error 0" in lines
     node = region.numa_node
     serial = snapshot(gpus=False).cxl.memdev("mem0").serial
@@ -281,10 +281,13 @@ def test_prometheus_metrics_through_a_real_node_exporter(
     ]
     for w in want:
         assert w in lines, w
-    prefix = f'pycxl_node_memory_total_bytes{{node="{node}",target="cxl0"'
-    (total,) = [ln for ln in lines if ln.startswith(prefix)]
+    # the node's memory is node_exporter's own; pycxl_node_info names its tier, on the
+    # same node label, for a join
+    assert f'pycxl_node_info{{node="{node}",target="cxl0",tier="cxl"}} 1' in lines
+    (total,) = [ln for ln in lines if ln.startswith(f'node_memory_numa_MemTotal{{node="{node}"}}')]
     tier = snapshot(gpus=False).tier(node) if node is not None else None
     assert tier is not None and float(total.split()[-1]) == tier.node.mem_total
+    assert not [ln for ln in lines if ln.startswith(("pycxl_node_memory_total", "pycxl_node_numa"))]
 
 
 @pytest.mark.kernel(topology="two-dev")
