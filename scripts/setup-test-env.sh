@@ -46,6 +46,8 @@ apt-get install -y -q --no-install-recommends prometheus-node-exporter prometheu
 # The tests run them as root with their own key, configuration, ports and state folder;
 # the packages' own services are not needed.
 apt-get install -y -q --no-install-recommends munge slurmctld slurmd slurm-client
+# ShellCheck lints the shell scripts operators copy from contrib/.
+apt-get install -y -q --no-install-recommends shellcheck
 
 # The benchmark kernels compile against the interpreter's headers; a distribution
 # Python ships them separately.

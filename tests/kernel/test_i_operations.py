@@ -238,6 +238,43 @@ def test_poison_shows_in_the_list_with_region_and_node(region: pycxl.RegionResul
 
 
 @pytest.mark.kernel(topology="two-dev")
+def test_the_poison_alert_fires_on_the_checks_own_textfile(
+    region: pycxl.RegionResult, tmp_path: Path
+) -> None:
+    """The shipped PycxlPoison rule, run by promtool on the series a real node_exporter
+    serves from ``pycxl check --textfile``: before and after poison reaches mem0's list
+    (its mailbox answers only on the real kernel, so this runs here)."""
+    from tests.fleet import alerting
+
+    assert alerting.promtool(), "promtool is not installed (scripts/setup-test-env.sh)"
+    exporter = node_exporter.binary()
+    assert exporter, "prometheus-node-exporter is not installed (scripts/setup-test-env.sh)"
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
+
+    def served(name: str) -> dict[str, float]:
+        folder = tmp_path / name
+        folder.mkdir()
+        p = pycxl_cli("check", "--textfile", str(folder / "pycxl-check.prom"))
+        assert p.returncode in (0, CHECK_WARNING), p.stderr
+        return alerting.samples(node_exporter.scrape(str(folder), exporter))
+
+    clean = served("clean")
+    _inject("poison", "mem0", start=0, length=64)
+    try:
+        poisoned = served("poisoned")
+    finally:  # the device keeps its list for the rest of the boot: clear it
+        Path("/sys/kernel/debug/cxl/mem0/clear_poison").write_text("0x0")
+    serial = f"{snapshot(gpus=False).cxl.memdev('mem0').serial:#x}"
+    assert poisoned[f'pycxl_memdev_poison_records{{memdev="mem0",serial="{serial}"}}'] == 1
+    series = alerting.input_series([alerting.Phase(10, clean), alerting.Phase(20, poisoned)],
+                                   "testbed:9100")  # fmt: skip
+    fired = alerting.expected("PycxlPoison", {"instance": "testbed:9100", "job": "node",
+                                              "memdev": "mem0", "serial": serial})  # fmt: skip
+    p = alerting.run(tmp_path, series, {9: {}, 25: {"PycxlPoison": [fired]}})
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+@pytest.mark.kernel(topology="two-dev")
 def test_stat_counts_pages_moved_between_tiers(region: pycxl.RegionResult) -> None:
     buf = mmap.mmap(-1, 8 * MiB)  # made and touched first: the emulator is slow
     buf.write(b"x" * len(buf))
