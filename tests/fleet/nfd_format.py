@@ -76,9 +76,7 @@ def label_problems(key: str, value: str) -> list[str]:
         out.append(f"{key}: unprefixed keys are not allowed")
     if not (0 < len(name) <= 63 and _NAME.match(name)):
         out.append(f"{key}: name {name!r} is not a qualified name")
-    if slash and not (
-        len(prefix) <= 253 and all(_DNS_LABEL.match(p) for p in prefix.split("."))
-    ):
+    if slash and not (len(prefix) <= 253 and all(_DNS_LABEL.match(p) for p in prefix.split("."))):
         out.append(f"{key}: prefix {prefix!r} is not a DNS subdomain")
     denied = prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io")
     allowed = prefix in _ALLOWED_NS or prefix.endswith(tuple("." + ns for ns in _ALLOWED_NS))

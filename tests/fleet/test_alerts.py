@@ -161,7 +161,7 @@ def test_exported_names_follow_node_exporter_conventions(tmp_path: Path) -> None
 
 def test_the_docs_list_every_exported_metric(tmp_path: Path) -> None:
     docs = (ROOT / "docs" / "operations.md").read_text()
-    section = docs[docs.index("### Metrics"):]
+    section = docs[docs.index("### Metrics") :]
     documented = set(re.findall(r"`([a-z_]+)`", section.split("\n## ", 1)[0]))
     events = health_event_log(tmp_path / "events.jsonl")
     names = set()

@@ -42,6 +42,13 @@ def _job_script() -> str:
     return block.group(1)
 
 
+def _docs_block(command: str) -> list[str]:
+    """The output docs/operations.md shows under ``command``."""
+    doc = (ROOT / "docs" / "operations.md").read_text().splitlines()
+    at = doc.index(command)
+    return doc[at + 1 : doc.index("```", at)]
+
+
 class HealthChecks:
     """The shipped health check, run by slurmd through a wrapper that counts its runs
     (slurmd gives it an empty environment: the wrapper names its settings file, the
@@ -165,6 +172,10 @@ def test_health_check_drains_with_the_finding_and_returns_the_node(
     checks.after_next_run(c)
     assert "drain" in c.state(), (c.state(), c.reason(), c.logs())
     assert c.reason() == OFFLINE_REASON
+    # what docs/operations.md shows, for a host named vm
+    shown = _docs_block("$ sinfo -N -o '%N %T %E'")
+    p = c.run("sinfo", "-N", "-o", "%N %T %E")
+    assert p.stdout.replace(c.host, "vm", 1).splitlines() == shown, p.stdout
     # a job that needs CXL memory waits while the node is drained
     p = c.sbatch("--constraint=cxl", "-o", str(tmp_path / "waited.out"), "--wrap", "echo ran")
     assert p.returncode == 0, p.stderr
@@ -216,4 +227,3 @@ def test_the_docs_job_preamble_runs_as_an_sbatch_job(
         assert "the job ran" not in out
         assert "pycxl check: failure" in out and "cxl0 is expected with 512.00 MiB" in out
         assert err == "host memory not usable for this job\n"
-
