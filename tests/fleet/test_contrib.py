@@ -17,7 +17,7 @@ import pytest
 
 from tests import node_exporter
 from tests.fleet import alerting, nfd_format
-from tests.fleet.trees import REGION
+from tests.fleet.trees import FRESH, REGION, edited_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 CRON = ROOT / "contrib" / "cron.d" / "pycxl"
@@ -52,6 +52,26 @@ def test_the_cron_lines_write_what_the_readers_take(tmp_path: Path) -> None:
     labels, errors = nfd_format.read(features / "pycxl", datetime.datetime.now(datetime.UTC))
     assert errors == [] and labels["feature.node.kubernetes.io/memory-tier.cxl"] == "true"
     assert [pr for k, v in labels.items() for pr in nfd_format.label_problems(k, v)] == []
+
+
+@pytest.mark.parametrize(("tree", "code", "line"), [
+    ("region", 0, "ok: 6 ok, 0 info, 0 warning, 0 failure"),
+    ("fresh", 6, "warning: mem0's 256.00 MiB is in no region: the host cannot use it "
+                 "[memdev-in-region] (+1 more)"),
+    ("memdev-disabled", 7, "failure: mem1 is disabled: its driver is not bound [memdev-enabled]"),
+    ("region-uncommitted", 7, "failure: region0 is not committed: its decoders do not route "
+                              "memory [region-committed]"),
+])  # fmt: skip
+def test_check_oneline_gives_the_worst_finding_for_a_drain_reason(
+    tmp_path: Path, tree: str, code: int, line: str
+) -> None:
+    root = {"region": REGION, "fresh": FRESH}.get(tree) or edited_tree(tmp_path / tree, tree)
+    p = subprocess.run([sys.executable, "-m", "pycxl.cli.main", "check", "--oneline", "--sysroot",
+                        str(root)], capture_output=True, text=True, check=False)  # fmt: skip
+    assert (p.returncode, p.stdout, p.stderr) == (code, line + "\n", "")
+    p = subprocess.run([sys.executable, "-m", "pycxl.cli.main", "check", "--oneline", "--json"],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert p.returncode == 2 and "give --json or --oneline, not both" in p.stderr
 
 
 def test_the_health_check_is_portable_shell() -> None:

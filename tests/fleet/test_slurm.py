@@ -104,6 +104,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
             pytest.fail(f"not installed: {', '.join(lacking)} (scripts/setup-test-env.sh)")
         pytest.skip(f"not installed: {', '.join(lacking)}")
+    if os.geteuid() != 0:  # as the testbed: its daemons run as root, as on a cluster
+        pytest.skip("the test cluster's daemons run as root: run the tests as root")
     folder = tmp_path_factory.mktemp("slurm")
     folder.chmod(0o700)
     # the node's line: what slurmd -C finds, then what pycxl labels says of the memory
