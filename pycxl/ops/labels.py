@@ -21,7 +21,6 @@ FORMATS: tuple[Format, ...] = ("slurm", "nfd", "json")
 GIB = 1 << 30
 # node-feature-discovery takes labels in its own namespace from any local feature file
 NFD_NAMESPACE = "feature.node.kubernetes.io"
-NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 # the generic resource pycxl's Slurm attributes count (slurm.conf needs GresTypes=cxl_mem)
 SLURM_GRES = "cxl_mem"
 
