@@ -1,7 +1,7 @@
 """``pycxl labels``: this host's memory as schedulers label hosts, so jobs that need CXL
 capacity land where it is. One set of facts (tiers, online CXL capacity, whether
 GPU-pinned memory stays on the CXL nodes, the check's status), rendered as Slurm node
-attributes (``Features=`` and a ``Gres=`` count, for slurm.conf or ``slurmd --conf``)
+attributes (``Features=`` and a ``Gres=`` count, for the node's line in slurm.conf)
 and as a Kubernetes node-feature-discovery feature file (``features.d``).
 """
 

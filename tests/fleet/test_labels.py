@@ -124,3 +124,10 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
         assert p.returncode == 2 and words in p.stderr, (args, p.stderr)
         assert "Traceback" not in p.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gres_counts_use_the_largest_exact_binary_suffix() -> None:
+    from pycxl.ops.labels import slurm_count
+
+    sizes = {512 << 30: "512G", 3 << 29: "1536M", 1 << 40: "1T", 4097: "4097", 0: "0"}
+    assert {size: slurm_count(size) for size in sizes} == sizes
