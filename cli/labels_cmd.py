@@ -6,7 +6,7 @@ import os
 
 import click
 
-from .params import SECONDS
+from .params import CountType, OutputFileType, sysroot_option
 from .render import emit_json
 
 
@@ -14,16 +14,15 @@ from .render import emit_json
 @click.option("-F", "--format", "fmt", type=click.Choice(["slurm", "nfd", "json"]),
               help="slurm: Features= and Gres= for slurm.conf; nfd: a node-feature-discovery "
                    "feature file; json: the facts.")  # fmt: skip
-@click.option("-o", "--output", metavar="FILE",
+@click.option("-o", "--output", type=OutputFileType(), metavar="FILE",
               help="Write to FILE atomically (a reader sees the old file or the new one) "
                    "instead of stdout.")  # fmt: skip
-@click.option("--ttl", type=SECONDS, metavar="SECONDS",
+@click.option("--ttl", type=CountType(), metavar="SECONDS",
               help="nfd: the labels expire this long after writing, unless written "
                    "again.")  # fmt: skip
 @click.option("--no-health", is_flag=True,
               help="Leave out the check's status (no check runs).")  # fmt: skip
-@click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-              help="Label a recorded sysfs tree instead of this host.")  # fmt: skip
+@sysroot_option("Label a recorded sysfs tree instead of this host.")
 def labels_command(
     fmt: str | None, output: str | None, ttl: int | None, no_health: bool, sysroot: str | None
 ) -> None:
@@ -37,7 +36,7 @@ def labels_command(
     """
     from pycxl.errors import InvalidRequestError
     from pycxl.ops.labels import host_labels, nfd_file, slurm_attributes
-    from pycxl.outfiles import check_output_path, write_atomically
+    from pycxl.outfiles import write_atomically
     from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
 
@@ -45,15 +44,14 @@ def labels_command(
         raise click.UsageError("give --format slurm, nfd or json")
     if ttl is not None and fmt != "nfd":
         raise InvalidRequestError(f"--ttl applies to --format nfd, not {fmt}")
-    if output:
-        check_output_path(output, "--output")
-        if fmt == "nfd" and os.path.basename(output).startswith("."):
-            raise InvalidRequestError(
-                f"--output {output}: node-feature-discovery skips hidden files; "
-                "give a name that does not start with '.'"
-            )
+    if output and fmt == "nfd" and os.path.basename(output).startswith("."):
+        raise InvalidRequestError(
+            f"--output {output}: node-feature-discovery skips hidden files; "
+            "give a name that does not start with '.'"
+        )
     fs = Sysfs(sysroot)
-    system = snapshot(sysroot, gpus=False)
+    # GPUs from the driver's files (else the PCI bus), no library: as pycxl check
+    system = snapshot(sysroot, gpus="files")
     report = None
     if fmt != "slurm" and not no_health:
         from pycxl.ops.check import run_check

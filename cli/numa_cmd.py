@@ -7,11 +7,10 @@ import sys
 
 import click
 
-from .params import CPUS, NODES, PAGE_SIZE, flatten
+from .params import CPUS, NODES, PAGE_SIZE, PidType, flatten, sysroot_option
 from .render import dash, emit_json, emit_table, pins, ranges
 
-SYSROOT = click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-                       hidden=True)  # fmt: skip
+SYSROOT = sysroot_option()
 
 
 @click.command("numa")
@@ -123,7 +122,7 @@ def run_command(
 
 
 @click.command("where")
-@click.argument("pid", type=click.IntRange(min=1))
+@click.argument("pid", type=PidType())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @SYSROOT
 def where_command(pid: int, as_json: bool, sysroot: str | None) -> None:

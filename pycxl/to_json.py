@@ -163,8 +163,14 @@ def node_json(nt: NodeTier) -> Json:
     }
 
 
+def cc_text(cc: tuple[int, int] | None) -> str | None:
+    """A compute capability as CUDA writes it ('9.0'); None when unknown."""
+    return None if cc is None else f"{cc[0]}.{cc[1]}"
+
+
 def gpu_json(g: GpuDevice) -> Json:
-    """A GPU: identity, memory, nearest node, and what matters for host memory."""
+    """A GPU: identity, memory, nearest node, and what matters for host memory; null for
+    what its source cannot tell (``source``: nvml, procfs or cuda)."""
     return {
         "gpu": g.target_name,
         "ordinal": g.ordinal,
@@ -173,9 +179,11 @@ def gpu_json(g: GpuDevice) -> Json:
         "pci_bus_id": g.pci_bus_id,
         "total_memory": g.total_memory,
         "sm_count": g.sm_count,
-        "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+        "sm_count_source": g.sm_count_source,
+        "compute_capability": cc_text(g.compute_capability),
         "numa_node": g.numa_node,
         "numa_node_source": g.numa_node_source,
+        "source": g.source,
         # what matters for host memory: zero-copy mapping, pageable access, registration
         "can_map_host_memory": g.can_map_host_memory,
         "pageable_memory_access": g.pageable_memory_access,

@@ -26,7 +26,7 @@ from pycxl.cxl.mailbox import Unsupported
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.numa.pages import migrate, pages_by_node
 from pycxl.system import snapshot
-from pycxl.trace import tracefs
+from pycxl.trace import find_tracefs
 from tests import node_exporter
 from tests.kernel.kernel_helpers import ndctl, pycxl_cli
 
@@ -119,7 +119,9 @@ class Monitor:
 
 
 def _pycxl_instances() -> list[str]:
-    return [d for d in os.listdir(f"{tracefs()}/instances") if d.startswith("pycxl-")]
+    base = find_tracefs()  # None once the monitor unmounted the tracefs it mounted
+    return [] if base is None else [d for d in os.listdir(f"{base}/instances")
+                                    if d.startswith("pycxl-")]  # fmt: skip
 
 
 @pytest.fixture
