@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .exit_codes import CHECK_FAILURE, CHECK_WARNING, NOT_AVAILABLE
 from .params import CountType, InputFileType, OutputFileType, sysroot_option
 from .render import emit_json, emit_table
+
+if TYPE_CHECKING:
+    from pycxl.ops.check import CheckReport
 
 STATUS_EXIT = {"ok": 0, "no-cxl": NOT_AVAILABLE, "warning": CHECK_WARNING, "failure": CHECK_FAILURE}
 
@@ -31,6 +36,9 @@ STATUS_EXIT = {"ok": 0, "no-cxl": NOT_AVAILABLE, "warning": CHECK_WARNING, "fail
 @click.option("--no-health", is_flag=True, help="Skip the devices' mailboxes and poison lists.")
 @click.option("-q", "--quiet", is_flag=True, help="Show only warnings and failures.")
 @click.option("--json", "as_json", is_flag=True, help="Findings as JSON.")
+@click.option("--oneline", is_flag=True,
+              help="One line: the worst finding (and how many more), or the counts when "
+                   "all is well; for a drain reason or a log.")  # fmt: skip
 @click.option("--textfile", type=OutputFileType(lambda: (".prom",)), metavar="FILE.prom",
               help="Also write the findings, health, regions and links as Prometheus metrics "
                    "(node_exporter textfile collector), atomically.")  # fmt: skip
@@ -38,7 +46,7 @@ STATUS_EXIT = {"ok": 0, "no-cxl": NOT_AVAILABLE, "warning": CHECK_WARNING, "fail
 def check_command(
     expect: tuple[str, ...], expect_regions: int | None, expect_memdevs: int | None,
     expect_file: str | None, event_log: str | None, no_health: bool, quiet: bool,
-    as_json: bool, textfile: str | None, sysroot: str | None,
+    as_json: bool, oneline: bool, textfile: str | None, sysroot: str | None,
 ) -> None:  # fmt: skip
     """Check that this host's memory is as a job needs it.
 
@@ -49,6 +57,9 @@ def check_command(
     expected: expectations that all held exit 0).
     """
     from pycxl.ops.check import parse_expectations, read_event_log, read_expect_file, run_check
+
+    if as_json and oneline:
+        raise click.UsageError("give --json or --oneline, not both")
     from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
 
@@ -75,7 +86,9 @@ def check_command(
         from pycxl.ops.prometheus import write_textfile
 
         write_textfile(textfile, check_metrics(report, system))
-    if as_json:
+    if oneline:
+        click.echo(one_line(report))
+    elif as_json:
         emit_json({
             "status": report.status,
             "findings": [f.as_json() for f in report.findings
@@ -87,10 +100,23 @@ def check_command(
             emit_table(None, ["severity", "check", "subject", "finding", "fix"],
                        [[f.severity, f.check, f.subject, f.message, f.fix or "-"]
                         for f in shown])  # fmt: skip
-        counts = {s: sum(1 for f in report.findings if f.severity == s)
-                  for s in ("ok", "info", "warning", "failure")}  # fmt: skip
-        click.echo(f"pycxl check: {report.status} ("
-                   + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")")  # fmt: skip
+        click.echo(f"pycxl check: {report.status} ({_counts(report)})")
     code = STATUS_EXIT[report.status]
     if code:
         raise click.exceptions.Exit(code)
+
+
+def _counts(report: CheckReport) -> str:
+    return ", ".join(f"{sum(1 for f in report.findings if f.severity == s)} {s}"
+                     for s in ("ok", "info", "warning", "failure"))  # fmt: skip
+
+
+def one_line(report: CheckReport) -> str:
+    """'failure: region0: 1 of 4 memory blocks ... [region-online] (+1 more)', or the
+    status and the counts when nothing is wrong."""
+    bad = [f for f in report.findings if f.severity == "failure"]
+    bad += [f for f in report.findings if f.severity == "warning"]
+    if not bad:
+        return f"{report.status}: {_counts(report)}"
+    more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+    return f"{report.status}: {bad[0].message} [{bad[0].check}]{more}"

@@ -29,6 +29,7 @@ COMMANDS = {
     "check": ("check_cmd", "check_command"),
     "monitor": ("monitor_cmd", "monitor_command"),
     "stat": ("stat_cmd", "stat_command"),
+    "labels": ("labels_cmd", "labels_command"),
 }
 
 

@@ -396,7 +396,7 @@ def _expectation_findings(system: System, exp: Expectations) -> list[Finding]:
         node = target.node
         tier = system.tier(node) if node is not None else None
         have = tier.node.mem_total if tier is not None else 0
-        labels = {"target": name, "node": str(node)}
+        labels = {"target": name} | ({} if node is None else {"node": str(node)})
         if have < want * CAPACITY_SLACK:
             out.append(
                 Finding(
