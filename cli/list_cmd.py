@@ -270,7 +270,6 @@ def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> No
 
 
 def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> None:
-    from pycxl.to_json import cc_text
     from pycxl.units import format_size
 
     if not sel.gpus and system.gpus.absent_reason:
@@ -282,7 +281,7 @@ def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> Non
         ["gpu", "name", "pci", "memory", "SMs", "cc", "nearest node"],
         [[g.target_name, g.name, g.pci_bus_id,
           dash(None if g.total_memory is None else format_size(g.total_memory)),
-          dash(g.sm_count), dash(cc_text(g.compute_capability)),
+          dash(g.sm_count), dash(g.cc_text),
           f"{dash(g.numa_node)} ({g.numa_node_source})"] for g in sel.gpus],
     )  # fmt: skip
 

@@ -15,20 +15,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import to_json as js
-from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-from .cxl.topology import CxlTopology
 from .errors import InvalidRequestError, NotFoundError, PycxlError
-from .gpu.devices import GpuDevice
 from .kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
-from .system import System
-from .tiers import NodeTier
-from .to_json import Json
 
-if TYPE_CHECKING:  # the mailbox and trace code loads only for -H, -A, -L
+if TYPE_CHECKING:
+    # the CXL model loads only where there is CXL, the JSON builders only for --json,
+    # and the mailbox and trace code only for -H, -A, -L
     from .cxl.health import DeviceHealth
     from .cxl.mailbox import Unsupported
+    from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.poison import PoisonRecord
+    from .cxl.topology import CxlTopology
+    from .gpu.devices import GpuDevice
+    from .system import System
+    from .tiers import NodeTier
+    from .to_json import Json
 
 PORT_CLASSES = ("root", "switch", "endpoint")
 # what cxl list -v adds: every CXL object kind but memdevs (and dax devices, at -vvv)
@@ -380,6 +381,8 @@ def kind_json(
 ) -> list[Any]:
     """The JSON objects of one kind in the selection (``extras``: keys to add to each
     memdev, from ``device_json``)."""
+    from . import to_json as js  # the JSON builders load for --json only
+
     h, t = req.human, req.targets
     more = extras or {}
     builders: dict[str, Callable[[], list[Any]]] = {
@@ -409,6 +412,8 @@ def list_json(system: System, req: ListRequest) -> Any:
     single-key objects ('memdevs', 'root decoders', ...). The summary is an object with
     'memdevs', 'regions', 'numa_nodes', 'gpus' and 'absent' (what this host lacks).
     """
+    from . import to_json as js  # the JSON builders load for --json only
+
     sel = select(system, req)
     extras = {name: device_json(system, info, req)
               for name, info in read_device_info(sel.memdevs, req).items()}  # fmt: skip

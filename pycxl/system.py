@@ -306,9 +306,14 @@ def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopol
         return libcxl_backend.read_topology(sysfs)
     if not isinstance(backend, str) or backend != "sysfs":
         raise InvalidRequestError(f"backend={backend!r}: use 'sysfs' or 'libcxl'")
+    from .cxl.paths import nothing_to_read
+
+    fs = sysfs or Sysfs()
+    if nothing_to_read(fs):  # most hosts: no model to load, nothing to read
+        return CxlTopology(present=False)
     from .cxl import sysfs_backend
 
-    return sysfs_backend.read_topology(sysfs)
+    return sysfs_backend.read_topology(fs)
 
 
 def snapshot(

@@ -39,10 +39,10 @@ class NodeTier:
         True in ZONE_NORMAL, False in ZONE_MOVABLE (the kernel moves them to another
         node), None where it is mixed or the zone is not known (nodes with CPUs have
         normal memory of their own)."""
-        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
-
         if self.zone is None:
             return True if self.node.cpus else None
+        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
+
         return HOLDS_LONGTERM_PINS[self.zone]
 
 

@@ -163,11 +163,6 @@ def node_json(nt: NodeTier) -> Json:
     }
 
 
-def cc_text(cc: tuple[int, int] | None) -> str | None:
-    """A compute capability as CUDA writes it ('9.0'); None when unknown."""
-    return None if cc is None else f"{cc[0]}.{cc[1]}"
-
-
 def gpu_json(g: GpuDevice) -> Json:
     """A GPU: identity, memory, nearest node, and what matters for host memory; null for
     what its source cannot tell (``source``: nvml, procfs or cuda)."""
@@ -180,7 +175,7 @@ def gpu_json(g: GpuDevice) -> Json:
         "total_memory": g.total_memory,
         "sm_count": g.sm_count,
         "sm_count_source": g.sm_count_source,
-        "compute_capability": cc_text(g.compute_capability),
+        "compute_capability": g.cc_text,
         "numa_node": g.numa_node,
         "numa_node_source": g.numa_node_source,
         "source": g.source,

@@ -45,6 +45,12 @@ class GpuDevice:
         """The GPU's tier name: gpu0, gpu1... in PCI bus order."""
         return f"gpu{self.index}"
 
+    @property
+    def cc_text(self) -> str | None:
+        """The compute capability as CUDA writes it ('9.0'); None when unknown."""
+        cc = self.compute_capability
+        return None if cc is None else f"{cc[0]}.{cc[1]}"
+
 
 @dataclass(frozen=True)
 class GpuInventory:

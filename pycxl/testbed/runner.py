@@ -14,7 +14,6 @@ BOOTS times in all); it ran past the timeout.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shlex
 import signal
@@ -26,12 +25,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .._log import get_logger
 from ..errors import NotAvailableError, NotFoundError, TestbedError
 from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
 
-log = logging.getLogger("pycxl.testbed")
+log = get_logger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
 POLL_S = 0.2  # how often the host looks at the guest's output file
