@@ -8,6 +8,7 @@ import sys
 import click
 
 from pycxl.testbed.inject import KINDS as INJECT_KINDS
+from pycxl.testbed.progress import STALL_TIMEOUT_S
 from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
 
 
@@ -17,8 +18,10 @@ from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
 @click.option("--list-topologies", is_flag=True, help="Describe the topologies and exit.")
 @click.option("--setup", "setup_only", is_flag=True,
               help="Check requirements and fetch the kernel, then exit.")  # fmt: skip
-@click.option("--timeout", type=click.IntRange(min=1), default=1500, show_default=True,
-              help="Seconds before giving up.")  # fmt: skip
+@click.option("--timeout", type=click.IntRange(min=1), default=int(STALL_TIMEOUT_S),
+              show_default=True,
+              help="Seconds COMMAND may run without new output before the boot is ended and "
+                   "COMMAND runs again in a fresh one (3 boots at most).")  # fmt: skip
 @click.option("--inject", type=click.Choice(sorted(INJECT_KINDS)),
               help="Inside the testbed: inject this fault into an emulated device.")  # fmt: skip
 @click.option("--memdev", metavar="MEMDEV",

@@ -5,7 +5,7 @@ back; tests marked ``gpu`` need a CUDA driver.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import shlex
 import sys
@@ -17,7 +17,14 @@ import pytest
 
 TREES = Path(__file__).parent / "data" / "trees"
 IN_GUEST = os.environ.get("PYCXL_IN_TESTBED") == "1"
-REPORT = "guest-report.jsonl"
+REPORTING = IN_GUEST and os.environ.get("PYCXL_GUEST_REPORT") == "1"
+# The guest's pytest loads no third-party plugin: under TCG, pytest-benchmark's start-up
+# took 234 s and hypothesis's 45 s of a boot, where pytest alone starts in 17 s.
+GUEST_PYTEST_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYCXL_GUEST_REPORT": "1",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+}
 
 
 @pytest.fixture
@@ -33,8 +40,8 @@ def _topology_of(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if IN_GUEST and os.environ.get("PYCXL_GUEST_REPORT") == "1":
-        _resume_after_a_crash(config, items)
+    if REPORTING:
+        _resume(config, items)
     by_topology: dict[str, list[str]] = defaultdict(list)
     for item in items:
         topo = _topology_of(item)
@@ -86,6 +93,7 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
         if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
             pytest.fail(str(e), pytrace=False)
         pytest.skip(f"testbed unavailable: {e}")
+    from pycxl.testbed import progress
     from pycxl.testbed.runner import new_workdir
 
     nodeids = config._pycxl_kernel_tests[topo]  # type: ignore[attr-defined]
@@ -96,18 +104,18 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
             cmd,
             topo,
             cwd=str(config.rootpath),
-            env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"},
+            env=GUEST_PYTEST_ENV,
             workdir=workdir,
         )
         output = result.output
         said = f"{result.boots} boot(s), guest pytest exit {result.returncode}"
     except TestbedError as e:
-        # What the guest reported before the emulator stopped still stands; the tests
-        # it never reported fail with this error (remembered, so they report it
-        # instead of booting again one by one).
-        output, said = str(e), "the emulator stopped on every boot"
+        # What the guest reported before its boots stopped still stands; the tests it
+        # never reported fail with this error (remembered, so they report it instead
+        # of booting again one by one).
+        output, said = str(e), "the guest stopped before it finished"
     out: dict[str, Any] = {"__output__": {"text": output}}
-    for rec in _reported(workdir / REPORT):
+    for rec in progress.outcomes(workdir):
         prev = out.get(rec["nodeid"])
         # a failure in any phase (setup, call, teardown) fails the test
         if prev is None or prev["outcome"] == "passed":
@@ -117,30 +125,32 @@ def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
     return out
 
 
-def _reported(path: Path) -> list[dict[str, Any]]:
-    """The guest's records; a line cut short by an emulator crash is not one."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+def _resume(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a later boot (an earlier one was cut short: the emulator stopped, or the guest
+    made no progress for too long), run only what earlier boots did not finish: the test
+    that was running when a boot stopped runs again, from a fresh guest, and finished ones
+    keep their reported outcome. A docs walk-through is one unit (its lines build on each
+    other): cut short, it runs again from its start. A test that was running when two
+    boots stopped is not run a third time: it fails, saying why, and the rest go on."""
+    from pycxl.testbed import progress
 
-
-def _resume_after_a_crash(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a later boot (the emulator stopped in an earlier one), run only what earlier
-    boots did not finish: the test that was running when it stopped runs again, from a
-    fresh guest, and finished ones keep their reported outcome. A docs walk-through is
-    one unit (its lines build on each other): cut short, it runs again from its start."""
-    done = {rec["nodeid"] for rec in _reported(Path(os.environ["PYCXL_TESTBED_WORKDIR"]) / REPORT)}
+    workdir = Path(os.environ["PYCXL_TESTBED_WORKDIR"])
+    done = progress.finished(workdir)
     unfinished = {_resume_unit(item) for item in items if item.nodeid not in done}
-    finished = [item for item in items if _resume_unit(item) not in unfinished]
-    if finished:
-        config.hook.pytest_deselected(items=finished)
-        items[:] = [item for item in items if _resume_unit(item) in unfinished]
+    keep = [item for item in items if _resume_unit(item) in unfinished]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+    stopped = progress.stopped_in(workdir)
+    for item in items:
+        boots = stopped.get(item.nodeid, [])
+        if len(boots) >= 2:
+            why = progress.stop_reasons(workdir, boots)
+            item.runtest = functools.partial(  # type: ignore[method-assign]
+                pytest.fail,
+                f"the guest stopped while this test ran, in two boots ({why}); not run again",
+                pytrace=False,
+            )
 
 
 def _resume_unit(item: pytest.Item) -> str:
@@ -152,9 +162,16 @@ def _resume_unit(item: pytest.Item) -> str:
     return item.nodeid
 
 
-# --- guest side: record each test's outcome for the host ----------------------------
+# --- guest side: record each test's start and outcome for the host -----------------
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if REPORTING:
+        from pycxl.testbed import progress
+
+        progress.record_start(Path(os.environ["PYCXL_TESTBED_WORKDIR"]), nodeid)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not (IN_GUEST and os.environ.get("PYCXL_GUEST_REPORT") == "1"):
+    if not REPORTING:
         return
     if report.when != "call" and report.outcome == "passed":
         return
@@ -163,7 +180,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         text = str(report.longrepr[2])
     elif report.longrepr is not None:
         text = str(report.longrepr)
-    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text}
-    path = Path(os.environ["PYCXL_TESTBED_WORKDIR"]) / REPORT
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
+    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text,
+           "duration_s": round(report.duration, 3)}  # fmt: skip
+    from pycxl.testbed import progress
+
+    progress.record(Path(os.environ["PYCXL_TESTBED_WORKDIR"]), rec)

@@ -7,8 +7,12 @@ them from that directory, whatever channel virtme-ng had for the guest's console
 
 What went wrong is told apart: the guest never started the command (a boot problem,
 reported with virtme-ng's output); it started but the emulator stopped before the exit
-status was written (a QEMU crash where the guest touches CXL memory, booted again up to
-BOOTS times in all); it ran past the timeout.
+status was written (a QEMU crash where the guest touches CXL memory); it made no progress
+for ``timeout`` seconds (a stuck or very slow guest). The last two end the boot and boot
+again: a command that records its units of work (progress.py; the kernel tests do)
+resumes where the stopped boot left off. The limit follows progress, not the wall clock, so
+a guest on a busy host that runs twice as slowly still finishes; boots stop when BOOTS of
+them in a row finish nothing new.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import NotAvailableError, NotFoundError, TestbedError
+from . import progress
 from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
@@ -36,7 +41,7 @@ log = logging.getLogger("pycxl.testbed")
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
 POLL_S = 0.2  # how often the host looks at the guest's output file
 GUEST_MEMORY = "2G"
-BOOTS = 3  # a boot the emulator cut short is followed by another, resuming the tests
+BOOTS = 3  # boots cut short in a row, finishing nothing new, before giving up
 
 
 @dataclass(frozen=True)
@@ -102,12 +107,16 @@ def run_in_guest(
     *,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
-    timeout: float = 1500.0,
+    timeout: float = progress.STALL_TIMEOUT_S,
+    boot_timeout: float = progress.BOOT_TIMEOUT_S,
     on_output: Callable[[str], None] | None = None,
     workdir: Path | None = None,
 ) -> GuestResult:
-    """Boot once (again, up to BOOTS boots, if the emulator crashes) and run ``command``
-    with sh in the guest."""
+    """Boot and run ``command`` with sh in the guest; boot again when a boot is cut short.
+
+    ``timeout``: seconds the running command may go without progress (new output, or a
+    unit of work recorded in the work directory) before the boot is ended as stuck.
+    ``boot_timeout``: seconds for the guest to reach the command."""
     topo = topology(topology_name)
     check_requirements()
     kernel = prepare_kernel()
@@ -130,33 +139,47 @@ def run_in_guest(
         "--exec", f"sh {shlex.quote(str(script))}",
     ]  # fmt: skip
     ids = {sn: topo.device_id(sn) for sn in topo.serials}
-    for boot in range(1, BOOTS + 1):
-        outcome = _boot(argv, _GuestFiles(workdir), timeout, on_output,
+    limits = _Limits(boot=boot_timeout, stall=timeout)
+    boot = in_a_row = 0
+    while True:
+        boot += 1
+        done_before = progress.finished(workdir)
+        outcome = _boot(argv, _GuestFiles(workdir), limits, on_output,
                         serve=lambda: serve_requests(workdir, qmp, ids))  # fmt: skip
         if outcome.returncode is not None:
             return GuestResult(outcome.returncode, outcome.output, boot, workdir)
         if not outcome.started:
             raise TestbedError(
-                "the testbed guest never started the command (boot failed); "
+                f"the testbed guest never started the command ({outcome.stopped}); "
                 f"virtme-ng exit {outcome.vng_returncode}, its output:\n{outcome.vng_tail}"
             )
-        # keep the failed boot's files for a post-mortem: the next boot starts afresh
+        # keep the stopped boot's files for a post-mortem: the next boot starts afresh
         for name in ("output", "vng.log"):
             if (workdir / name).exists():
                 (workdir / name).replace(workdir / f"{name}.boot{boot}")
+        progress.note_stop(workdir, boot, outcome.stopped)
+        new = len(progress.finished(workdir) - done_before)
+        in_a_row = 0 if new else in_a_row + 1
         log.warning(
-            "the emulator stopped while the command ran, before the guest wrote its exit "
-            "status (boot %d of at most %d; a known QEMU crash where the guest touches CXL "
-            "memory)%s",
+            "testbed boot %d ended before the command did: %s; it finished %d new unit(s)%s",
             boot,
-            BOOTS,
-            "; booting again" if boot < BOOTS else "",
+            outcome.stopped,
+            new,
+            "; booting again, resuming" if in_a_row < BOOTS else "",
         )
-    raise TestbedError(
-        f"the testbed emulator stopped {BOOTS} times in a row while the command ran "
-        f"(virtme-ng exit {outcome.vng_returncode}); the command's last output:\n"
-        f"{outcome.output[-2000:]}"
-    )
+        if in_a_row >= BOOTS:
+            raise TestbedError(
+                f"the testbed guest stopped {BOOTS} boots in a row without finishing anything "
+                f"new ({progress.stop_reasons(workdir, list(range(boot - BOOTS + 1, boot + 1)))}; "
+                f"virtme-ng exit {outcome.vng_returncode}); the command's last output:\n"
+                f"{outcome.output[-2000:]}"
+            )
+
+
+@dataclass(frozen=True)
+class _Limits:
+    boot: float  # seconds to reach the command
+    stall: float  # seconds without progress once the command runs
 
 
 @dataclass
@@ -168,6 +191,16 @@ class _GuestFiles:
     def reset(self) -> None:
         for name in ("started", "output", "exit-status", "exit-status.new", "vng.log"):
             (self.workdir / name).unlink(missing_ok=True)
+
+    def progress_mark(self) -> tuple[int, int]:
+        """Changes whenever the command shows progress: output, units recorded."""
+        sizes = []
+        for path in (self.output, self.workdir / progress.REPORT):
+            try:
+                sizes.append(path.stat().st_size)
+            except FileNotFoundError:
+                sizes.append(0)
+        return sizes[0], sizes[1]
 
     @property
     def started(self) -> bool:
@@ -193,6 +226,7 @@ class _GuestFiles:
 class _Outcome:
     returncode: int | None  # the command's exit status; None if it never arrived
     started: bool  # the guest reached the command
+    stopped: str  # why the boot ended before the exit status came, in words
     output: str  # the command's output
     vng_returncode: int
     vng_tail: str  # virtme-ng's own output (boot errors), last lines
@@ -201,11 +235,13 @@ class _Outcome:
 def _boot(
     argv: list[str],
     files: _GuestFiles,
-    timeout: float,
+    limits: _Limits,
     on_output: Callable[[str], None] | None,
     serve: Callable[[], None] | None = None,
 ) -> _Outcome:
-    """Run one boot, following the command's output file as it grows."""
+    """Run one boot, following the command's output file as it grows, until the guest
+    ends, its device breaks, or it runs out of time: ``limits.boot`` to reach the command,
+    then ``limits.stall`` from its last sign of progress."""
     files.reset()
     with files.vng_log.open("wb") as vng_log:
         proc = subprocess.Popen(
@@ -216,25 +252,40 @@ def _boot(
             start_new_session=True,
         )
     follower = _Follower(files.output, on_output)
-    deadline = time.monotonic() + timeout
+    stopped = (
+        "the emulator stopped before the command ended (QEMU crashed, or the guest powered off)"
+    )
+    mark, last_progress, started = files.progress_mark(), time.monotonic(), False
     try:
         while proc.poll() is None:
-            if time.monotonic() > deadline:
-                _kill_group(proc)
-                proc.wait()
-                raise TestbedError(f"the testbed guest did not finish within {timeout:.0f} s")
+            now = time.monotonic()
+            if not started and files.started:
+                started, last_progress = True, now
+            elif started and files.progress_mark() != mark:
+                mark, last_progress = files.progress_mark(), now
+            if not started and now - last_progress > limits.boot:
+                stopped = f"the guest did not reach the command within {limits.boot:.0f} s"
+                _end(proc)
+                break
+            if started and now - last_progress > limits.stall:
+                stopped = (
+                    f"no progress for {limits.stall:.0f} s (no output, no test started or "
+                    "finished): a stuck or very slow guest"
+                )
+                _end(proc)
+                break
             follower.poll()
             if serve is not None:
                 serve()  # the guest's injection requests, through QMP
-            if _device_broken(files.vng_log):
-                _kill_group(proc)  # the guest's disk I/O hangs from here: do not wait
-                proc.wait()
+            broken = _device_broken(files.vng_log)
+            if broken:
+                stopped = f"QEMU stopped the guest's virtio device ({broken})"
+                _end(proc)  # the guest's disk I/O hangs from here: do not wait
                 break
             time.sleep(POLL_S)
     finally:
         if proc.poll() is None:  # interrupted: never leave an emulator running
-            _kill_group(proc)
-            proc.wait()
+            _end(proc)
     follower.poll(final=True)
     vng_text = files.vng_log.read_text(errors="replace")
     rc = files.exit_status()
@@ -250,22 +301,29 @@ def _boot(
     return _Outcome(
         returncode=rc,
         started=files.started,
+        stopped=stopped,
         output=follower.text,
         vng_returncode=proc.returncode,
         vng_tail=vng_text.strip()[-2000:] or "(nothing)",
     )
 
 
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    _kill_group(proc)
+    proc.wait()
+
+
 # QEMU's messages when it stops a virtio device for good; the guest then hangs on I/O
 FATAL_DEVICE_ERRORS = ("virtio: bogus descriptor", "virtio: zero sized buffers")
 
 
-def _device_broken(vng_log: Path) -> bool:
+def _device_broken(vng_log: Path) -> str | None:
+    """QEMU's message if it stopped a virtio device for good."""
     try:
         text = vng_log.read_text(errors="replace")
     except FileNotFoundError:
-        return False
-    return any(e in text for e in FATAL_DEVICE_ERRORS)
+        return None
+    return next((e for e in FATAL_DEVICE_ERRORS if e in text), None)
 
 
 def _marker_status(text: str) -> int | None:

@@ -1,6 +1,8 @@
 """The testbed harness itself, on the host: a boot where the guest has no script I/O
 ports (a host without udev) still returns the command's output and exit status; a guest
-that stops in the middle of the kernel tests is booted again and the tests resume.
+that stops in the middle of the kernel tests is booted again and the tests resume; a guest
+that makes no progress for the harness's limit is treated the same way, and the limit
+follows progress, not the wall clock.
 
 The host's udevd is hidden from the guest by a private mount namespace (the guest sees
 the host's file system through QEMU), so this runs the same with or without udev
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.testbed import GuestResult, progress
 from pycxl.testbed.kernel import UDEVD_PATHS, missing_requirements
+from tests.conftest import GUEST_PYTEST_ENV
 
 PROBE = """
 import json, sys
@@ -57,27 +61,73 @@ def test_guest_without_udev_reports_output_and_status(tmp_path: Path) -> None:
     assert "PYCXL-TESTBED-EXIT" not in result["vng"]
 
 
-def test_a_stopped_guest_boots_again_and_the_tests_resume() -> None:
-    """The guest stops in the middle of a walk-through (resume_probe.py), as the
-    emulator does when it crashes. The harness boots again; the finished test is not run
-    again, and the walk-through runs again from its first step, in the fresh guest."""
-    _require_testbed()
+def _run_probe(probe: str, **kwargs: float) -> GuestResult:
     from pycxl.testbed import run_in_guest
 
     root = Path(__file__).resolve().parents[2]
-    probe = "tests/testbed/resume_probe.py"
-    r = run_in_guest(f"{sys.executable} -m pytest -q -p no:cacheprovider {probe}", cwd=str(root),
-                     env={"PYTHONDONTWRITEBYTECODE": "1", "PYCXL_GUEST_REPORT": "1"})  # fmt: skip
-    assert r.boots == 2, r.output
+    env = dict(GUEST_PYTEST_ENV)
+    if "timeout" in kwargs:
+        env["PYCXL_PROBE_STALL_S"] = str(kwargs["timeout"])
+    return run_in_guest(f"{sys.executable} -m pytest -q -p no:cacheprovider {probe}",
+                        cwd=str(root), env=env, **kwargs)  # fmt: skip
+
+
+def _calls(r: GuestResult) -> list[tuple[str, str]]:
+    """(test name, outcome) of each test's call phase, in the order the guest ran them."""
+    return [(rec["nodeid"].split("::")[1], rec["outcome"]) for rec in progress.outcomes(r.workdir)
+            if rec["when"] == "call"]  # fmt: skip
+
+
+def test_a_stopped_guest_boots_again_and_the_tests_resume() -> None:
+    """The guest stops in the middle of a walk-through (resume_probe.py), as the
+    emulator does when it crashes. The harness boots again; the finished test is not run
+    again, and the walk-through runs again from its first step, in the fresh guest. A
+    test that stops the guest each time it runs fails after two boots, and the test after
+    it runs."""
+    _require_testbed()
+    r = _run_probe("tests/testbed/resume_probe.py")
+    assert r.boots == 4, r.output
+    assert r.returncode == 1, r.output  # the test given up fails in the guest's pytest
+    walk = "test_walk[Step(doc='probe.md', line={}, where='testbed')]"
+    assert _calls(r) == [
+        ("test_finishes_in_the_first_boot", "passed"),  # boot 1
+        (walk.format(1), "passed"),  # then step 2 stopped it
+        (walk.format(1), "passed"),  # boot 2, from step 1
+        (walk.format(2), "passed"),
+        (walk.format(3), "passed"),
+        ("test_runs_after_the_stop", "passed"),  # then the next test stopped it, and in boot 3
+        ("test_stops_the_guest_every_time", "failed"),  # boot 4: given up
+        ("test_runs_after_the_one_given_up", "passed"),
+    ], r.output
+    given_up = [rec["text"] for rec in progress.outcomes(r.workdir)
+                if rec["nodeid"].endswith("test_stops_the_guest_every_time")]  # fmt: skip
+    assert "stopped while this test ran, in two boots (boot 2: the emulator stopped" in given_up[0]
+    assert "boot 3: the emulator stopped" in given_up[0]
+    assert "deselected" in r.output  # a later boot did not run the finished tests again
+
+
+def test_a_slow_guest_is_resumed_like_a_stopped_one() -> None:
+    """A guest slowed on purpose (slow_probe.py): its first two tests take 0.6 of the
+    progress limit each, so the boot runs well past the limit and still goes on (the limit
+    follows progress); the next test is slow once, past the limit: the harness ends that
+    boot, boots again and the session resumes at that test, which now passes."""
+    _require_testbed()
+    limit = 90.0
+    r = _run_probe("tests/testbed/slow_probe.py", timeout=limit)
     assert r.returncode == 0, r.output
-    records = map(json.loads, (r.workdir / "guest-report.jsonl").read_text().splitlines())
-    calls = [rec["nodeid"].split("::")[1] for rec in records if rec["when"] == "call"]
-    assert calls == [
-        "test_finishes_in_the_first_boot",  # boot 1
-        "test_walk[Step(doc='probe.md', line=1, where='testbed')]",  # then step 2 stopped it
-        "test_walk[Step(doc='probe.md', line=1, where='testbed')]",  # boot 2, from step 1
-        "test_walk[Step(doc='probe.md', line=2, where='testbed')]",
-        "test_walk[Step(doc='probe.md', line=3, where='testbed')]",
-        "test_runs_after_the_stop",
-    ], calls
-    assert "1 deselected" in r.output  # boot 2 did not run the finished test again
+    assert r.boots == 2, r.output
+    step = "test_slow_step[{}]"
+    assert _calls(r) == [
+        (step.format(1), "passed"),
+        (step.format(2), "passed"),
+        ("test_slow_once", "passed"),  # boot 2
+        ("test_runs_after_the_slow_one", "passed"),
+    ], r.output
+    steps = [rec["duration_s"] for rec in progress.outcomes(r.workdir)
+             if rec["nodeid"].split("::")[1].startswith("test_slow_step")]  # fmt: skip
+    assert sum(steps) > limit  # boot 1 outlived the limit while it made progress
+    assert progress.stops(r.workdir) == [
+        {"boot": 1, "reason": f"no progress for {limit:.0f} s (no output, no test started or "
+                              "finished): a stuck or very slow guest"},
+    ]  # fmt: skip
+    assert "2 deselected" in r.output  # boot 2 did not run the slow steps again

@@ -19,3 +19,23 @@ def test_the_guest_binds_symbols_at_start_up(tmp_path: Path) -> None:
 def test_a_callers_variables_come_last(tmp_path: Path) -> None:
     env = guest_environment("two-dev", 2, "true", tmp_path, env={"PYCXL_GUEST_REPORT": "1"})
     assert env["PYCXL_GUEST_REPORT"] == "1" and env["LD_BIND_NOW"] == "1"
+
+
+def test_progress_tells_the_unit_each_stopped_boot_was_running(tmp_path: Path) -> None:
+    # the records a guest pytest and the host leave in the work directory over three boots
+    from pycxl.testbed import progress
+
+    progress.record_start(tmp_path, "t::a")
+    progress.record(tmp_path, {"nodeid": "t::a", "when": "call", "outcome": "passed"})
+    progress.record_start(tmp_path, "t::b")  # boot 1 stops here
+    progress.note_stop(tmp_path, 1, "no progress for 900 s")
+    assert progress.current_boot(tmp_path) == 2
+    progress.record_start(tmp_path, "t::b")  # and boot 2 too
+    progress.note_stop(tmp_path, 2, "the emulator stopped")
+    with (tmp_path / progress.REPORT).open("a") as f:
+        f.write('{"nodeid": "t::c", "when": "st')  # a line the stopped guest cut short
+    assert progress.finished(tmp_path) == {"t::a"}
+    assert progress.stopped_in(tmp_path) == {"t::b": [1, 2]}
+    assert progress.stop_reasons(tmp_path, [1, 2]) == (
+        "boot 1: no progress for 900 s; boot 2: the emulator stopped"
+    )
