@@ -13,6 +13,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+# A measured figure further than this factor from the advertised one (either way) is
+# called out: firmware figures are often wrong, and so is a misplaced measurement.
+ADVERTISED_FACTOR = 2.0
+
+
+def factor_apart(measured: float, advertised: float | None) -> float | None:
+    """How many times apart two figures are (1.0: equal), whichever is larger."""
+    if advertised is None or advertised <= 0 or measured <= 0:
+        return None
+    return max(measured / advertised, advertised / measured)
+
 
 @dataclass(frozen=True, kw_only=True)
 class BenchResult:
@@ -57,6 +68,10 @@ class LatencyResult(BenchResult):
     tlb_group: int  # bytes per randomisation group
     gpu: str | None = None  # the GPU's name, for GPU initiators
     measure_s: float = 0.0  # wall time of the whole measurement
+    # the platform's read latency for these CPUs reaching the node (HMAT, CDAT), and how
+    # many times apart it is from latency_ns_median; None: nothing advertised for them
+    advertised_latency_ns: float | None = None
+    advertised_factor: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +90,10 @@ class BandwidthResult(BenchResult):
     grid: int | None = None
     block: int | None = None
     unroll: int | None = None
+    # the platform's read bandwidth for these CPUs reaching the node (HMAT, CDAT), and
+    # how many times apart it is from bytes_per_s; None: nothing advertised for them
+    advertised_bytes_per_s: float | None = None
+    advertised_factor: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -96,10 +96,10 @@ def _read_device(ffi: Any, lib: Any, ordinal: int, fs: Sysfs) -> GpuDevice:
     numa = _attr(ffi, lib, dev, drv.ATTR_HOST_NUMA_ID)
     source = "driver"
     if numa is None or numa < 0:
-        numa = fs.read_int(f"/sys/bus/pci/devices/{bus_id}/numa_node")
-        source = "sysfs"
-        if numa is None or numa < 0:
-            numa, source = None, "none"
+        from ..pcie import device_numa_node
+
+        numa = device_numa_node(bus_id, fs)
+        source = "sysfs" if numa is not None else "none"
 
     def a(attr: int) -> int:
         return _attr(ffi, lib, dev, attr) or 0

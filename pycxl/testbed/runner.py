@@ -40,7 +40,6 @@ log = logging.getLogger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
 POLL_S = 0.2  # how often the host looks at the guest's output file
-GUEST_MEMORY = "2G"
 BOOTS = 3  # boots cut short in a row, finishing nothing new, before giving up
 
 
@@ -132,8 +131,7 @@ def run_in_guest(
     qmp = str(workdir / "qmp.sock")  # fault injection (inject.py) goes through it
     argv = [
         vng, "--run", str(kernel.image), "--disable-microvm", "--disable-kvm",
-        "-m", GUEST_MEMORY, "--numa", f"{GUEST_MEMORY},cpus=0-1", "-p", "2",
-        "-a", "memhp_default_state=offline",
+        *topo.vng_args(), "-a", "memhp_default_state=offline",
         "--qemu-opts=" + " ".join([*topo.qemu_args(), "-qmp", f"unix:{qmp},server=on,wait=off"]),
         "--rwdir", str(workdir),
         "--exec", f"sh {shlex.quote(str(script))}",
