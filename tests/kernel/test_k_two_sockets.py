@@ -34,6 +34,8 @@ HMAT = TOPO.hmat
 assert HMAT is not None
 SIZE = 256 << 10
 PCI_TESTDEV = ("0x1b36", "0x0005")  # QEMU's pci-testdev: the stand-in for a GPU
+# movable: the kernel keeps its own allocations out, so each test can destroy its regions
+MOVABLE = ("--zone", "movable")
 
 
 def _figures(f: Figure) -> tuple[int, int]:
@@ -106,8 +108,8 @@ def test_sockets_and_what_the_firmware_advertises() -> None:
 
 @pytest.mark.kernel(topology="two-socket")
 def test_a_region_on_each_socket_is_nearest_its_socket(monkeypatch: pytest.MonkeyPatch) -> None:
-    a = _json("region", "create", "-d", _window(0), *_serials(0))
-    b = _json("region", "create", "-d", _window(1), _serials(1)[0])
+    a = _json("region", "create", *MOVABLE, "-d", _window(0), *_serials(0))
+    b = _json("region", "create", *MOVABLE, "-d", _window(1), _serials(1)[0])
     assert isinstance(a, dict) and isinstance(b, dict)
     assert (a["tier"], b["tier"]) == ("cxl0", "cxl1")
     assert (a["memdev_nodes"], b["memdev_nodes"]) == ([0], [1])
@@ -176,7 +178,7 @@ def test_a_region_across_sockets_as_the_windows_decide() -> None:
     assert "which root decoder" in p.stderr and "memdevs on two sockets (nodes 0, 1)" in p.stderr
     assert state_diff(before, cxl_state()) == []
     # the window over both bridges allows it
-    r = _json("region", "create", "-d", _window(0, 1), *across)
+    r = _json("region", "create", *MOVABLE, "-d", _window(0, 1), *across)
     assert isinstance(r, dict) and r["memdev_nodes"] == [0, 1] and r["interleave_ways"] == 2
     s = snapshot(gpus=False)
     t = _tiers(s)[str(r["tier"])]
@@ -192,7 +194,7 @@ def test_a_region_across_sockets_as_the_windows_decide() -> None:
     assert p.returncode == 2 and "address order" in p.stderr, p.stderr
     assert state_diff(mid, cxl_state()) == []
     pycxl.destroy_region(str(r["region"]))
-    r = _json("region", "create", "-d", _window(1), _serials(1)[0])  # now it fits
+    r = _json("region", "create", *MOVABLE, "-d", _window(1), _serials(1)[0])  # now it fits
     pycxl.destroy_region(str(r["region"]))  # type: ignore[index]
     assert state_diff(before, cxl_state()) == []
 
@@ -202,7 +204,7 @@ def test_weights_from_measurement_and_the_pages_that_follow_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PYCXL_BENCH_QUICK", "1")
-    r = _json("region", "create", "-d", _window(0), _serials(0)[0])
+    r = _json("region", "create", *MOVABLE, "-d", _window(0), _serials(0)[0])
     assert isinstance(r, dict) and r["tier"] == "cxl0"
     s = snapshot(gpus=False)
     dram, cxl = s.resolve("dram0").node, s.resolve("cxl0").node
