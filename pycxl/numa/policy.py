@@ -207,8 +207,8 @@ def read_weight_mode(fs: Sysfs | None = None) -> str | None:
 
 
 def weights_plan(weights: dict[int, int], fs: Sysfs | None = None) -> Plan:
-    """The steps that set per-node weights (1..255), each undone by writing the previous
-    weight back. Where the kernel's auto mode is on, the first step turns it off, said
+    """The steps that set per-node weights (1..255) that differ from the present ones,
+    each undone by writing the previous weight back. Where the kernel's auto mode is on, the first step turns it off, said
     in words (writing a weight would turn it off anyway, silently); its undo turns it
     back on."""
     fs = fs or Sysfs()
@@ -225,8 +225,9 @@ def weights_plan(weights: dict[int, int], fs: Sysfs | None = None) -> Plan:
                            auto, "false", (auto, "true")))  # fmt: skip
     for node, w in sorted(weights.items()):
         path = f"{WEIGHTS_DIR}/node{node}"
-        steps.append(write(f"node {node}: weight {previous[node]} -> {w}", path, str(w),
-                           (path, str(previous[node]))))  # fmt: skip
+        if w != previous[node]:  # an unchanged weight is no step
+            steps.append(write(f"node {node}: weight {previous[node]} -> {w}", path, str(w),
+                               (path, str(previous[node]))))  # fmt: skip
     return Plan("set weighted-interleave weights", tuple(steps))
 
 
