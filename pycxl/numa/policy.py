@@ -208,9 +208,9 @@ def read_weight_mode(fs: Sysfs | None = None) -> str | None:
 
 def weights_plan(weights: dict[int, int], fs: Sysfs | None = None) -> Plan:
     """The steps that set per-node weights (1..255) that differ from the present ones,
-    each undone by writing the previous weight back. Where the kernel's auto mode is on, the first step turns it off, said
-    in words (writing a weight would turn it off anyway, silently); its undo turns it
-    back on."""
+    each undone by writing the previous weight back. Where the kernel's auto mode is on,
+    the first step turns it off, said in words (writing a weight would turn it off
+    anyway, silently); its undo turns it back on."""
     fs = fs or Sysfs()
     previous = read_weights(fs)
     for node, w in weights.items():
