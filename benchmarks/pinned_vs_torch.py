@@ -55,7 +55,7 @@ def tune(size: int, target: str) -> None:
     s = pycxl.snapshot()
     g = s.gpu("gpu0")
     cpus = list(s.copy_cpus(g, 64))
-    ctx = GpuContext(g.ordinal)
+    ctx = GpuContext.of(g)
     dev = DeviceMemory(ctx, size)
     host = pycxl.allocate(size, target)
     for chunk in (8 << 20, 16 << 20, 32 << 20):

@@ -1,4 +1,4 @@
-"""pycxl bench latency|bandwidth|first-touch|transfer|matrix: measurements by name, through
+"""pycxl bench latency|bandwidth|first-touch|transfer|offload|matrix: measurements by name, through
 the one dispatcher (pycxl.bench.dispatch) that the library and the matrix use too."""
 
 from __future__ import annotations
@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .params import COUNT, INT_LIST, PAGE_SIZE, RatesType, SizeType
+from .params import (
+    COUNT,
+    INT_LIST,
+    PAGE_SIZE,
+    CountType,
+    OutputFileType,
+    RatesType,
+    SizeType,
+    plot_suffixes,
+)
 from .render import emit_json, emit_table
 
 if TYPE_CHECKING:
@@ -30,7 +39,10 @@ TARGET = click.option("--target", "-t", required=True, metavar="TARGET",
 PAGE = click.option(
     "--page-size", "page", type=click.Choice(["4k", "2m"]), default="4k", show_default=True
 )
-PLOT = click.option("--plot", default=None, metavar="FILE.png", help="Draw the results.")
+PLOT = click.option("--plot", type=OutputFileType(plot_suffixes), default=None,
+                    metavar="FILE.png",
+                    help="Draw the results (png, svg, pdf...: any format matplotlib writes; "
+                         "the path is checked before measuring).")  # fmt: skip
 
 
 def samples_option(default: int | None, what: str) -> Callable[[Any], Any]:
@@ -70,7 +82,6 @@ def latency_command(target: str, initiator: str | None, size: int | None, page: 
     from pycxl.bench import dispatch
     from pycxl.bench.context import default
 
-    _check_plot(plot)
     s = _snapshot(target, initiator)
     if not sweep:
         results = dispatch.measure_latency(target, initiator, size=size, page=page,
@@ -113,7 +124,6 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
     the GPU's pinned copy from that memory."""
     from pycxl.bench import dispatch
 
-    _check_plot(plot)
     s = _snapshot(target, initiator)
     counts: Sequence[int | None] = threads or [None]
     results: list[BenchResult] = []
@@ -139,7 +149,7 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
 @click.option("--rates", type=RatesType(), default=None, metavar="GB/S[,GB/S...]",
               help="Load bandwidths to pace to (default: a sweep from idle to the "
                    "peak).")  # fmt: skip
-@click.option("--steps", type=click.IntRange(min=2), default=None,
+@click.option("--steps", type=CountType(minimum=2), default=None,
               help="Points of the automatic sweep (default: 10).")  # fmt: skip
 @click.option("--load-threads", type=COUNT, default=None,
               help="CPU load threads (default: every CPU of the initiator but the chase's "
@@ -171,7 +181,6 @@ def loaded_latency_command(
     """
     from pycxl.bench import dispatch
 
-    _check_plot(plot)
     s = _snapshot(target, initiator, load_from)
     results = dispatch.measure_loaded_latency(
         target, initiator, load_on=load_on, load_from=load_from, mix=mix,
@@ -229,7 +238,7 @@ def _plot_loaded(path: str, results: Sequence[Any]) -> None:
     ax.set_title(f"loaded latency: {first.target} from {first.initiator}, "
                  f"load on {first.load_target} from {first.load_from}")  # fmt: skip
     ax.legend(title="mix")
-    fig.savefig(path)
+    _save(fig, path)
 
 
 @bench_group.command("first-touch")
@@ -273,6 +282,72 @@ def transfer_command(gpu: str, target: str, direction: str, pageable: bool, stag
         system=snapshot(),
     )  # fmt: skip
     _emit(results, as_json)
+
+
+@bench_group.command("offload")
+@click.option("--target", "-t", default="all", show_default=True, metavar="TARGETS",
+              help="Host tiers the weights live on: dram0, cxl0, or all.")  # fmt: skip
+@click.option("--gpu", "-g", default="gpu0", show_default=True, metavar="GPU")
+@click.option("--layers", type=COUNT, default=None, help="Layers in the stack (default: 16).")
+@click.option("--width", type=CountType(minimum=8), default=None,
+              help="Each layer is Linear(WIDTH, WIDTH) in bf16 (default: 8192).")  # fmt: skip
+@click.option("--tokens", type=COUNT, default=None,
+              help="Rows of activations: the compute per layer (default: 1024).")  # fmt: skip
+@click.option("--lookahead", type=CountType(minimum=0), default=1, show_default=True,
+              help="Layers pycxl copies ahead of the one computing.")  # fmt: skip
+@click.option("--backward", is_flag=True, help="Forward and backward (gradients to the tier).")
+@click.option("--mode", "modes", default="hbm,pycxl,to,pinned", show_default=True,
+              metavar="MODES", help="hbm (always run), pycxl, to, pinned.")  # fmt: skip
+@samples_option(None, "Timed steps after two untimed ones (default: 5).")
+@AS_JSON
+def offload_command(target: str, gpu: str, layers: int | None, width: int | None,
+                    tokens: int | None, lookahead: int, backward: bool, modes: str,
+                    samples: int | None, as_json: bool) -> None:  # fmt: skip
+    """Layers run on a GPU with their weights on host tiers: streamed by pycxl, against
+    plain .to() copies, pinned copies without look-ahead, and all in HBM."""
+    from pycxl.bench import dispatch
+    from pycxl.system import snapshot
+
+    results = dispatch.measure_offload(
+        target, gpu, modes=modes, layers=layers, width=width, tokens=tokens,
+        lookahead=lookahead, backward=backward, samples=samples, system=snapshot(),
+    )  # fmt: skip
+    if as_json:
+        emit_json([r.as_json() for r in results])
+        return
+    _emit_offload(results)
+
+
+def _emit_offload(results: Sequence[Any]) -> None:
+    from pycxl.units import format_size
+
+    first = results[0]
+    pass_ = "forward+backward" if first.backward else "forward"
+    click.echo(f"{first.layers} x Linear({first.width}, {first.width}) bf16 "
+               f"({format_size(first.layer_bytes)} per layer), {first.tokens} tokens, "
+               f"{pass_}, on {first.gpu}")  # fmt: skip
+    together = any(r.alone_s is not None for r in results)
+    rows = []
+    for r in results:
+        bound = "-"
+        if r.mode != "hbm":
+            bound = (f"{1e3 * r.bound_s:.1f} ms (compute {1e3 * r.compute_s:.1f} ms, pinned "
+                     f"{r.pinned_h2d_bytes_per_s / 1e9:.1f} GB/s)")  # fmt: skip
+        row = [
+            r.mode, r.initiator, r.target, "-" if r.node is None else r.node,
+            f"{1e3 * r.step_s:.2f} ms", f"{r.vs_bound:.2f}x",
+            "-" if r.hidden is None else f"{100 * r.hidden:.0f}%",
+            "-" if r.link_bytes_per_s is None else _rate(r.link_bytes_per_s),
+            "-" if r.pages is None else f"{r.pages_on_node}/{r.pages}", bound,
+        ]  # fmt: skip
+        if together:
+            row[2:2] = [r.at_once, "-" if r.alone_s is None else f"{r.step_s / r.alone_s:.2f}x"]
+        rows.append(row)
+    head = ["mode", "gpu", "weights on", "node", "step", "vs bound", "copy hidden", "link",
+            "pages on node", "bound"]  # fmt: skip
+    if together:
+        head[2:2] = ["at once", "vs alone"]
+    emit_table(None, head, rows)
 
 
 @bench_group.command("matrix")
@@ -385,7 +460,8 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
         adv = ADVERTISED.get(bench)
         rows: list[list[Any]] = [
             [r.benchmark, _variant(r), r.target, r.node, r.initiator, len(r.cpus) or "-",
-             format_size(r.size), format_size(r.page_size) if r.page_size else "-",
+             format_size(r.size) + ("*" if _in_cache(r) else ""),
+             format_size(r.page_size) if r.page_size else "-",
              *(_figure(k, getattr(r, k)) for k in keys),
              *(_advertised_cells(r, adv) if adv else [])]
             for r in mine
@@ -394,6 +470,16 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
                           *keys, *(["advertised", "apart"] if adv else [])], rows)  # fmt: skip
         if adv:
             _say_apart(mine, adv)
+    cached = [r for r in results if _in_cache(r)]
+    if cached:
+        r = cached[0]
+        cache = format_size(getattr(r, "last_level_cache", 0))
+        click.echo(f"* fits in the {cache} last-level cache: the figure is the cache's, not "
+                   f"{r.target}'s memory (the default size is 4x the cache)\n")  # fmt: skip
+
+
+def _in_cache(r: BenchResult) -> bool:
+    return bool(getattr(r, "fits_in_cache", False))
 
 
 # the advertised figure beside each measurement, and the measured one it is set against
@@ -443,16 +529,6 @@ def _figure(key: str, v: float) -> str:
     return f"{v:.1f}"
 
 
-def _check_plot(path: str | None) -> None:
-    """--plot needs matplotlib: say so before measuring anything."""
-    import importlib.util
-
-    if path and importlib.util.find_spec("matplotlib") is None:
-        from pycxl.errors import NotAvailableError
-
-        raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'")
-
-
 def _plot(path: str, results: Sequence[Any], x: str, y: str, xl: str, yl: str) -> None:
     import matplotlib
 
@@ -467,4 +543,16 @@ def _plot(path: str, results: Sequence[Any], x: str, y: str, xl: str, yl: str) -
     ax.set_xlabel(xl)
     ax.set_ylabel(yl)
     ax.set_title(f"{results[0].benchmark}: {results[0].target} from {results[0].initiator}")
-    fig.savefig(path)
+    _save(fig, path)
+
+
+def _save(fig: Any, path: str) -> None:
+    """The figure in the format its name says, replacing the file atomically (never
+    through a symbolic link)."""
+    import io
+
+    from pycxl.outfiles import write_atomically
+
+    data = io.BytesIO()
+    fig.savefig(data, format=path.rsplit(".", 1)[-1].lower())
+    write_atomically(path, data.getvalue())

@@ -9,6 +9,7 @@ import click
 
 from pycxl.kinds import KINDS
 
+from .params import sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges, sockets
 
 if TYPE_CHECKING:
@@ -43,15 +44,22 @@ def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-L", "--media-errors", is_flag=True,
               help="Memdevs' poison lists, with region and node (root).")  # fmt: skip
 @click.option("-u", "--human", is_flag=True, help="Human sizes and hex addresses in JSON.")
+@click.option("-v", "--verbose", "verbose", count=True,
+              help="More objects and detail, as cxl list: -v every CXL object kind with "
+                   "targets; -vv also disabled objects; -vvv also health, alert thresholds, "
+                   "media errors (root) and dax devices. (pycxl -v LIST... logs "
+                   "progress instead.)")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (ndctl fields).")
 @click.option("--backend", type=click.Choice(["sysfs", "libcxl"]), default="sysfs",
               show_default=True, help="Where CXL objects are read from.")  # fmt: skip
-@click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-              help="Read a recorded sysfs tree instead of the live one.")  # fmt: skip
+@sysroot_option("Read a recorded sysfs tree instead of the live one.")
+@click.option("--cuda", is_flag=True,
+              help="Read GPUs through the CUDA driver: also L2 size, copy engines and "
+              "host-memory flags (starts CUDA: about 0.25 s).")  # fmt: skip
 def list_command(
     serial_filter: tuple[str, ...], targets: bool, include_disabled: bool, health: bool,
-    alert_config: bool, media_errors: bool, human: bool, as_json: bool, backend: str,
-    sysroot: str | None, **kinds: Any,
+    alert_config: bool, media_errors: bool, human: bool, verbose: int, as_json: bool,
+    backend: str, sysroot: str | None, cuda: bool, **kinds: Any,
 ) -> None:  # fmt: skip
     """List memory tiers: CXL objects, NUMA nodes, GPUs.
 
@@ -69,10 +77,11 @@ def list_command(
         serials=_split(serial_filter), targets=targets,
         include_disabled=include_disabled, human=human, health=health,
         alert_config=alert_config, media_errors=media_errors,
-    )  # fmt: skip
-    # The CUDA driver takes a while to start: ask it only when GPUs are shown.
+    ).verbose(verbose)  # fmt: skip
+    # GPUs come from NVML or the driver's files; CUDA, slow to start, only with --cuda
     want_gpus = req.summary or "gpus" in req.shown
-    system = snapshot(sysroot, backend=backend, gpus=want_gpus)  # type: ignore[arg-type]
+    gpus = want_gpus and ("cuda" if cuda else True)
+    system = snapshot(sysroot, backend=backend, gpus=gpus)  # type: ignore[arg-type]
     if as_json:
         emit_json(list_json(system, req))
         return
@@ -83,6 +92,8 @@ def list_command(
     for k in KINDS:
         if k.name in req.shown:
             RENDERERS[k.name](system, sel, req)
+    if not system.cxl.present and any(k.cxl and k.name in req.shown for k in KINDS):
+        click.echo(f"absent: {system.cxl.NO_BUS}")  # why the CXL tables are empty
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -272,8 +283,9 @@ def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> Non
     emit_table(
         "GPUs",
         ["gpu", "name", "pci", "memory", "SMs", "cc", "nearest node"],
-        [[g.target_name, g.name, g.pci_bus_id, format_size(g.total_memory), g.sm_count,
-          "{}.{}".format(*g.compute_capability),
+        [[g.target_name, g.name, g.pci_bus_id,
+          dash(None if g.total_memory is None else format_size(g.total_memory)),
+          dash(g.sm_count), dash(g.cc_text),
           f"{dash(g.numa_node)} ({g.numa_node_source})"] for g in sel.gpus],
     )  # fmt: skip
 

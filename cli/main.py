@@ -29,6 +29,7 @@ COMMANDS = {
     "check": ("check_cmd", "check_command"),
     "monitor": ("monitor_cmd", "monitor_command"),
     "stat": ("stat_cmd", "stat_command"),
+    "labels": ("labels_cmd", "labels_command"),
 }
 
 
@@ -52,13 +53,9 @@ def cli(verbose: bool) -> None:
     """See, configure and measure GPU HBM, CPU DRAM and CXL memory."""
     global _verbose
     _verbose = verbose
-    import logging
+    from pycxl._log import log_to_stderr
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="pycxl: %(message)s",
-        stream=sys.stderr,
-    )
+    log_to_stderr(verbose)
 
 
 def main(argv: list[str] | None = None) -> int:

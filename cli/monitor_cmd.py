@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Sequence
 from contextlib import closing
 from types import FrameType
 
 import click
 
-from .params import COUNT
+from .params import COUNT, OutputFileType, sysroot_option
 from .render import emit_json_line
 
 
@@ -21,9 +22,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 @click.option("-c", "--count", type=COUNT, help="Stop after this many events.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long.")  # fmt: skip
-@click.option("-l", "--log", "log", metavar="FILE",
+@click.option("-l", "--log", "log", type=OutputFileType(), metavar="FILE",
               help="Also append each event to FILE (what pycxl check --events reads).")  # fmt: skip
-@click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR", hidden=True)
+@sysroot_option()
 def monitor_command(
     count: int | None, duration: float | None, log: str | None, sysroot: str | None
 ) -> None:
@@ -34,14 +35,8 @@ def monitor_command(
     devices, regions, dax devices and memory blocks. Needs root (tracefs). Stops
     cleanly on Ctrl-C or SIGTERM, leaving tracing as it was.
     """
-    from pycxl.ops.monitor import append_log, missing_events, monitor
+    from pycxl.ops.monitor import append_log, monitor
 
-    if log:
-        _check_log(log)
-    missing = missing_events(sysroot)
-    if missing:
-        click.echo("pycxl: this kernel lacks trace events " + ", ".join(missing)
-                   + " (going on without them)", err=True)  # fmt: skip
     signal.signal(signal.SIGTERM, _stop)
     try:
         stream = monitor(count=count, duration=duration, sysroot=sysroot, on_ready=_ready)
@@ -56,11 +51,8 @@ def monitor_command(
         sys.stderr.close()  # the reader went away (| head): stop quietly
 
 
-def _ready() -> None:
+def _ready(missing: Sequence[str]) -> None:
+    if missing:
+        click.echo("pycxl: this kernel lacks trace events " + ", ".join(missing)
+                   + " (going on without them)", err=True)  # fmt: skip
     click.echo("pycxl: monitoring CXL events and hotplug (Ctrl-C to stop)", err=True)
-
-
-def _check_log(path: str) -> None:
-    from pycxl.outfiles import check_output_path
-
-    check_output_path(path, "--log")

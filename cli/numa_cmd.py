@@ -8,11 +8,10 @@ from typing import Any
 
 import click
 
-from .params import CPUS, NODES, PAGE_SIZE, flatten
+from .params import CPUS, NODES, PAGE_SIZE, PidType, flatten, sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges
 
-SYSROOT = click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-                       hidden=True)  # fmt: skip
+SYSROOT = sysroot_option()
 
 
 @click.command("numa")
@@ -215,7 +214,7 @@ def run_command(
 
 
 @click.command("where")
-@click.argument("pid", type=click.IntRange(min=1))
+@click.argument("pid", type=PidType())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @SYSROOT
 def where_command(pid: int, as_json: bool, sysroot: str | None) -> None:

@@ -4,21 +4,24 @@ written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from pycxl.errors import InvalidRequestError
 from pycxl.units import format_size, parse_size
+from pycxl.values import SYSROOT_ENV
 
 if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older is plain
     IntParam = click.ParamType[int]
+    StrParam = click.ParamType[str]
     IntsParam = click.ParamType[tuple[int, ...]]
     NamesParam = click.ParamType[tuple[str, ...]]
     FloatParam = click.ParamType[float]
     FloatsParam = click.ParamType[tuple[float, ...]]
 else:
-    IntParam = IntsParam = NamesParam = FloatParam = FloatsParam = click.ParamType
+    IntParam = IntsParam = NamesParam = FloatParam = FloatsParam = StrParam = click.ParamType
 
 
 class SizeType(IntParam):
@@ -90,15 +93,137 @@ class NamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
+        from pycxl.values import parse_ranges
+
         items = [v.strip() for v in str(value).replace(" ", ",").split(",") if v.strip()]
         if not items:
             self.fail("expected at least one name, such as dram0 or 0-1", param, ctx)
+        for item in items:  # ids and ranges are checked here; names against the system
+            ids = item[3:] if item.lower().startswith("cpu") else item
+            if ids[:1].isdigit():
+                try:
+                    parse_ranges(ids)
+                except ValueError as e:
+                    self.fail(str(e), param, ctx)
         return tuple(items)
+
+
+class CountType(IntParam):
+    """A whole number of at least ``minimum`` (pycxl.values.count decides)."""
+
+    name = "count"
+
+    def __init__(self, minimum: int = 1) -> None:
+        self.minimum = minimum
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pycxl.values import count
+
+        text = str(value).strip()
+        number: object = int(text) if text.lstrip("-").isdigit() else value
+        try:
+            return count(number, "the value", self.minimum)
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+
+
+class PidType(IntParam):
+    """A process id (pycxl.values.pid decides)."""
+
+    name = "pid"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pycxl.values import pid
+
+        try:
+            return pid(value)
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+
+
+class InputFileType(StrParam):
+    """A file pycxl reads (pycxl.values.input_file decides); with ``empty_is_off``, an
+    empty value turns the input off."""
+
+    name = "file"
+
+    def __init__(self, empty_is_off: bool = False) -> None:
+        self.empty_is_off = empty_is_off
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from pycxl.values import input_file
+
+        if self.empty_is_off and value == "":
+            return ""
+        try:
+            return input_file(str(value), "file")
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+
+
+class OutputFileType(StrParam):
+    """A file pycxl writes (pycxl.outfiles.check_output_path decides), checked before any
+    work starts; ``suffixes`` gives the allowed endings, asked only when the option is
+    used (the plotting library is slow to import)."""
+
+    name = "file"
+
+    def __init__(self, suffixes: Callable[[], tuple[str, ...]] | None = None) -> None:
+        self.suffixes = suffixes
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from pycxl.outfiles import check_output_path
+
+        try:
+            check_output_path(str(value), "file", self.suffixes() if self.suffixes else ())
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+        return str(value)
+
+
+def plot_suffixes() -> tuple[str, ...]:
+    """The file endings matplotlib can write here (pgf only with its TeX program)."""
+    import shutil
+
+    try:
+        import matplotlib
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        from pycxl.errors import NotAvailableError
+
+        raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'") from None
+    kinds = set(FigureCanvasBase.get_supported_filetypes())
+    if shutil.which(str(matplotlib.rcParams["pgf.texsystem"])) is None:
+        kinds.discard("pgf")
+    return tuple(f".{k}" for k in sorted(kinds))
+
+
+def _check_sysroot(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    import os
+
+    from pycxl.values import sysroot
+
+    if value is not None:
+        return sysroot(value, "--sysroot")
+    env = os.environ.get(SYSROOT_ENV)
+    return sysroot(env, SYSROOT_ENV) if env else None
+
+
+def sysroot_option(help: str | None = None) -> Callable[[Any], Any]:
+    """--sysroot DIR (else PYCXL_SYSROOT): a recorded sysfs tree to read instead of this
+    machine's; hidden where ``help`` is None. A folder that does not exist is an error
+    naming where it came from."""
+    return click.option("--sysroot", default=None, metavar="DIR", callback=_check_sysroot,
+                        hidden=help is None,
+                        help=help and f"{help} (also {SYSROOT_ENV})")  # fmt: skip
 
 
 SIZE = SizeType()
 PAGE_SIZE = SizeType(minimum=4096)  # buffers of at least one page
-COUNT = click.IntRange(min=1)
+COUNT = CountType()
 INT_LIST = IntListType()
 NODES = NamesType("NODES")
 CPUS = NamesType("CPUS")

@@ -8,15 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .params import SIZE
+from .params import COUNT, SIZE, sysroot_option
 from .render import dash, emit_json, emit_table
 
 if TYPE_CHECKING:
     from pycxl.cxl.regions import RegionResult
     from pycxl.plan import Step
 
-SYSROOT = click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-                       hidden=True)  # fmt: skip
+SYSROOT = sysroot_option()
 DRY_RUN = click.option(
     "--dry-run", is_flag=True, help="Show the plan (sysfs writes); change nothing."
 )
@@ -50,7 +49,7 @@ def region_group() -> None:
 @click.argument("memdevs", nargs=-1, metavar="[MEMDEV]...")
 @click.option("-m", "--memdevs", "memdev_args", is_flag=True,
               help="The arguments are memdevs (as cxl create-region -m).")  # fmt: skip
-@click.option("-w", "--ways", "--interleave", "ways", type=click.IntRange(min=1), default=None,
+@click.option("-w", "--ways", "--interleave", "ways", type=COUNT, default=None,
               help="Interleave ways (default: the number of memdevs named, else 1).")  # fmt: skip
 @click.option("-g", "--granularity", type=SIZE, default=None,
               help="Interleave granularity in bytes (default: the root decoder's).")  # fmt: skip

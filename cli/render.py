@@ -6,7 +6,6 @@ tabulate package takes about as long to import as the rest of ``pycxl list`` run
 
 from __future__ import annotations
 
-import json
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -23,11 +22,15 @@ MIN_PADDING = 2  # tabulate's: a header is at least this much narrower than its 
 
 
 def emit_json(doc: Any) -> None:
+    import json  # here: tables, the usual output, need none of it
+
     click.echo(json.dumps(doc, indent=2))
 
 
 def emit_json_line(doc: Any) -> None:
     """One compact JSON object per line, flushed: for streams (monitor, stat)."""
+    import json
+
     click.echo(json.dumps(doc, sort_keys=True))
     sys.stdout.flush()
 

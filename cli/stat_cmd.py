@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import COUNT, FloatParam
+from .params import COUNT, FloatParam, OutputFileType, sysroot_option
 from .render import emit_json_line, emit_table
 
 if TYPE_CHECKING:
@@ -31,11 +31,10 @@ class Interval(FloatParam):
 @click.argument("interval", required=False, type=Interval())
 @click.argument("count", required=False, type=COUNT)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per report.")
-@click.option("--textfile", metavar="FILE.prom",
+@click.option("--textfile", type=OutputFileType(lambda: (".prom",)), metavar="FILE.prom",
               help="Also write each report as Prometheus metrics (node_exporter textfile "
                    "collector), atomically.")  # fmt: skip
-@click.option("--sysroot", envvar="PYCXL_SYSROOT", default=None, metavar="DIR",
-              help="Read a recorded tree instead of the live one.")  # fmt: skip
+@sysroot_option("Read a recorded tree instead of the live one.")
 def stat_command(
     interval: float | None, count: int | None, as_json: bool, textfile: str | None,
     sysroot: str | None,
@@ -50,10 +49,6 @@ def stat_command(
     from pycxl.ops.stat import stat, tiering_json
     from pycxl.system import snapshot
 
-    if textfile:
-        from pycxl.ops.prometheus import check_textfile_path
-
-        check_textfile_path(textfile)
     system = snapshot(sysroot, gpus=False)
     for i, report in enumerate(stat(system, interval, count, sysroot)):
         if textfile:

@@ -16,6 +16,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 
 /* Contexts, memory, streams and events (pinning, registration, transfers). */
 typedef struct CUctx_st *CUcontext;
@@ -31,6 +32,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
 CUresult cuMemHostUnregister(void *p);
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags);
+CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes);
@@ -41,6 +43,7 @@ CUresult cuStreamSynchronize(CUstream s);
 CUresult cuEventCreate(CUevent *e, unsigned int flags);
 CUresult cuEventRecord(CUevent e, CUstream s);
 CUresult cuEventSynchronize(CUevent e);
+CUresult cuEventQuery(CUevent e);
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 CUresult cuEventDestroy_v2(CUevent e);
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags);

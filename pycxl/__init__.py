@@ -23,6 +23,8 @@ What is here:
   mapped for a GPU (a numpy array, a PyTorch tensor that is_pinned());
   ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying;
   ``map_dax``: a devdax region's memory mapped directly.
+- ``offload_layers``: a PyTorch model's layers streamed to the GPU from a tier while it
+  computes, and their optimizer state kept and updated there (ZeRO-Offload).
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
         host_memory,
         map_dax,
         migrate,
+        offload_layers,
         pinned_array,
         pinned_tensor,
         probe_longterm_pins,
@@ -75,21 +78,16 @@ if TYPE_CHECKING:
     from .numa.policy import Policy
     from .system import System, read_cxl, snapshot
 
+# Every public name but the errors above, and the submodule each is loaded from on first
+# use ('' for a subpackage of that name); __all__ and dir() are made from it.
 _LAZY = {
-    "snapshot": "system",
-    "read_cxl": "system",
-    "System": "system",
-    "allocate": "api",
-    "migrate": "api",
-    "host_memory": "api",
-    "probe_longterm_pins": "api",
-    "map_dax": "api",
-    "pinned_array": "api",
-    "pinned_tensor": "api",
-    "create_region": "api",
-    "destroy_region": "api",
-    "disable_region": "api",
-    "enable_region": "api",
+    **dict.fromkeys(("snapshot", "read_cxl", "System"), "system"),
+    **dict.fromkeys(
+        ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
+         "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
+         "enable_region"),
+        "api",
+    ),
     "RegionRequest": "cxl.region_layout",
     "RegionResult": "cxl.regions",
     "NumaBuffer": "numa.placement",
@@ -97,45 +95,13 @@ _LAZY = {
     "ListRequest": "listing",
     "list_json": "listing",
     **dict.fromkeys(("bench", "cxl", "gpu", "numa", "testbed"), ""),  # the subpackages
-}
+}  # fmt: skip
+_ERRORS = (
+    "CommandNotExecutableError", "CommandNotFoundError", "CudaError", "InvalidRequestError",
+    "LibraryNotFoundError", "NeedsRootError", "NotAvailableError", "NotFoundError",
+    "OperationError", "PlacementError", "PycxlError", "SysfsError", "TestbedError",
+)  # fmt: skip
 
+__all__ = sorted(["__version__", *_ERRORS, *_LAZY])
 
-__all__ = [
-    "CommandNotExecutableError",
-    "CommandNotFoundError",
-    "CudaError",
-    "InvalidRequestError",
-    "LibraryNotFoundError",
-    "ListRequest",
-    "NeedsRootError",
-    "NotAvailableError",
-    "NotFoundError",
-    "NumaBuffer",
-    "OperationError",
-    "PlacementError",
-    "Policy",
-    "PycxlError",
-    "RegionRequest",
-    "RegionResult",
-    "SysfsError",
-    "System",
-    "TestbedError",
-    "__version__",
-    "allocate",
-    "bench",
-    "create_region",
-    "destroy_region",
-    "disable_region",
-    "enable_region",
-    "host_memory",
-    "list_json",
-    "map_dax",
-    "migrate",
-    "pinned_array",
-    "pinned_tensor",
-    "probe_longterm_pins",
-    "read_cxl",
-    "snapshot",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, [*__all__, *globals()])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -8,12 +8,13 @@ the floors below, which take ids. ``import pycxl`` exposes each of them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cxl import regions as _regions
-from .errors import InvalidRequestError, NotAvailableError
+from .errors import InvalidRequestError
 from .system import System, snapshot
 from .units import parse_size
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .gpu.memory import HostMemory
+    from .gpu.torch_offload import LayerOffload, Weights
     from .numa.longterm import PinnedPlacement
     from .numa.placement import HugePages, NumaBuffer
     from .numa.policy import Policy
@@ -91,7 +93,7 @@ def host_memory(
 
     s = system or snapshot()
     nodes = s.memory_nodes(target)
-    ctx = GpuContext(s.gpu(gpu).ordinal)
+    ctx = GpuContext.of(s.gpu(gpu))
     return HostMemory.allocate(ctx, _bytes(size), nodes, huge=huge,
                                allow_migration=allow_migration)  # fmt: skip
 
@@ -162,6 +164,16 @@ class _PinnedOwner:
         }  # fmt: skip
 
 
+def _shape(shape: object) -> tuple[int, ...]:
+    """An array shape: a whole number or a sequence of them, none negative."""
+    dims = (shape,) if isinstance(shape, int) else shape
+    if not isinstance(dims, tuple | list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):  # fmt: skip
+        raise InvalidRequestError(f"shape {shape!r}: give a whole number or a tuple of them")
+    return tuple(dims)
+
+
 def pinned_array(
     shape: int | tuple[int, ...],
     dtype: Any,
@@ -177,9 +189,14 @@ def pinned_array(
     when the last array or view of it goes."""
     import numpy as np
 
-    dt = np.dtype(dtype)
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise InvalidRequestError(
+            f"dtype {dtype!r}: give a numpy dtype, such as 'float32'"
+        ) from None
+    dims = _shape(shape)
+    nbytes = math.prod(dims) * dt.itemsize
     if nbytes <= 0:
         raise InvalidRequestError(f"shape {dims} holds no element")
     host = host_memory(nbytes, target, gpu, huge=huge, allow_migration=allow_migration,
@@ -203,16 +220,15 @@ def pinned_tensor(
     on ``target``, pinned and registered for ``gpu``: PyTorch treats it as pinned
     (``is_pinned()``; ``non_blocking`` copies by DMA), and it is unregistered and freed
     with the tensor. PyTorch is needed only here."""
-    try:
-        import torch
-    except ImportError:
-        raise NotAvailableError("pinned_tensor needs PyTorch (pip install torch)") from None
+    from .gpu.torch_offload import import_torch
+
+    torch = import_torch("pinned_tensor")
     if not isinstance(dtype, torch.dtype):
         raise InvalidRequestError(f"dtype {dtype!r}: give a torch dtype, such as torch.float32")
     if torch.cuda.is_available():
         # PyTorch says a tensor is pinned only once its own CUDA state exists
         torch.cuda.current_device()
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    dims = _shape(shape)
     itemsize = torch.empty((), dtype=dtype).element_size()
     count = 1
     for d in dims:
@@ -220,6 +236,58 @@ def pinned_tensor(
     raw = pinned_array(count * itemsize, "uint8", target, gpu, huge=huge,
                        allow_migration=allow_migration, system=system)  # fmt: skip
     return torch.from_numpy(raw).view(dtype).view(dims)
+
+
+def offload_layers(
+    layers: Iterable[Any],
+    target: Names,
+    gpu: str | None = "gpu0",
+    *,
+    weights: Weights = "stream",
+    lookahead: int = 1,
+    optimizer: Callable[[list[Any]], Any] | None = None,
+    huge: HugePages = "auto",
+    system: System | None = None,
+) -> LayerOffload:
+    """A model's ``layers`` (torch modules run in order) with their weights on
+    ``target``, streamed to ``gpu`` as they run (``weights="stream"``: the GPU holds
+    ``lookahead + 1`` layers at a time), or kept on the GPU (``"resident"``); with an
+    ``optimizer`` (an Adam or AdamW factory: ``functools.partial(torch.optim.Adam, lr=...,
+    fused=True)``; ``pycxl.gpu.torch_offload.default_optimizer``), the fp32 master weights
+    and the optimizer's moments stay on ``target`` and each layer is updated on the CPU
+    as soon as its gradients arrive, while the GPU goes on with the backward pass.
+    ``gpu=None`` trains on the CPU with the parameters and state on ``target``.
+
+    >>> offload = pycxl.offload_layers(model.layers, "cxl0", "gpu0")
+    >>> model(x)                                   # each layer copied in ahead of use
+    >>> offload.pages_by_node()                    # {1: 524288}: counted, not assumed
+    """
+    from .gpu.prefetch import CudaEngine, HostEngine
+    from .gpu.torch_offload import LayerOffload, import_torch, tier_allocator
+
+    torch = import_torch()
+    s = system or snapshot(gpus=gpu is not None)
+    nodes = s.memory_nodes(target)  # a bad name fails here, before any memory is taken
+    engine: Any
+    ctx = None
+    if gpu is None:
+        engine, device = HostEngine(), torch.device("cpu")
+        if weights == "stream":
+            raise InvalidRequestError(
+                "weights='stream' streams to a GPU: name one (gpu='gpu0'), or use "
+                "weights='resident' to train on the CPU with the parameters on the tier"
+            )
+    else:
+        from .gpu.cuda_devices import ordinal_of
+        from .gpu.memory import GpuContext
+
+        ordinal = ordinal_of(s.gpu(gpu).pci_bus_id)  # CUDA's number for it, as torch's
+        torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
+        ctx = GpuContext(ordinal)
+        engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
+    return LayerOffload(list(layers), tier_allocator(nodes, ctx, huge), engine=engine,
+                        device=device, weights=weights, lookahead=lookahead,
+                        optimizer=optimizer)  # fmt: skip
 
 
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:

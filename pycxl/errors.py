@@ -44,7 +44,7 @@ class LibraryNotFoundError(NotAvailableError):
 class NotFoundError(PycxlError):
     """A named object (target, memdev, decoder, region, GPU...) does not exist."""
 
-    def __init__(self, kind: str, name: str, known: Iterable[str] = ()) -> None:
+    def __init__(self, kind: str, name: str, known: Iterable[str] = (), problem: str = "") -> None:
         self.kind = kind
         self.name = name
         self.known = sorted(set(known), key=_natural_key)
@@ -52,7 +52,8 @@ class NotFoundError(PycxlError):
             hint = "known: " + ", ".join(self.known)
         else:
             hint = f"there is no {kind} on this system"
-        super().__init__(f"unknown {kind} '{name}'; {hint}")
+        what = f"unknown {kind} '{name}'" + (f": {problem}" if problem else "")
+        super().__init__(f"{what}; {hint}")
 
 
 class CommandNotFoundError(PycxlError):

@@ -9,27 +9,31 @@ they relate to (``-D -m mem0``: the decoders on mem0's path). With neither, a su
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import to_json as js
-from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-from .cxl.topology import CxlTopology
-from .errors import NotFoundError, PycxlError
-from .gpu.devices import GpuDevice
+from .errors import InvalidRequestError, NotFoundError, PycxlError
 from .kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
-from .system import System
-from .tiers import NodeTier
-from .to_json import Json
 
-if TYPE_CHECKING:  # the mailbox and trace code loads only for -H, -A, -L
+if TYPE_CHECKING:
+    # the CXL model loads only where there is CXL, the JSON builders only for --json,
+    # and the mailbox and trace code only for -H, -A, -L
     from .cxl.health import DeviceHealth
     from .cxl.mailbox import Unsupported
+    from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.poison import PoisonRecord
+    from .cxl.topology import CxlTopology
+    from .gpu.devices import GpuDevice
+    from .system import System
+    from .tiers import NodeTier
+    from .to_json import Json
 
 PORT_CLASSES = ("root", "switch", "endpoint")
+# what cxl list -v adds: every CXL object kind but memdevs (and dax devices, at -vvv)
+VERBOSE_KINDS = ("buses", "ports", "endpoints", "decoders", "regions")
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,48 @@ class ListRequest:
         return cls(kinds=frozenset(kinds), **options)
 
     def __post_init__(self) -> None:
+        if isinstance(self.kinds, str) or not isinstance(self.kinds, Iterable):
+            raise InvalidRequestError(f"kinds {self.kinds!r}: give a set of kinds such as "
+                                      "{'memdevs', 'regions'}")  # fmt: skip
+        if not isinstance(self.filters, dict) or not all(
+            isinstance(v, tuple | list) and all(isinstance(i, str) for i in v)
+            for v in self.filters.values()
+        ):  # fmt: skip
+            raise InvalidRequestError(f"filters {self.filters!r}: give kinds mapped to names, "
+                                      "such as {'memdevs': ('mem0',)}")  # fmt: skip
+        if not isinstance(self.serials, tuple | list) or not all(
+            isinstance(v, str) for v in self.serials
+        ):  # fmt: skip
+            raise InvalidRequestError(f"serials {self.serials!r}: give a tuple of serials")
         unknown = [k for k in [*self.kinds, *self.filters] if k not in KIND_NAMES]
         if unknown:
             raise NotFoundError("object kind", unknown[0], KIND_NAMES)
+
+    def verbose(self, level: int) -> ListRequest:
+        """This request with ``cxl list``'s -v (``level`` 1), -vv (2) or -vvv (3):
+
+        - 1: buses, ports, endpoints, decoders (with targets) and regions, besides the
+          kinds asked for (memdevs and regions when no CXL kind is named or implied by a
+          filter, as cxl list lists by default);
+        - 2: also disabled objects (--idle);
+        - 3: also the memdevs' health, alert thresholds and media errors, and the dax
+          devices (ndctl's -vvv also turns on --partition, which pycxl has no
+          equivalent of, and --firmware, whose fields pycxl always shows).
+        """
+        if level <= 0:
+            return self
+        cxl = {k.name for k in KINDS if k.cxl}
+        named = (set(self.shown) & cxl) or {"memdevs", "regions"}
+        kinds = set(self.shown) | named | set(VERBOSE_KINDS)
+        if level >= 3:
+            kinds.add("dax")
+        return dataclasses.replace(
+            self, kinds=frozenset(kinds), targets=True,
+            include_disabled=self.include_disabled or level >= 2,
+            health=self.health or level >= 3,
+            alert_config=self.alert_config or level >= 3,
+            media_errors=self.media_errors or level >= 3,
+        )  # fmt: skip
 
     @property
     def shown(self) -> frozenset[str]:
@@ -338,6 +381,8 @@ def kind_json(
 ) -> list[Any]:
     """The JSON objects of one kind in the selection (``extras``: keys to add to each
     memdev, from ``device_json``)."""
+    from . import to_json as js  # the JSON builders load for --json only
+
     h, t = req.human, req.targets
     more = extras or {}
     builders: dict[str, Callable[[], list[Any]]] = {
@@ -367,6 +412,8 @@ def list_json(system: System, req: ListRequest) -> Any:
     single-key objects ('memdevs', 'root decoders', ...). The summary is an object with
     'memdevs', 'regions', 'numa_nodes', 'gpus' and 'absent' (what this host lacks).
     """
+    from . import to_json as js  # the JSON builders load for --json only
+
     sel = select(system, req)
     extras = {name: device_json(system, info, req)
               for name, info in read_device_info(sel.memdevs, req).items()}  # fmt: skip

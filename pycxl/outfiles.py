@@ -21,11 +21,6 @@ def check_output_path(path: str, what: str, suffixes: Iterable[str] = ()) -> Non
     option or file in the message ('--plot', 'textfile')."""
     if not path:
         raise InvalidRequestError(f"{what}: the path is empty; give a file name")
-    allowed = tuple(suffixes)
-    if allowed and not path.lower().endswith(allowed):
-        raise InvalidRequestError(
-            f"{what} {path}: the file name must end in {' or '.join(allowed)}"
-        )
     if os.path.isdir(path):
         raise InvalidRequestError(f"{what} {path} is a directory; give a file name in it")
     if os.path.islink(path):
@@ -33,6 +28,9 @@ def check_output_path(path: str, what: str, suffixes: Iterable[str] = ()) -> Non
             f"{what} {path} is a symbolic link; pycxl does not write through links "
             "(give the real path)"
         )
+    allowed = tuple(suffixes)
+    if allowed and not path.lower().endswith(allowed):
+        raise InvalidRequestError(f"{what} {path}: the file name must end in {', '.join(allowed)}")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise InvalidRequestError(f"{what} {path}: directory {directory} does not exist")

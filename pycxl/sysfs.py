@@ -1,7 +1,8 @@
 """The only code that reads or writes kernel attribute files (/sys, /proc).
 
 Every path is relative to a *sysroot*: '/' on a live system, a recorded tree in tests.
-The sysroot comes from the argument, else ``PYCXL_SYSROOT``, else '/'.
+The sysroot comes from the argument, else ``PYCXL_SYSROOT``, else '/'; one that does not
+exist is an error (``pycxl.values.sysroot``), never an empty system.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 from .errors import NeedsRootError, SysfsError
+from .values import SYSROOT_ENV, parse_ranges, sysroot
 
 
 class Sysfs:
@@ -20,8 +22,10 @@ class Sysfs:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         if root is None:
-            root = os.environ.get("PYCXL_SYSROOT") or "/"
-        self.root = os.path.abspath(os.fspath(root))
+            env = os.environ.get(SYSROOT_ENV)
+            self.root = sysroot(env, SYSROOT_ENV) if env else "/"
+        else:
+            self.root = sysroot(root)
 
     def __repr__(self) -> str:
         return f"Sysfs({self.root!r})"
@@ -81,7 +85,9 @@ class Sysfs:
         except PermissionError as e:
             if root_only:
                 return None
-            raise SysfsError(rel, "permission denied; run as root to read it") from e
+            if os.geteuid() != 0:
+                raise NeedsRootError(f"{rel}: permission denied; run as root to read it") from e
+            raise SysfsError(rel, "permission denied, even to root", e.errno) from e
         except OSError as e:
             # Some attributes fail to read on purpose (ENXIO, EINVAL) when they do
             # not apply to the object's current state: treat them as absent.
@@ -191,15 +197,5 @@ class Sysfs:
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
-    """A kernel CPU or node list ('0-3,8') as a tuple of ids."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.extend(range(int(lo), int(hi) + 1))
-        else:
-            cpus.append(int(part))
-    return tuple(cpus)
+    """A kernel CPU or node list ('0-3,8') as a tuple of ids (ValueError if malformed)."""
+    return parse_ranges(text)

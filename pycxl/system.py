@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .cxl.topology import CxlTopology
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
-from .gpu.devices import GpuDevice, GpuInventory
+from .gpu.devices import GpuDevice, GpuInventory, GpuSource
 from .sysfs import Sysfs, parse_cpulist
 from .tiers import (
     NodeTier,
@@ -24,6 +24,7 @@ from .tiers import (
     classify_nodes,
     explicit_cxl_nodes,
     is_gpu_name,
+    name_text,
     resolve,
     split_names,
 )
@@ -67,7 +68,7 @@ class System:
         return out
 
     # --- single names ----------------------------------------------------------------
-    def resolve(self, name: str, *, initiator: bool = False) -> Target:
+    def resolve(self, name: str | int, *, initiator: bool = False) -> Target:
         """What ``name`` stands for; NotFoundError lists the names that exist."""
         return resolve(name, self.nodes, self.gpus.devices, initiator=initiator)
 
@@ -90,7 +91,7 @@ class System:
 
     def gpus_named(self, name: str) -> tuple[GpuDevice, ...]:
         """``all`` for every GPU, or one GPU by name."""
-        if name.strip().lower() == "all":
+        if name_text(name, "GPU") == "all":
             return self.require_gpus()
         return (self.gpu(name),)
 
@@ -149,9 +150,9 @@ class System:
                 text = item[3:] if item.startswith("cpu") else item
                 try:
                     ids = list(parse_cpulist(text))
-                except ValueError:
+                except ValueError as e:
                     raise InvalidRequestError(
-                        f"'{item}' is not a CPU list: use numbers and ranges such as 0-3,8"
+                        f"CPU list '{item}': {e} (use numbers and ranges such as 0-3,8)"
                     ) from None
             missing = [c for c in ids if c not in online]
             if missing:
@@ -162,13 +163,20 @@ class System:
         return tuple(out)
 
     def _node_ids(self, item: str, *, initiator: bool) -> list[int]:
-        lo, sep, hi = item.partition("-")
-        if sep and lo.isdigit() and hi.isdigit():
-            ids = list(range(int(lo), int(hi) + 1))
+        if "-" in item and item[:1].isdigit():  # a range of node ids: 0-2
+            try:
+                ids = list(parse_cpulist(item))
+            except ValueError as e:
+                raise InvalidRequestError(f"node range {e}") from None
             known = {t.node.id for t in self.nodes}
             missing = [i for i in ids if i not in known]
             if missing:
-                raise NotFoundError("NUMA node", str(missing[0]), [str(k) for k in known])
+                gone = _ranges(missing)
+                raise NotFoundError(
+                    "NUMA node range", item, [str(k) for k in sorted(known)],
+                    problem=f"node{'s' if len(missing) > 1 else ''} {gone} "
+                    f"do{'es' if len(missing) == 1 else ''} not exist",
+                )  # fmt: skip
             return ids
         t = self.resolve(item, initiator=initiator)
         if t.kind == "gpu":
@@ -258,7 +266,7 @@ class System:
 
         chosen = [
             bool(membind), preferred is not None, bool(preferred_many), bool(interleave),
-            bool(weighted_interleave), localalloc,
+            bool(weighted_interleave), bool(localalloc),
         ]  # fmt: skip
         if sum(chosen) > 1:
             raise InvalidRequestError(
@@ -316,23 +324,29 @@ def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopol
         from .cxl import libcxl_backend
 
         return libcxl_backend.read_topology(sysfs)
-    if backend != "sysfs":
+    if not isinstance(backend, str) or backend != "sysfs":
         raise InvalidRequestError(f"backend={backend!r}: use 'sysfs' or 'libcxl'")
+    from .cxl.paths import nothing_to_read
+
+    fs = sysfs or Sysfs()
+    if nothing_to_read(fs):  # most hosts: no model to load, nothing to read
+        return CxlTopology(present=False)
     from .cxl import sysfs_backend
 
-    return sysfs_backend.read_topology(sysfs)
+    return sysfs_backend.read_topology(fs)
 
 
 def snapshot(
     sysroot: str | None = None,
     *,
     backend: Backend = "sysfs",
-    gpus: bool = True,
+    gpus: bool | GpuSource = True,
     explicit_cxl: str | None = None,
 ) -> System:
-    """Read everything once. ``gpus=False`` skips the CUDA driver (it is slow to start);
-    ``explicit_cxl`` ('2,3') names nodes CXL on a machine without CXL (default:
-    ``PYCXL_CXL_NODES``)."""
+    """Read everything once. ``gpus=False`` skips the GPUs; True reads them without
+    starting CUDA where the driver allows, a source name ('nvml', 'files', 'cuda') as
+    ``pycxl.gpu.read_gpus`` says; ``explicit_cxl`` ('2,3') names nodes CXL on a machine
+    without CXL (default: ``PYCXL_CXL_NODES``)."""
     from .gpu.devices import read_gpus
     from .numa.nodes import read_nodes
 
@@ -342,7 +356,10 @@ def snapshot(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones(),
         cxl.node_memdev_nodes(),
     )  # fmt: skip
-    inventory = read_gpus(fs) if gpus else GpuInventory((), None, "GPUs not queried")
+    if gpus is False:
+        inventory = GpuInventory((), None, "GPUs not queried")
+    else:
+        inventory = read_gpus(fs, via="auto" if gpus is True else gpus)
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory)
 
 

@@ -46,10 +46,10 @@ class NodeTier:
         True in ZONE_NORMAL, False in ZONE_MOVABLE (the kernel moves them to another
         node), None where it is mixed or the zone is not known (nodes with CPUs have
         normal memory of their own)."""
-        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
-
         if self.zone is None:
             return True if self.node.cpus else None
+        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
+
         return HOLDS_LONGTERM_PINS[self.zone]
 
 
@@ -65,24 +65,44 @@ class Target:
     cpu: int | None = None
 
 
-def is_gpu_name(name: str) -> bool:
+def is_gpu_name(name: object) -> bool:
     """Whether ``name`` names a GPU (gpu0, GPU1), without asking the driver."""
-    m = _NAME_RE.match(name.strip().lower())
+    m = _NAME_RE.match(name.strip().lower()) if isinstance(name, str) else None
     return bool(m and m.group(1) == "gpu")
+
+
+def name_text(name: object, what: str = "target") -> str:
+    """A name as typed, checked: a string ('cxl0', 'node1', '0-2') or a node id (int),
+    lower case, without surrounding blanks."""
+    if isinstance(name, bool) or not isinstance(name, str | int):
+        raise InvalidRequestError(
+            f"{what} {name!r}: give a name such as dram0, cxl0, node1 or gpu0, or a node id"
+        )
+    text = str(name).strip().lower()
+    if not text:
+        raise InvalidRequestError(f"{what}: the name is empty; give one such as dram0")
+    return text
 
 
 def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
     """'dram0,cxl0' or ['0-2', 3] -> ['dram0', 'cxl0'] or ['0-2', '3'], lower case."""
-    items = [spec] if isinstance(spec, str | int) else list(spec)
-    out = [p.strip().lower() for i in items for p in str(i).split(",")]
+    if isinstance(spec, str | int) or not isinstance(spec, Iterable):
+        items: list[object] = [spec]
+    else:
+        items = list(spec)
+    texts = [name_text(i) for i in items] if items else []
+    out = [p.strip() for t in texts for p in t.split(",")]
     if not out or any(not p for p in out):
-        raise InvalidRequestError(f"empty name in '{','.join(map(str, items))}'")
+        shown = ",".join(map(str, items))
+        raise InvalidRequestError(f"empty name in '{shown}': give names such as dram0,cxl0")
     return out
 
 
 def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
     """Nodes the user maps to CXL names (``PYCXL_CXL_NODES=2,3``); never guessed."""
     text = value if value is not None else os.environ.get(EXPLICIT_CXL_ENV, "")
+    if not isinstance(text, str):
+        raise InvalidRequestError(f"explicit_cxl={text!r}: give NUMA node ids such as '2,3'")
     try:
         return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
@@ -150,14 +170,15 @@ def classify_nodes(
 
 
 def resolve(
-    name: str,
+    name: str | int,
     node_tiers: Sequence[NodeTier],
     gpus: Sequence[GpuDevice] = (),
     *,
     initiator: bool = False,
 ) -> Target:
-    """Resolve a user-typed name; an unknown name lists the names that exist."""
-    text = name.strip().lower()
+    """Resolve a user-typed name (or a node id); an unknown name lists the names that
+    exist."""
+    text = name_text(name)
     m = _NAME_RE.match(text)
     if m and m.group(1) == "cpu":
         if not initiator:
@@ -182,7 +203,7 @@ def resolve(
                 return Target(text, "node", node=nt.node.id, tier=nt.tier)
     elif text.isdigit():
         return resolve(f"node{text}", node_tiers, gpus, initiator=initiator)
-    raise NotFoundError("target", name, known_names(node_tiers, gpus, initiator=initiator))
+    raise NotFoundError("target", str(name), known_names(node_tiers, gpus, initiator=initiator))
 
 
 def known_names(

@@ -186,7 +186,8 @@ def node_json(nt: NodeTier) -> Json:
 
 
 def gpu_json(g: GpuDevice) -> Json:
-    """A GPU: identity, memory, nearest node, and what matters for host memory."""
+    """A GPU: identity, memory, nearest node, and what matters for host memory; null for
+    what its source cannot tell (``source``: nvml, procfs or cuda)."""
     return {
         "gpu": g.target_name,
         "ordinal": g.ordinal,
@@ -195,9 +196,11 @@ def gpu_json(g: GpuDevice) -> Json:
         "pci_bus_id": g.pci_bus_id,
         "total_memory": g.total_memory,
         "sm_count": g.sm_count,
-        "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+        "sm_count_source": g.sm_count_source,
+        "compute_capability": g.cc_text,
         "numa_node": g.numa_node,
         "numa_node_source": g.numa_node_source,
+        "source": g.source,
         # what matters for host memory: zero-copy mapping, pageable access, registration
         "can_map_host_memory": g.can_map_host_memory,
         "pageable_memory_access": g.pageable_memory_access,

@@ -3,7 +3,9 @@
 pycxl never touches the global trace buffer: it makes its own instance
 (``instances/pycxl-PID-N``), enables only the events it wants there, reads that
 instance's ``trace_pipe``, and removes the instance when done (``close()``, ``with``),
-which also disables its events. Lines are parsed into ``TraceEvent``s.
+which also disables its events. Where tracefs was not mounted, the instance mounts it
+and unmounts it again when closed: tracing is left as it was found. Lines are parsed
+into ``TraceEvent``s.
 """
 
 from __future__ import annotations
@@ -50,23 +52,44 @@ def parse_line(line: str) -> TraceEvent | None:
     return TraceEvent(m.group("event"), float(m.group("ts")), fields)
 
 
-def tracefs(fs: Sysfs | None = None) -> str:
-    """The mounted tracefs, as a kernel path. As libtracefs does, root mounts it where
-    the kernel provides a mount point; otherwise NotAvailableError says how."""
+def find_tracefs(fs: Sysfs | None = None) -> str | None:
+    """The mounted tracefs, as a kernel path; None when it is not mounted."""
     fs = fs or Sysfs()
-    for path in TRACEFS_PATHS:
-        if fs.is_dir(f"{path}/instances"):
-            return path
+    return next((p for p in TRACEFS_PATHS if fs.is_dir(f"{p}/instances")), None)
+
+
+def tracefs(fs: Sysfs | None = None) -> str:
+    """The mounted tracefs, as a kernel path; NotAvailableError says how to mount it."""
+    found = find_tracefs(fs)
+    if found is None:
+        raise NotAvailableError(
+            "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing): the "
+            "kernel's CXL events are read from it"
+        )
+    return found
+
+
+def _mount_tracefs(fs: Sysfs) -> str:
+    """Mount tracefs where the kernel provides a mount point, as libtracefs does (root);
+    the caller unmounts it when done."""
     if fs.path("/") == "/" and os.geteuid() != 0:
         raise NeedsRootError("the kernel's trace events (tracefs) need root")
     if fs.path("/") == "/" and os.path.isdir(TRACEFS_PATHS[0]):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.mount(b"nodev", TRACEFS_PATHS[0].encode(), b"tracefs", 0, None) == 0:
             return TRACEFS_PATHS[0]
-    raise NotAvailableError(
-        "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing): the kernel's "
-        "CXL events are read from it"
-    )
+    return tracefs(fs)  # raises, saying how to mount it
+
+
+def _unmount_tracefs(path: str) -> None:
+    """Unmount the tracefs this process mounted; one still in use (another reader
+    mounted nothing and uses it now) stays mounted: EBUSY is not an error."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(path.encode(), 0) != 0:
+        err = ctypes.get_errno()
+        if err not in (errno.EBUSY, errno.EINVAL):
+            raise OperationError(f"cannot unmount the tracefs mounted at {path}: "
+                                 f"{os.strerror(err)}")  # fmt: skip
 
 
 class TraceInstance:
@@ -75,13 +98,17 @@ class TraceInstance:
 
     def __init__(self, events: Iterable[str], fs: Sysfs | None = None) -> None:
         self.fs = fs or Sysfs()
-        base = tracefs(self.fs)
+        base = find_tracefs(self.fs)
+        self.mounted: str | None = None  # the tracefs this instance mounted, if any
+        if base is None:
+            base = self.mounted = _mount_tracefs(self.fs)
         self.path = f"{base}/instances/pycxl-{os.getpid()}-{next(_counter)}"
         try:
             os.mkdir(self.fs.path(self.path))
-        except PermissionError:
-            raise NeedsRootError("reading the kernel's trace events needs root") from None
         except OSError as e:
+            self._unmount()
+            if isinstance(e, PermissionError):
+                raise NeedsRootError("reading the kernel's trace events needs root") from None
             raise OperationError(f"cannot make trace instance {self.path}: {e.strerror}") from e
         self.enabled: list[str] = []
         self.missing: list[str] = []
@@ -154,6 +181,12 @@ class TraceInstance:
             pass
         except OSError as e:
             raise OperationError(f"cannot remove trace instance {self.path}: {e.strerror}") from e
+        self._unmount()
+
+    def _unmount(self) -> None:
+        if self.mounted is not None:
+            path, self.mounted = self.mounted, None
+            _unmount_tracefs(path)
 
     def __enter__(self) -> TraceInstance:
         return self

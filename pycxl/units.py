@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 
 from .errors import InvalidRequestError
@@ -18,11 +19,16 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNOREC
 
 
 def parse_size(text: str | int) -> int:
-    """Parse '4096', '0x1000', '4k', '256M', '1.5G', '2GiB' into bytes (binary units)."""
-    if isinstance(text, int):
+    """Parse '4096', '0x1000', '4k', '256M', '1.5G', '2GiB' into bytes (binary units);
+    whole numbers are bytes. Anything else (1.5, None, True) is an InvalidRequestError."""
+    if isinstance(text, bool) or not isinstance(text, str | numbers.Integral):
+        raise InvalidRequestError(
+            f"size {text!r}: give bytes as a whole number, or a string such as '256M'"
+        )
+    if isinstance(text, numbers.Integral):
         if text < 0:
             raise InvalidRequestError(f"size {text} is negative")
-        return text
+        return int(text)
     s = text.strip()
     if s.lower().startswith("0x"):
         try:

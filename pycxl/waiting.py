@@ -7,15 +7,15 @@ opened (tests on a recorded tree, no libudev), it polls.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._log import get_logger
 from .errors import OperationError
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 POLL_S = 0.05
 

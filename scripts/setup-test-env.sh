@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on Debian 12 (as root): QEMU with CXL
 # emulation and the 6.12 kernel from bookworm-backports, ndctl/daxctl (the oracle),
-# numactl, udev (the guest borrows the host's udevd), Prometheus' node_exporter, and
-# the Python test dependencies; then fetch the testbed kernel and check that nothing is missing.
+# numactl, udev (the guest borrows the host's udevd), Prometheus' node_exporter and
+# promtool, Slurm and munge, and the Python test dependencies; then fetch the testbed
+# kernel and check that nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +39,15 @@ apt-get install -y -q -t bookworm-backports qemu-system-x86
 apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static udev \
     gcc libc6-dev iproute2
 # The real exporter that reads pycxl's Prometheus textfiles in the tests (its service is
-# not needed: the tests start their own on a free port).
-apt-get install -y -q --no-install-recommends prometheus-node-exporter
+# not needed: the tests start their own on a free port); promtool (Debian's prometheus
+# package) lints the textfiles and runs the shipped alerting rules' tests.
+apt-get install -y -q --no-install-recommends prometheus-node-exporter prometheus
+# A one-host Slurm cluster in the fleet tests: munge, slurmctld, slurmd and the clients.
+# The tests run them as root with their own key, configuration, ports and state folder;
+# the packages' own services are not needed.
+apt-get install -y -q --no-install-recommends munge slurmctld slurmd slurm-client
+# ShellCheck lints the shell scripts operators copy from contrib/.
+apt-get install -y -q --no-install-recommends shellcheck
 
 # The benchmark kernels compile against the interpreter's headers; a distribution
 # Python ships them separately.

@@ -67,8 +67,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             by_topology[topo].append(item.nodeid)
         elif item.get_closest_marker("gpu") and not _cuda_present():
             item.add_marker(pytest.mark.skip(reason="no CUDA driver on this machine (GPU test)"))
+        elif (need := item.get_closest_marker("gpus")) and _gpu_count() < need.args[0]:
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs {need.args[0]} GPUs; this machine has {_gpu_count()}"))  # fmt: skip
     config._pycxl_kernel_tests = dict(by_topology)  # type: ignore[attr-defined]
     config._pycxl_guest_results = {}  # type: ignore[attr-defined]
+
+
+def _gpu_count() -> int:
+    from pycxl.system import snapshot
+
+    return len(snapshot().gpus.devices) if _cuda_present() else 0
 
 
 def _cuda_present() -> bool:

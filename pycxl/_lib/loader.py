@@ -39,34 +39,49 @@ class SharedLibrary:
         return True
 
     def _open(self) -> tuple[Any, Any]:
-        # Probe with a plain dlopen first: parsing the declarations costs tens of
-        # milliseconds, which 'pycxl list' should not pay for a library that is absent.
-        import ctypes
-
+        ffi = prebuilt_declarations(self.cdef_name)
         errors = []
         for soname in self.sonames:
             try:
-                ctypes.CDLL(soname)
-                break
+                if ffi is None:
+                    # Probe with a plain dlopen before parsing the declarations (tens of
+                    # milliseconds) for a library that may well be absent.
+                    import ctypes
+
+                    ctypes.CDLL(soname)
+                    ffi = parsed_declarations(self.cdef_name)
+                return ffi, ffi.dlopen(soname)
             except OSError as e:
                 errors.append(str(e))
-        else:  # no soname opened
-            self._error = LibraryNotFoundError(
-                self.sonames[0], self.package_hint, "; ".join(errors)
-            )
-            raise self._error
-        try:
-            import cffi
-        except ImportError as e:  # pragma: no cover - cffi is a dependency
-            raise LibraryNotFoundError("cffi", "the Python package cffi") from e
-        import importlib
+        self._error = LibraryNotFoundError(self.sonames[0], self.package_hint, "; ".join(errors))
+        raise self._error
 
-        # native/ installs as pycxl.native; imported by name so type checkers of the
-        # source tree (where it sits at the top level) need not resolve it.
-        native = importlib.import_module("pycxl.native")
-        ffi = cffi.FFI()
-        ffi.cdef(native.cdef(self.cdef_name))
-        return ffi, ffi.dlopen(soname)  # the soname the probe opened
+
+def prebuilt_declarations(cdef_name: str) -> Any | None:
+    """The FFI of ``native/<cdef_name>.h`` as parsed at install time (``pycxl._abi_<name>``,
+    see native/build_abi.py), or None where it was not built."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"pycxl._abi_{cdef_name}").ffi
+    except ImportError:
+        return None
+
+
+def parsed_declarations(cdef_name: str) -> Any:
+    """The FFI of ``native/<cdef_name>.h``, parsed now."""
+    import importlib
+
+    try:
+        import cffi
+    except ImportError as e:  # pragma: no cover - cffi is a dependency
+        raise LibraryNotFoundError("cffi", "the Python package cffi") from e
+    # native/ installs as pycxl.native; imported by name so type checkers of the
+    # source tree (where it sits at the top level) need not resolve it.
+    native = importlib.import_module("pycxl.native")
+    ffi = cffi.FFI()
+    ffi.cdef(native.cdef(cdef_name))
+    return ffi
 
 
 def has_symbol(lib: Any, name: str) -> bool:

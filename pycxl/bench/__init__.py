@@ -28,7 +28,9 @@ if TYPE_CHECKING:
         measure_bandwidth,
         measure_first_touch,
         measure_latency,
+        measure_loaded_latency,
         measure_matrix,
+        measure_offload,
         measure_transfer,
     )
     from .results import (
@@ -37,39 +39,26 @@ if TYPE_CHECKING:
         FirstTouchResult,
         Lane,
         LatencyResult,
+        LoadedLatencyResult,
+        LoadedPoint,
+        OffloadResult,
         TransferResult,
     )
 
 _LAZY = {
     **dict.fromkeys(
         ("Matrix", "MatrixCell", "latency_sweep_sizes", "matrix_pairs", "measure_bandwidth",
-         "measure_first_touch", "measure_latency", "measure_matrix", "measure_transfer"),
+         "measure_first_touch", "measure_latency", "measure_loaded_latency", "measure_matrix",
+         "measure_offload", "measure_transfer"),
         "dispatch",
     ),
     **dict.fromkeys(
         ("BandwidthResult", "BenchResult", "FirstTouchResult", "Lane", "LatencyResult",
-         "TransferResult"),
+         "LoadedLatencyResult", "LoadedPoint", "OffloadResult", "TransferResult"),
         "results",
     ),
 }  # fmt: skip
 
-__all__ = [
-    "BandwidthResult",
-    "BenchResult",
-    "FirstTouchResult",
-    "Lane",
-    "LatencyResult",
-    "Matrix",
-    "MatrixCell",
-    "TransferResult",
-    "latency_sweep_sizes",
-    "matrix_pairs",
-    "measure_bandwidth",
-    "measure_first_touch",
-    "measure_latency",
-    "measure_matrix",
-    "measure_transfer",
-]
+__all__ = sorted(_LAZY)
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, [*__all__, *globals()])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

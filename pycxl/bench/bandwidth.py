@@ -17,7 +17,15 @@ from .._lib.compiled import kernels
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, default, last_level_cache, require_placed
+from ..values import word
+from .context import (
+    Placement,
+    cache_fit,
+    check_fits,
+    default,
+    last_level_cache,
+    require_placed,
+)
 from .results import BandwidthResult
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
@@ -34,10 +42,9 @@ def default_array_size() -> int:
 
 def kernel_names(kernel: str) -> list[str]:
     """'all' or one kernel name -> the kernels to run, in STREAM's order."""
-    names = list(KERNELS) if kernel == "all" else [kernel]
-    if any(k not in KERNELS for k in names):
-        raise InvalidRequestError(f"kernel '{kernel}': use copy, scale, add, triad or all")
-    return names
+    if kernel == "all":
+        return list(KERNELS)
+    return [word(kernel, "kernel", [*KERNELS, "all"])]
 
 
 def stream_bandwidth(
@@ -78,7 +85,7 @@ def stream_bandwidth(
     ):
         pa, pb, pc = (ffi.cast("double *", x.address) for x in (a, b, c))
         _run(ffi, lib, [INIT], (pa, pb, pc), n, nthreads, cpus, 1, 0, times)
-        _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(nt_stores), times)
+        _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(bool(nt_stores)), times)
         _validate((a, b, c), expected_values(names, ntimes))
         placed = [x.pages_by_node() for x in (a, b, c)]
     for name, pl in zip("abc", placed, strict=True):
@@ -108,6 +115,7 @@ def stream_bandwidth(
                 samples=samples,
                 threads=nthreads,
                 nt_stores=nt_stores,
+                **cache_fit(nbytes),  # the arrays the kernel reads and writes
             )
         )
     return results

@@ -10,11 +10,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ..errors import InvalidRequestError, NotAvailableError, PlacementError
 from ..numa.placement import HugePages
 from ..sysfs import Sysfs
 from ..units import format_size
+from ..values import word
 
 QUICK_ENV = "PYCXL_BENCH_QUICK"
 CPU_DIR = "/sys/devices/system/cpu"
@@ -81,6 +83,20 @@ def last_level_cache(fs: Sysfs | None = None) -> int:
     return sum(seen.values()) or _sysconf_llc() or FALLBACK_LLC
 
 
+class CacheFit(TypedDict):
+    """The cache fields of a latency or bandwidth result."""
+
+    last_level_cache: int
+    fits_in_cache: bool
+
+
+def cache_fit(working_set: int, cache: int | None = None) -> CacheFit:
+    """A result's ``last_level_cache`` (default: the CPUs') and whether ``working_set``
+    bytes fit in it, in which case the figure describes the cache, not the memory."""
+    size = last_level_cache() if cache is None else cache
+    return {"last_level_cache": size, "fits_in_cache": working_set <= size}
+
+
 def _sysconf_llc() -> int:
     for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
         if name in os.sysconf_names:
@@ -102,8 +118,7 @@ def _cache_size(text: str) -> int:
 
 def page_size(name: str, fs: Sysfs | None = None) -> int:
     """Bytes of a page size name ('4k', '2m'); 2 MiB needs transparent huge pages."""
-    if name not in PAGE_SIZES:
-        raise InvalidRequestError(f"page size '{name}': use 4k or 2m")
+    word(name, "page size", PAGE_SIZES)
     if name == "2m":
         fs = fs or Sysfs()
         mode = fs.read(THP) or ""

@@ -15,6 +15,8 @@ given), accepts sizes as bytes or strings (``"256M"``) and returns a list of res
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequestError
 from ..gpu.devices import GpuDevice
 from ..system import System, snapshot, wants_gpus
+from ..tiers import name_text
 from ..units import parse_size
+from ..values import count
 from .context import default
 from .results import (
     BandwidthResult,
@@ -30,6 +34,7 @@ from .results import (
     FirstTouchResult,
     LatencyResult,
     LoadedLatencyResult,
+    OffloadResult,
     TransferResult,
     factor_apart,
 )
@@ -55,8 +60,18 @@ def _size(size: Size, what: str = "size") -> int | None:
 
 
 def _samples(samples: int | None) -> None:
-    if samples is not None and samples < 1:
-        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
+    if samples is not None:
+        count(samples, "samples")
+
+
+def _seconds(value: float | None, what: str, above: float = 0.0) -> None:
+    """A duration or factor: a finite number above ``above``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+        above < value < math.inf
+    ):  # fmt: skip
+        raise InvalidRequestError(f"{what} {value!r}: give a number above {above:g}")
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,8 @@ def measure_latency(
     from . import gpu_latency, latency
 
     _samples(samples)
+    if loads is not None:
+        count(loads, "loads")
     s = _system(system, target, initiator)
     pair = _pair(s, target, initiator)
     n = _size(size)
@@ -161,6 +178,8 @@ def measure_bandwidth(
     from . import bandwidth, gpu_stream, loaded, transfer
 
     _samples(samples)
+    if threads is not None:
+        count(threads, "threads")
     if mix is not None:
         mixes = loaded.mix_names(mix)
         if kernel != "all" or nt_stores:
@@ -248,7 +267,7 @@ def measure_transfer(
     from . import transfer
 
     _samples(samples)
-    every = gpu.strip().lower() == "all"
+    every = name_text(gpu, "GPU") == "all"
     transfer.check_transfer(direction, memory, 2 if every else 1)
     s = system or snapshot()
     gpus = s.gpus_named(gpu)
@@ -258,6 +277,42 @@ def measure_transfer(
         gpus, p, direction=direction, size=_size(size), memory=memory, samples=samples,
         copy_cpus={k: v for k, v in cpus.items() if v}, every_gpu=every,
     )  # fmt: skip
+
+
+def measure_offload(
+    target: str = "all",
+    gpu: str = "gpu0",
+    *,
+    modes: Sequence[str] | str = "hbm,pycxl,to,pinned",
+    layers: int | None = None,
+    width: int | None = None,
+    tokens: int | None = None,
+    lookahead: int = 1,
+    backward: bool = False,
+    samples: int | None = None,
+    system: System | None = None,
+) -> list[OffloadResult]:
+    """A stack of ``layers`` bf16 Linear(``width``, ``width``) layers over ``tokens`` rows,
+    run on ``gpu`` with its weights in HBM (mode ``hbm``, always run: the bound's compute
+    time) and on each host tier of ``target`` (``all``: every node with memory; or names:
+    ``dram0,cxl0``): streamed by pycxl, ``.to()`` from pageable memory, pinned copies
+    without look-ahead. Defaults: 16 layers of 8192 (2 GiB of weights), 1024 tokens.
+    ``gpu="all"``: every GPU alone, then all of them streaming from each tier at once
+    (pycxl's mode), each result with its step alone (``alone_s``)."""
+    from . import offload
+
+    s = system or snapshot()
+    gpus = s.gpus_named(gpu)
+    tiers = [s.tier(n) for n in s.memory_nodes(target)]
+    placements = [s.placement(t.name) for t in tiers if t is not None]
+    wanted = [m.strip() for m in modes.split(",")] if isinstance(modes, str) else list(modes)
+    shape: dict[str, Any] = dict(
+        layers=layers or offload.LAYERS, width=width or offload.WIDTH,
+        tokens=tokens or offload.TOKENS, lookahead=lookahead, backward=backward, samples=samples,
+    )  # fmt: skip
+    if gpu.strip().lower() == "all":
+        return offload.offload_together(gpus, placements, **shape)
+    return offload.offload_steps(gpus[0], placements, modes=wanted, **shape)
 
 
 def measure_loaded_latency(
@@ -290,13 +345,21 @@ def measure_loaded_latency(
     from .context import smt_siblings
 
     mixes = loaded.mix_names(mix)
-    if steps is not None and steps < 2:
-        raise InvalidRequestError(f"a sweep needs at least 2 steps, not {steps}")
-    if seconds is not None and not seconds > 0:
-        raise InvalidRequestError(f"a point lasts more than 0 seconds, not {seconds}")
-    if rates is not None and (not rates or min(rates) <= 0):
-        raise InvalidRequestError("rates are bandwidths above 0")
-    if fractions is not None and any(not 0 < f <= 1 for f in fractions):
+    if steps is not None:
+        count(steps, "steps (a sweep needs at least 2)", 2)
+    if load_threads is not None:
+        count(load_threads, "load threads")
+    _seconds(seconds, "seconds per point")
+    _seconds(knee, "knee factor", 1.0)
+    if rates is not None:
+        if isinstance(rates, str) or not rates:
+            raise InvalidRequestError(f"rates {rates!r}: give bandwidths in bytes/s, above 0")
+        for r in rates:
+            _seconds(r, "rate (bytes/s)")
+    if fractions is not None and (isinstance(fractions, str) or any(
+        isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 < f <= 1
+        for f in fractions
+    )):  # fmt: skip
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
     s = _system(system, target, initiator, load_from)
     load_target = load_on or target

@@ -18,13 +18,13 @@ from typing import Any
 
 from .._lib.compiled import kernels
 from ..errors import InvalidRequestError
-from ..gpu.devices import GpuDevice
+from ..gpu.devices import GpuDevice, with_cuda_facts
 from ..gpu.kernels import Module, u64
 from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
 from ..gpu.streams import Stream, Timer
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import Placement, check_fits, default, huge_pages, page_size
+from .context import Placement, cache_fit, check_fits, default, huge_pages, page_size
 from .latency import STRIDE, TLB_PAGES, check_size, sweep_sizes
 from .results import LatencyResult
 
@@ -33,14 +33,18 @@ WARM_LOADS = 1 << 22  # the first walk covers the cycle (up to 1 GiB arenas)
 SAMPLES = 5
 
 
+def _l2_cache(g: GpuDevice) -> int:
+    return with_cuda_facts(g).l2_cache or 0  # only CUDA knows it
+
+
 def default_size(g: GpuDevice) -> int:
     """Four times the GPU's L2 cache, at least 256 MiB."""
-    return default(max(4 * g.l2_cache, 256 << 20), 1 << 20)
+    return default(max(4 * _l2_cache(g), 256 << 20), 1 << 20)
 
 
 def gpu_sweep_sizes(g: GpuDevice, top: int | None = None) -> list[int]:
     """Working sets from 16 KiB to twice the GPU's L2 cache."""
-    return sweep_sizes(top or 2 * max(g.l2_cache, 1 << 20))
+    return sweep_sizes(top or 2 * max(_l2_cache(g), 1 << 20))
 
 
 def gpu_chase_latency(
@@ -65,7 +69,7 @@ def gpu_chase_latency(
     group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
     size = size // group * group
     loads = max(16, loads - loads % 16)
-    ctx = GpuContext(g.ordinal)
+    ctx = GpuContext.of(g)
     if host is None:
         run = _in_gpu_memory(ctx, size, group)
     else:
@@ -83,7 +87,7 @@ def gpu_chase_latency(
         pages=sum(placed.values()) if on_host else None,
         latency_ns=min(ns), latency_ns_median=statistics.median(ns), loads=loads,
         samples=samples, stride=STRIDE, tlb_group=group, gpu=g.name,
-        measure_s=time.perf_counter() - began,
+        measure_s=time.perf_counter() - began, **cache_fit(size, g.l2_cache),
     )  # fmt: skip
 
 
@@ -149,7 +153,7 @@ class GpuChaser:
         size = size or default_size(g)
         group = min(TLB_PAGES * self.page_size, 1 << (size.bit_length() - 1))
         self.size = size // group * group
-        self._chain = _in_host_memory(GpuContext(g.ordinal), self.size, group, node,
+        self._chain = _in_host_memory(GpuContext.of(g), self.size, group, node,
                                       self.page_size)  # fmt: skip
         self._launch = _Launcher(self._chain)
         self._launch(max(16, min(self.size // STRIDE, WARM_LOADS) // 16 * 16))

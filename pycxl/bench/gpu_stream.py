@@ -7,12 +7,12 @@ from __future__ import annotations
 import statistics
 
 from ..errors import InvalidRequestError, OperationError
-from ..gpu.devices import GpuDevice
+from ..gpu.devices import GpuDevice, with_cuda_facts
 from ..gpu.kernels import Arg, Module, f64, u64
 from ..gpu.memory import DeviceMemory, GpuContext
 from ..gpu.streams import Stream, Timer
 from .bandwidth import BYTES_PER_ELEMENT, INITIAL, SCALAR, expected_values, kernel_names
-from .context import default
+from .context import cache_fit, default
 from .results import BandwidthResult
 
 # Launch shape, from benchmarks/gpu_stream_tune.py on an H200: one block per 256 pairs
@@ -44,13 +44,13 @@ def gpu_stream_bandwidth(
         raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     ntimes = samples + 1
     size = max(16, size // 16 * 16)
-    ctx = GpuContext(g.ordinal)
+    ctx = GpuContext.of(g)
     arrays = [DeviceMemory(ctx, size) for _ in range(3)]
     mod = Module(ctx, "stream.ptx")
     n = size // 8
     grid = -(-(n // 2) // (block * unroll))  # one grid step covers the arrays
     if blocks_per_sm > 0:  # else: that whole grid, as PyTorch launches
-        grid = min(grid, g.sm_count * blocks_per_sm)
+        grid = min(grid, (with_cuda_facts(g).sm_count or 1) * blocks_per_sm)
     args = [*(u64(a.ptr) for a in arrays), f64(SCALAR), u64(n // 2)]
     try:
         _fill(arrays, n)
@@ -70,6 +70,7 @@ def gpu_stream_bandwidth(
             bytes_per_s=nbytes / (min(kept) / 1e3),
             bytes_per_s_median=nbytes / (statistics.median(kept) / 1e3),
             samples=samples, gpu=g.name, grid=grid, block=block, unroll=unroll,
+            **cache_fit(nbytes, g.l2_cache),
         ))  # fmt: skip
     return out
 

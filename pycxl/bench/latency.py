@@ -19,6 +19,7 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import (
     Placement,
+    cache_fit,
     check_fits,
     default,
     huge_pages,
@@ -96,6 +97,7 @@ def chase_latency(
         stride=STRIDE,
         tlb_group=group,
         measure_s=time.perf_counter() - began,
+        **cache_fit(size),
     )
 
 

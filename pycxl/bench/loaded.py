@@ -31,6 +31,7 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from .context import (
     Placement,
+    cache_fit,
     check_fits,
     default,
     huge_pages,
@@ -62,6 +63,8 @@ PEAK_RUNS = 2  # unpaced runs a curve's peak is the best of
 
 def mix_names(spec: str) -> list[str]:
     """'all', one mix, or a comma-separated list -> mixes in MLC's order."""
+    if not isinstance(spec, str):
+        raise InvalidRequestError(f"mix {spec!r}: use {', '.join(MIXES)} or all")
     names = list(MIXES) if spec.strip() == "all" else [m.strip() for m in spec.split(",")]
     bad = [m for m in names if m not in MIXES]
     if bad or not names:
@@ -152,7 +155,7 @@ class GpuLoad:
             )
         self.mix, self.gpu = mix, gpu
         self.cpus = tuple(cpus)  # where the lanes' threads run (never the chase's CPU)
-        self.ctx = GpuContext(gpu.ordinal)
+        self.ctx = GpuContext.of(gpu)
         chunk = min(GPU_CHUNK, max(1 << 20, size // 2))
         self.chunk = chunk
         self._lanes = []
@@ -526,5 +529,5 @@ def mix_bandwidth(
         size=size_used, page_size=4096, pages_on_node=placed.get(p.node, 0),
         pages=sum(placed.values()), kernel=mix, bytes_per_s=max(rates),
         bytes_per_s_median=statistics.median(rates), samples=samples, threads=len(cpus),
-        nt_stores=mix in NT_MIXES, mix=mix,
+        nt_stores=mix in NT_MIXES, mix=mix, **cache_fit(size_used),
     )  # fmt: skip

@@ -68,6 +68,8 @@ class LatencyResult(BenchResult):
     tlb_group: int  # bytes per randomisation group
     gpu: str | None = None  # the GPU's name, for GPU initiators
     measure_s: float = 0.0  # wall time of the whole measurement
+    last_level_cache: int | None = None  # bytes: the CPUs' last-level cache, or a GPU's L2
+    fits_in_cache: bool | None = None  # the arena fits in it: the figure is the cache's
     # the platform's read latency for these CPUs reaching the node (HMAT, CDAT), and how
     # many times apart it is from latency_ns_median; None: nothing advertised for them
     advertised_latency_ns: float | None = None
@@ -90,6 +92,8 @@ class BandwidthResult(BenchResult):
     grid: int | None = None
     block: int | None = None
     unroll: int | None = None
+    last_level_cache: int | None = None  # bytes: the CPUs' last-level cache, or a GPU's L2
+    fits_in_cache: bool | None = None  # the kernel's arrays fit in it: the cache's figure
     # the platform's read bandwidth for these CPUs reaching the node (HMAT, CDAT), and
     # how many times apart it is from bytes_per_s; None: nothing advertised for them
     advertised_bytes_per_s: float | None = None
@@ -176,3 +180,41 @@ class LoadedLatencyResult(BenchResult):
     knee_bytes_per_s: float | None  # load where the median reached knee_factor x idle
     window_loads: int
     measure_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffloadResult(BenchResult):
+    """A stack of layers run on a GPU with its weights in HBM (``mode`` hbm) or on a
+    host tier: streamed by pycxl (pycxl), copied with ``.to()`` from pageable memory
+    (to), or copied from pinned memory with ``non_blocking`` and no look-ahead (pinned).
+    One step is a forward pass, or forward and backward (gradients back to the host).
+
+    ``bound_s`` is what the link and the GPU allow: max(the hbm step, the least time the
+    link needs for the step's copies at its pinned bandwidth, one way and both ways at
+    once), all measured in the same run (``pycxl.bench.offload``); ``hidden`` is the
+    share of the copy time the step hid behind compute."""
+
+    benchmark: ClassVar[str] = "offload"
+    mode: str
+    backward: bool
+    gpu: str  # the GPU's name
+    layers: int
+    width: int
+    tokens: int  # rows of the activations (batch x sequence)
+    layer_bytes: int
+    lookahead: int | None  # pycxl mode
+    step_s: float  # median
+    step_s_best: float
+    samples: int
+    bytes_to_device: int  # per step
+    bytes_to_host: int  # per step
+    compute_s: float  # the hbm step (the same run)
+    pinned_h2d_bytes_per_s: float  # from the tier, measured in the same run
+    pinned_d2h_bytes_per_s: float
+    pinned_bidir_bytes_per_s: float  # both directions at once, the sum
+    bound_s: float
+    vs_bound: float  # step_s / bound_s
+    hidden: float | None  # share of copy time hidden behind compute (host modes)
+    link_bytes_per_s: float | None  # bytes to the device per second of step
+    at_once: int = 1  # GPUs streaming from the tier at the same time (bench offload --gpu all)
+    alone_s: float | None = None  # with others at once: this GPU's median step alone

@@ -26,6 +26,7 @@ from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
 from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer, allocate
+from ..values import word
 from .context import Placement, check_fits, default
 from .results import Lane, TransferResult
 
@@ -44,10 +45,8 @@ SAMPLES = 20
 
 def check_transfer(direction: str, memory: str, lanes_at_once: int) -> None:
     """Refuse what cannot work, before anything is allocated."""
-    if direction not in PHASES:
-        raise InvalidRequestError(f"direction '{direction}': use h2d, d2h, both or bidir")
-    if memory not in MEMORY:
-        raise InvalidRequestError(f"memory '{memory}': use pinned, pageable or staged")
+    word(direction, "direction", PHASES)
+    word(memory, "memory", MEMORY)
     if memory != "pinned" and (direction == "bidir" or lanes_at_once > 1):
         raise InvalidRequestError(
             f"{memory} copies block the host, so they cannot run at once (bidir, every GPU): "
@@ -96,7 +95,7 @@ class _Lane:
     def __init__(self, g: GpuDevice, direction: str, p: Placement, size: int, memory: str,
                  copy_cpus: Sequence[int] | None) -> None:  # fmt: skip
         self.gpu, self.direction, self.size, self.memory = g, direction, size, memory
-        self.ctx = GpuContext(g.ordinal)
+        self.ctx = GpuContext.of(g)
         self._closers: list[Any] = []
         self.dev: DeviceMemory = self._keep(DeviceMemory(self.ctx, size))
         self.host: NumaBuffer = self._keep(allocate(size, [p.node]))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError, OperationError
 from ..sysfs import Sysfs
 from ..units import format_size
+from ..values import word
 from .model import DaxDevice
 
 if TYPE_CHECKING:
@@ -29,9 +30,7 @@ DRIVER_OF_MODE = {"system-ram": "kmem", "devdax": "device_dax"}
 
 def check_mode(mode: str) -> str:
     """``mode`` if it is 'system-ram' or 'devdax', else InvalidRequestError."""
-    if mode not in DRIVER_OF_MODE:
-        raise InvalidRequestError(f"mode {mode!r}: use 'system-ram' or 'devdax'")
-    return mode
+    return word(mode, "mode", DRIVER_OF_MODE)
 
 
 def unbind(fs: Sysfs, dax: str, mode: str) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import InvalidRequestError
 from ..sysfs import Sysfs
+from ..values import word
 
 MEMORY_BLOCKS = "/sys/devices/system/memory"
 
@@ -49,9 +49,7 @@ def combine_zones(zones: list[str | None]) -> str | None:
 
 def check_zone(zone: str) -> Zone:
     """``zone`` if it is 'movable' or 'normal', else InvalidRequestError."""
-    if zone not in ONLINE_STATE:
-        raise InvalidRequestError(f"zone {zone!r}: use 'movable' or 'normal'")
-    return zone
+    return word(zone, "zone", ("movable", "normal"))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

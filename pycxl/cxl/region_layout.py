@@ -21,6 +21,7 @@ from typing import Literal
 
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
 from ..units import format_size, parse_size
+from ..values import count
 from .dax import check_mode
 from .memory_blocks import Zone, check_zone
 from .model import Decoder, Memdev
@@ -60,6 +61,16 @@ class RegionRequest:
         check_mode(self.mode)
         if isinstance(self.memdevs, str):  # one name, not its letters
             object.__setattr__(self, "memdevs", (self.memdevs,))
+        if not isinstance(self.memdevs, tuple | list) or not all(
+            isinstance(m, str) for m in self.memdevs
+        ):  # fmt: skip
+            raise InvalidRequestError(f"memdevs {self.memdevs!r}: give names such as ('mem0',)")
+        object.__setattr__(self, "memdevs", tuple(self.memdevs))
+        if self.ways is not None:
+            count(self.ways, "ways")
+        for name in ("decoder", "bus", "uuid"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InvalidRequestError(f"{name} {getattr(self, name)!r}: give a name")
         for name in ("size", "granularity"):
             value = getattr(self, name)
             if value is not None:

@@ -22,8 +22,9 @@ from ..waiting import wait_until
 from . import dax, memory_blocks
 from .memory_blocks import ONLINE_STATE, Zone
 from .model import DaxDevice, Region
+from .paths import CXL_DEVICES
 from .region_layout import RegionLayout
-from .sysfs_backend import CXL_DEVICES, read_dax_devices
+from .sysfs_backend import read_dax_devices
 
 REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
 # Offlining a block whose pages cannot move (long-term pinned) retries in the kernel

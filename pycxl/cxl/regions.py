@@ -8,12 +8,12 @@ the kernel reports it afterwards, with its NUMA node and tier name once online.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import re
 import time
 from dataclasses import dataclass
 
+from .._log import get_logger
 from ..errors import (
     InvalidRequestError,
     NeedsRootError,
@@ -27,11 +27,12 @@ from . import region_plan
 from .dax import check_mode
 from .memory_blocks import Zone, combine_zones
 from .model import Region
+from .paths import bus_present
 from .region_layout import RegionLayout, RegionRequest, layout_region
-from .sysfs_backend import bus_present, read_topology
+from .sysfs_backend import read_topology
 from .topology import CxlTopology
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # A concurrent creator makes our writes fail with EBUSY at three points: claiming the
 # region name (it took the name first); attaching a target (regions must sit on a port

@@ -14,10 +14,8 @@ from ..numa.access import read_region_access
 from ..sysfs import Sysfs
 from . import memory_blocks
 from .model import Bus, DaxDevice, Decoder, Dport, Mapping, Memdev, Port, PortKind, Region
+from .paths import CXL_DEVICES, DAX_DEVICES, bus_present
 from .topology import CxlTopology
-
-CXL_DEVICES = "/sys/bus/cxl/devices"
-DAX_DEVICES = "/sys/bus/dax/devices"
 
 _PORT_RE = re.compile(r"^(root|port|endpoint)\d+$")
 _DECODER_RE = re.compile(r"^decoder\d+\.\d+$")
@@ -36,11 +34,6 @@ def bus_provider(host: str) -> str:
     if host.startswith("cxl_acpi"):
         return "cxl_test"
     return host
-
-
-def bus_present(sysfs: Sysfs | None = None) -> bool:
-    """Whether the kernel has a CXL bus (drivers loaded), without reading any device."""
-    return (sysfs or Sysfs()).is_dir(CXL_DEVICES)
 
 
 def read_topology(sysfs: Sysfs | None = None) -> CxlTopology:

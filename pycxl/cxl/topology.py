@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import NotAvailableError, NotFoundError, _natural_key
-from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region, _Linked
+
+if TYPE_CHECKING:  # the model loads where there is CXL to read (a backend imports it)
+    from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region, _Linked
 
 T = TypeVar("T")
-L = TypeVar("L", bound=_Linked)
+L = TypeVar("L", bound="_Linked")
 
 
 @dataclass(frozen=True, repr=False)
@@ -124,12 +126,14 @@ class CxlTopology:
 
     def node_zones(self) -> dict[int, str]:
         """NUMA node id -> zone of the CXL memory online there (movable, normal, mixed)."""
-        from .memory_blocks import combine_zones
-
         by_node: dict[int, list[Any]] = {}
         for d in self.dax_devices:
             if d.target_node is not None and d.mode == "system-ram" and d.zone is not None:
                 by_node.setdefault(d.target_node, []).append(d.zone)
+        if not by_node:
+            return {}
+        from .memory_blocks import combine_zones
+
         return {n: z for n, zs in by_node.items() if (z := combine_zones(zs)) is not None}
 
     def node_memdev_nodes(self) -> dict[int, tuple[int, ...]]:

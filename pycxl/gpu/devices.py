@@ -1,41 +1,55 @@
-"""GPUs seen through the CUDA driver, with their nearest host NUMA node."""
+"""GPUs with their nearest host NUMA node, read without initialising CUDA where the driver
+allows: NVML first (``nvml.py``), else the driver's files (``procfs.py``); the CUDA driver
+(``cuda_devices.py``) only when asked, or when only CUDA can say which GPUs it shows
+(``visible.py``)."""
 
 from __future__ import annotations
 
-import dataclasses
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
-from ..errors import LibraryNotFoundError
 from ..sysfs import Sysfs
-from . import driver as drv
+
+GpuSource = Literal["auto", "nvml", "files", "cuda"]
+NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"
 
 
 @dataclass(frozen=True)
 class GpuDevice:
-    """One CUDA device. ``index`` orders GPUs by PCI bus id (target name gpu<index>)."""
+    """One GPU as CUDA shows it. ``index`` orders GPUs by PCI bus id (target name
+    gpu<index>). A fact its source cannot give is None (see ``source``)."""
 
     index: int
-    ordinal: int  # the CUDA driver's own device ordinal
+    ordinal: int | None  # CUDA's device ordinal; None where only CUDA could say
     name: str
     uuid: str
     pci_bus_id: str  # 'dddd:bb:dd.f', lower case
-    total_memory: int  # bytes
-    sm_count: int
-    compute_capability: tuple[int, int]
+    total_memory: int | None  # bytes, as cuDeviceTotalMem counts them
+    sm_count: int | None
+    compute_capability: tuple[int, int] | None
     numa_node: int | None  # nearest host node
-    numa_node_source: str  # 'driver' (HOST_NUMA_ID), 'sysfs' (PCI numa_node) or 'none'
-    can_map_host_memory: bool = False
-    unified_addressing: bool = False
-    pageable_memory_access: bool = False
-    host_register_supported: bool = False
-    async_engines: int = 0
-    l2_cache: int = 0  # bytes
+    numa_node_source: str  # 'driver', 'sysfs', 'only-cpu-node' or 'none' (see nearest.py)
+    source: str  # where the facts came from: 'nvml', 'procfs' or 'cuda'
+    sm_count_source: str | None = None  # 'cuda', or 'nvml-cores' (cores / FP32 lanes per SM)
+    # only the CUDA driver knows these: None unless it was asked (source 'cuda')
+    can_map_host_memory: bool | None = None
+    unified_addressing: bool | None = None
+    pageable_memory_access: bool | None = None  # also NVML's addressing mode (HMM or ATS)
+    host_register_supported: bool | None = None
+    async_engines: int | None = None
+    l2_cache: int | None = None  # bytes
 
     @property
     def target_name(self) -> str:
         """The GPU's tier name: gpu0, gpu1... in PCI bus order."""
         return f"gpu{self.index}"
+
+    @property
+    def cc_text(self) -> str | None:
+        """The compute capability as CUDA writes it ('9.0'); None when unknown."""
+        cc = self.compute_capability
+        return None if cc is None else f"{cc[0]}.{cc[1]}"
 
 
 @dataclass(frozen=True)
@@ -43,88 +57,67 @@ class GpuInventory:
     """The GPUs, or why there are none (``absent_reason``)."""
 
     devices: tuple[GpuDevice, ...]
+    # the CUDA version the driver supports (13000: 13.0); None where CUDA was not
+    # started (only libcuda can say it: NVML loads libcuda to answer)
     driver_version: int | None
     absent_reason: str | None
 
 
-def read_gpus(sysfs: Sysfs | None = None) -> GpuInventory:
-    """Every CUDA device. No driver or no GPU is reported, not raised."""
-    try:
-        ffi, lib = drv.driver()
-    except LibraryNotFoundError:
-        return GpuInventory((), None, "no CUDA driver (libcuda.so.1 not found)")
-    version_p = ffi.new("int *")
-    drv.check("cuDriverGetVersion", lib.cuDriverGetVersion(version_p))
-    version = int(version_p[0])
-    if drv.initialised_without_devices():
-        return GpuInventory((), version, "the CUDA driver reports no GPU")
-    count_p = ffi.new("int *")
-    drv.check("cuDeviceGetCount", lib.cuDeviceGetCount(count_p))
+def read_gpus(sysfs: Sysfs | None = None, *, via: GpuSource = "auto") -> GpuInventory:
+    """The GPUs CUDA shows this process. No driver or no GPU is reported, not raised.
+
+    ``via``: 'auto' reads NVML, else the driver's files, and starts CUDA only where they
+    cannot tell which GPUs CUDA shows or no NVIDIA driver file is there to read; 'nvml'
+    the same, never starting CUDA; 'files' the driver's files alone (no library loaded);
+    'cuda' every fact from the CUDA driver (about a quarter of a second to start). A
+    recorded tree (a sysroot other than /) is read from its files alone."""
     fs = sysfs or Sysfs()
-    raw = [_read_device(ffi, lib, ordinal, fs) for ordinal in range(count_p[0])]
-    raw.sort(key=lambda d: d.pci_bus_id)
-    devices = tuple(dataclasses.replace(d, index=i) for i, d in enumerate(raw))
-    return GpuInventory(devices, version, None if devices else "the CUDA driver reports no GPU")
+    if fs.root != "/":
+        via, environ = "files", {}  # another machine's files: this process's CUDA_* do not apply
+    else:
+        environ = dict(os.environ)
+    if via == "cuda":
+        return _from_cuda(fs)
+    from . import procfs
+    from .visible import Undecided
 
-
-def _attr(ffi: Any, lib: Any, dev: int, attr: int) -> int | None:
-    value = ffi.new("int *")
-    if lib.cuDeviceGetAttribute(value, attr, dev) != drv.CUDA_SUCCESS:
-        return None
-    return int(value[0])
-
-
-def _read_device(ffi: Any, lib: Any, ordinal: int, fs: Sysfs) -> GpuDevice:
-    dev_p = ffi.new("CUdevice *")
-    drv.check("cuDeviceGet", lib.cuDeviceGet(dev_p, ordinal))
-    dev = dev_p[0]
-    name = ffi.new("char[256]")
-    drv.check("cuDeviceGetName", lib.cuDeviceGetName(name, 256, dev))
-    import uuid as uuidlib
-
-    uu = ffi.new("CUuuid *")
+    why = "no NVIDIA GPU driver"
     try:
-        rc = lib.cuDeviceGetUuid_v2(uu, dev)
-    except AttributeError:  # drivers before CUDA 11.4
-        rc = lib.cuDeviceGetUuid(uu, dev)
-    drv.check("cuDeviceGetUuid", rc)
-    mem = ffi.new("size_t *")
-    drv.check("cuDeviceTotalMem_v2", lib.cuDeviceTotalMem_v2(mem, dev))
-    bus = ffi.new("char[32]")
-    drv.check("cuDeviceGetPCIBusId", lib.cuDeviceGetPCIBusId(bus, 32, dev))
-    bus_id = normalize_bus_id(ffi.string(bus).decode())
-    numa = _attr(ffi, lib, dev, drv.ATTR_HOST_NUMA_ID)
-    source = "driver"
-    if numa is None or numa < 0:
-        from ..pcie import device_numa_node
+        if via != "files":
+            from . import nvml
 
-        numa = device_numa_node(bus_id, fs)
-        source = "sysfs" if numa is not None else "none"
+            try:
+                return nvml.read_inventory(fs, environ)
+            except nvml.NvmlUnusable as e:
+                why += f" ({e})"
+        found = procfs.read_inventory(fs, environ)
+        if found is not None:
+            return found
+    except Undecided as e:
+        why = f"only CUDA can say which GPUs it shows: {e}"
+    if via != "auto":
+        return GpuInventory((), None, why)
+    return _from_cuda(fs)
 
-    def a(attr: int) -> int:
-        return _attr(ffi, lib, dev, attr) or 0
 
-    return GpuDevice(
-        index=ordinal,
-        ordinal=ordinal,
-        name=ffi.string(name).decode(),
-        uuid="GPU-" + str(uuidlib.UUID(bytes=bytes(ffi.buffer(uu, 16)))),
-        pci_bus_id=bus_id,
-        total_memory=int(mem[0]),
-        sm_count=a(drv.ATTR_MULTIPROCESSOR_COUNT),
-        compute_capability=(
-            a(drv.ATTR_COMPUTE_CAPABILITY_MAJOR),
-            a(drv.ATTR_COMPUTE_CAPABILITY_MINOR),
-        ),
-        numa_node=numa,
-        numa_node_source=source,
-        can_map_host_memory=bool(a(drv.ATTR_CAN_MAP_HOST_MEMORY)),
-        unified_addressing=bool(a(drv.ATTR_UNIFIED_ADDRESSING)),
-        pageable_memory_access=bool(a(drv.ATTR_PAGEABLE_MEMORY_ACCESS)),
-        host_register_supported=bool(a(drv.ATTR_HOST_REGISTER_SUPPORTED)),
-        async_engines=a(drv.ATTR_ASYNC_ENGINE_COUNT),
-        l2_cache=a(drv.ATTR_L2_CACHE_SIZE),
-    )
+def _from_cuda(fs: Sysfs) -> GpuInventory:
+    from ..errors import LibraryNotFoundError
+    from . import cuda_devices
+
+    try:
+        return cuda_devices.read_inventory(fs)
+    except LibraryNotFoundError:
+        return GpuInventory((), None, NO_DRIVER)
+
+
+def with_cuda_facts(g: GpuDevice) -> GpuDevice:
+    """``g`` as the CUDA driver reports it, with what only CUDA knows (its ordinal, SM
+    count, L2 cache, host-memory flags). Initialises CUDA: for code that needs a context."""
+    if g.source == "cuda":
+        return g
+    from . import cuda_devices
+
+    return cuda_devices.by_bus_id(g.pci_bus_id, g.index)
 
 
 def normalize_bus_id(bus_id: str) -> str:

@@ -11,6 +11,7 @@ from ..errors import CudaError
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_INVALID_DEVICE = 101
 
 # CUdevice_attribute values (cuda.h); one place for each.
 ATTR_MULTIPROCESSOR_COUNT = 16

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..numa.placement import HugePages
+    from .devices import GpuDevice
     from .streams import Stream
 
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
@@ -33,6 +34,20 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
 PAGE = pages.PAGE
 REGISTER_CHUNK = 256 << 30  # the driver refuses single registrations of 512 GiB or more
+
+
+def byte_array_interface(address: int, size: int) -> dict[str, Any]:
+    """``__cuda_array_interface__`` of ``size`` bytes of device-visible memory at
+    ``address``, as a 1-D byte array; no stream to synchronise with (the caller orders
+    its work with events)."""
+    return {
+        "shape": (size,),
+        "typestr": "|u1",
+        "data": (address, False),
+        "version": 3,
+        "strides": None,
+        "stream": None,
+    }
 
 
 def _register(ffi: Any, lib: Any, address: int, n: int, total: int) -> None:
@@ -76,6 +91,14 @@ class GpuContext:
         self.activate()
         self._release = weakref.finalize(self, lib.cuDevicePrimaryCtxRelease_v2, self.device)
 
+    @classmethod
+    def of(cls, gpu: GpuDevice) -> GpuContext:
+        """The primary context of ``gpu``, found by its PCI address (CUDA numbers GPUs its
+        own way; CUDA_VISIBLE_DEVICES renumbers them)."""
+        from .cuda_devices import ordinal_of
+
+        return cls(ordinal_of(gpu.pci_bus_id))
+
     def __repr__(self) -> str:
         return f"GpuContext(device {self.device}, primary)"
 
@@ -113,6 +136,11 @@ class DeviceMemory:
 
     def __repr__(self) -> str:
         return f"DeviceMemory(ptr={self.ptr:#x}, size={self.size})"
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The memory as a 1-D byte array (CuPy, Numba and PyTorch wrap it, no copy)."""
+        return byte_array_interface(self.ptr, self.size)
 
     def copy_from_host(self, src: Any, *, offset: int = 0, stream: Stream | None = None) -> None:
         """Copy all of ``src`` (a buffer, array or HostMemory) to this memory at
@@ -267,13 +295,7 @@ class HostMemory:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """A 1-D byte array at the device pointer (CuPy, Numba, PyTorch read it)."""
-        return {
-            "shape": (self.size,),
-            "typestr": "|u1",
-            "data": (self.device_pointer, False),
-            "version": 3,
-            "strides": None,
-        }
+        return byte_array_interface(self.device_pointer, self.size)
 
     def pages_by_node(self) -> dict[int, int]:
         """Pages per NUMA node of the registered memory, now."""

@@ -1,6 +1,8 @@
 """Start a command under a memory policy and CPU binding, as numactl does: set them on
 this process, then exec the command, which keeps the PID and receives its signals
-directly. Nothing system-wide is changed.
+directly. Nothing system-wide is changed. Before the exec, the signal dispositions
+Python changed are put back (it ignores SIGPIPE and SIGXFSZ, and an ignored signal
+stays ignored across exec), so a pipeline behaves as it does under numactl.
 
 Names (``--membind cxl0``) are resolved above this floor (``System.launch_plan``); this
 module takes node and CPU ids.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +50,24 @@ def find_command(argv: Sequence[str]) -> str:
     return path
 
 
+def restore_default_signals() -> None:
+    """Undo, in this process, what Python did to signals, before it becomes another
+    program: SIGPIPE and SIGXFSZ back to their default action (Python ignores both, and
+    the command would inherit that: ``yes | head -1`` would print 'Broken pipe' and exit
+    1 instead of dying of SIGPIPE), every handler Python or pycxl installed (SIGINT...)
+    back to the default, and no signal blocked. Signals that whoever started pycxl
+    ignored (nohup's SIGHUP) stay ignored, as numactl leaves them."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP, signals libc keeps for itself
+            continue
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def exec_command(plan: LaunchPlan, argv: Sequence[str]) -> None:
     """Apply ``plan`` to this process and replace it with ``argv`` (never returns)."""
     path = find_command(argv)
@@ -60,6 +81,7 @@ def exec_command(plan: LaunchPlan, argv: Sequence[str]) -> None:
             ) from None
     if plan.policy is not None:
         set_thread_policy(plan.policy)
+    restore_default_signals()
     try:
         os.execv(path, list(argv))
     except OSError as e:

@@ -3,6 +3,7 @@ moving pages of a buffer to another node."""
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import re
@@ -10,22 +11,46 @@ from collections import Counter
 from typing import Any
 
 from .._lib.libs import LIBNUMA
-from ..errors import InvalidRequestError, NotFoundError, OperationError
+from ..errors import InvalidRequestError, NotFoundError, OperationError, SysfsError
 from ..sysfs import Sysfs
+from ..values import pid as check_pid
 from .policy import MPOL_MF_MOVE
 
 PAGE = mmap.PAGESIZE
 NOT_PRESENT = -1  # key for pages not yet touched (move_pages says -ENOENT)
 
 
+def tensor_span(obj: Any, device: str) -> tuple[int, int] | None:
+    """(address, bytes) of a contiguous torch tensor on ``device`` ('cpu', 'cuda');
+    None for what is not a torch tensor (any dtype, bf16 too, unlike the array
+    interfaces)."""
+    if not (hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous")):
+        return None
+    if obj.device.type != device:
+        raise InvalidRequestError(f"expected memory on {device}, got a tensor on {obj.device}")
+    if not obj.is_contiguous():
+        raise InvalidRequestError("the tensor is not contiguous; pass .contiguous()")
+    return int(obj.data_ptr()), int(obj.numel() * obj.element_size())
+
+
 def buffer_span(obj: Any) -> tuple[int, int]:
-    """(address, length) of a buffer, numpy array or NumaBuffer; contiguous only."""
+    """(address, length) of a buffer, numpy array, NumaBuffer or CPU torch tensor;
+    contiguous only."""
     span = getattr(obj, "span", None)
     if callable(span):
         return span()  # type: ignore[no-any-return]
+    tensor = tensor_span(obj, "cpu")
+    if tensor is not None:
+        return tensor
     import numpy as np
 
-    arr = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
+    try:
+        arr = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
+    except (TypeError, ValueError):
+        raise InvalidRequestError(
+            f"{type(obj).__name__} {obj!r:.40}: not a buffer; give a NumaBuffer, a numpy "
+            "array or another object with the buffer protocol (bytearray, mmap)"
+        ) from None
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise InvalidRequestError("the array is not contiguous; pass its base or a copy")
     return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
@@ -75,13 +100,25 @@ _PAGE_KB = re.compile(r"\bkernelpagesize_kB=(\d+)")
 
 
 def process_usage(pid: int, fs: Sysfs | None = None) -> dict[int, int]:
-    """Bytes of a process's resident memory per node, from /proc/PID/numa_maps."""
+    """Bytes of a process's resident memory per node, from /proc/PID/numa_maps. Another
+    user's process needs root (NeedsRootError); one the kernel hides even from root is
+    an OperationError saying why."""
+    pid = check_pid(pid)
     fs = fs or Sysfs()
     path = f"/proc/{pid}/numa_maps"
     if not fs.exists(f"/proc/{pid}"):
         raise NotFoundError("process", str(pid))
+    try:
+        lines = list(fs.iter_lines(path))
+    except SysfsError as e:
+        if e.errno != errno.EACCES:
+            raise
+        raise OperationError(
+            f"process {pid}: the kernel refuses its numa_maps even to root (ptrace access "
+            "is denied: a process that is not dumpable, or one outside this container)"
+        ) from None
     usage: Counter[int] = Counter()
-    for line in fs.iter_lines(path):
+    for line in lines:
         kb = _PAGE_KB.search(line)
         page = int(kb.group(1)) * 1024 if kb else PAGE
         for node, pages in _NUMA_MAPS_NODE.findall(line):

@@ -36,7 +36,7 @@ HUGE_2M = 2 << 20
 def check_huge(huge: str) -> HugePages:
     """``huge`` if it is one of the HugePages choices, else InvalidRequestError."""
     choices = get_args(HugePages)
-    if huge not in choices:
+    if not isinstance(huge, str) or huge not in choices:
         raise InvalidRequestError(f"huge={huge!r}: use one of {', '.join(choices)}")
     return huge  # type: ignore[return-value]
 

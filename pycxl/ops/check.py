@@ -10,22 +10,23 @@ mailbox, the monitor's event log) and poison. Expectations (``cxl0=512G``,
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..cxl.health import DeviceHealth, Health, read_health
-from ..cxl.mailbox import Unsupported
 from ..cxl.model import Memdev, Region
-from ..cxl.poison import PoisonRecord, read_poison
 from ..errors import InvalidRequestError, NeedsRootError, NotFoundError, OperationError
 from ..pcie import Link, nvidia_gpus, read_link
 from ..sysfs import Sysfs
 from ..system import System
 from ..units import format_size, parse_size
+
+if TYPE_CHECKING:  # imported where used: a host without CXL memdevs needs none of them
+    from ..cxl.health import DeviceHealth, Health
+    from ..cxl.mailbox import Unsupported
+    from ..cxl.poison import PoisonRecord
 
 Severity = Literal["ok", "info", "warning", "failure"]
 SEVERITIES: tuple[Severity, ...] = ("ok", "info", "warning", "failure")
@@ -117,6 +118,7 @@ class CheckReport:
 
     findings: tuple[Finding, ...]
     cxl_present: bool
+    expected: bool = False  # expectations were given (and checked)
     health: dict[str, DeviceHealth] = field(default_factory=dict, hash=False)
     poison: dict[str, list[PoisonRecord] | Unsupported] = field(default_factory=dict, hash=False)
     links: dict[str, Link] = field(default_factory=dict, hash=False)
@@ -128,11 +130,13 @@ class CheckReport:
 
     @property
     def status(self) -> str:
-        """failure, warning, no-cxl (nothing wrong, but nothing CXL to check) or ok."""
+        """failure, warning, no-cxl (nothing wrong, but nothing CXL to check and nothing
+        expected) or ok. Expectations that all held are ok, CXL or not: a job that
+        asked only for dram0=1G on a host without CXL has what it needs."""
         worst = self.worst
         if worst in ("failure", "warning"):
             return worst
-        return "ok" if self.cxl_present else "no-cxl"
+        return "ok" if self.cxl_present or self.expected else "no-cxl"
 
 
 def run_check(
@@ -145,8 +149,9 @@ def run_check(
     dev_dir: str = "/dev/cxl",
 ) -> CheckReport:
     """Check this host. ``event_log``: the JSON lines ``pycxl monitor --log`` writes
-    (default: DEFAULT_EVENT_LOG when it exists). ``device_health=False`` skips the
-    mailbox and the poison list (they need root)."""
+    (default: DEFAULT_EVENT_LOG when it exists; '' for none). ``device_health=False``
+    skips the mailbox and the poison list (they need root). The report's status is
+    no-cxl only when nothing is wrong, there is no CXL memory and nothing was expected."""
     fs = fs or Sysfs()
     exp = expectations or Expectations()
     out: list[Finding] = []
@@ -178,14 +183,53 @@ def run_check(
     if memdevs and device_health:
         health, poison, found = _device_findings(system, fs, dev_dir)
         out += found
-    log = (
-        event_log
-        if event_log is not None
-        else (fs.path(DEFAULT_EVENT_LOG) if os.path.exists(fs.path(DEFAULT_EVENT_LOG)) else None)
-    )
-    if log and memdevs:  # '' turns the log off
-        out += _event_findings(memdevs, log, health)
-    return CheckReport(tuple(out), bool(memdevs), health, poison, links)
+    if event_log:  # given: a file that is not the monitor's log is the caller's error
+        events: list[dict[str, Any]] | Finding = read_event_log(event_log)
+    elif event_log is None and os.path.exists(fs.path(DEFAULT_EVENT_LOG)):
+        try:
+            events = read_event_log(fs.path(DEFAULT_EVENT_LOG))
+        except InvalidRequestError as e:
+            events = Finding("warning", "events", "host", str(e),
+                             "check what writes there (pycxl monitor --log)")  # fmt: skip
+    else:  # '' turns the log off
+        events = []
+    if isinstance(events, Finding):
+        out.append(events)
+    elif memdevs:
+        out += _event_findings(memdevs, events, health)
+    return CheckReport(tuple(out), bool(memdevs), not exp.empty, health, poison, links)
+
+
+def read_event_log(path: str) -> list[dict[str, Any]]:
+    """The records of the event log ``pycxl monitor --log`` writes, one JSON object per
+    line. A last line cut short (a crash while writing) is skipped; any other line that
+    is not a JSON object is an InvalidRequestError naming the file and the line."""
+    import json  # only where there is a log: check runs at the top of job scripts
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise InvalidRequestError(f"event log {path}: {e.strerror}") from None
+    lines = text.split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    records: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        record: Any = None
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if i == last and not text.endswith("\n"):
+                continue  # cut short
+        if not isinstance(record, dict):
+            raise InvalidRequestError(
+                f"event log {path}: line {i + 1} is not a JSON object ({line[:40]!r}); "
+                "give the file pycxl monitor --log writes"
+            )
+        records.append(record)
+    return records
 
 
 # --- CXL objects ----------------------------------------------------------------------
@@ -375,7 +419,7 @@ def _expectation_findings(system: System, exp: Expectations) -> list[Finding]:
         node = target.node
         tier = system.tier(node) if node is not None else None
         have = tier.node.mem_total if tier is not None else 0
-        labels = {"target": name, "node": str(node)}
+        labels = {"target": name} | ({} if node is None else {"node": str(node)})
         if have < want * CAPACITY_SLACK:
             out.append(
                 Finding(
@@ -485,6 +529,10 @@ def _link_findings(system: System, links: dict[str, Link]) -> list[Finding]:
 def _device_findings(
     system: System, fs: Sysfs, dev_dir: str
 ) -> tuple[dict[str, DeviceHealth], dict[str, list[PoisonRecord] | Unsupported], list[Finding]]:
+    from ..cxl.health import read_health
+    from ..cxl.mailbox import Unsupported
+    from ..cxl.poison import read_poison
+
     memdevs = [m for m in system.cxl.memdevs if m.enabled]
     if os.geteuid() != 0:
         return (
@@ -570,6 +618,8 @@ def _where(system: System, r: PoisonRecord) -> str:
 def _health_finding(
     memdev: str, health: Health | Unsupported, labels: dict[str, str], source: str
 ) -> Finding:
+    from ..cxl.mailbox import Unsupported
+
     if isinstance(health, Unsupported):
         return Finding(
             "info",
@@ -596,30 +646,16 @@ def _health_finding(
 
 
 def _event_findings(
-    memdevs: Sequence[Memdev], log: str, health: dict[str, DeviceHealth]
+    memdevs: Sequence[Memdev], events: Sequence[dict[str, Any]], health: dict[str, DeviceHealth]
 ) -> list[Finding]:
     """The latest memory-module event per device (by serial: names can change across
     boots) in the monitor's log; where the mailbox answered health itself, it wins."""
+    from ..cxl.mailbox import Unsupported
+
     latest: dict[int, dict[str, Any]] = {}
-    try:
-        with open(log) as f:
-            for line in f:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a crash
-                if ev.get("event") == "cxl_memory_module" and isinstance(ev.get("serial"), int):
-                    latest[ev["serial"]] = ev
-    except OSError as e:
-        return [
-            Finding(
-                "warning",
-                "events",
-                "host",
-                f"event log {log}: {e.strerror}",
-                "check the path given to pycxl monitor --log",
-            )
-        ]
+    for record in events:
+        if record.get("event") == "cxl_memory_module" and isinstance(record.get("serial"), int):
+            latest[record["serial"]] = record
     out = []
     for m in memdevs:
         ev = latest.get(m.serial) if m.serial is not None else None
@@ -653,6 +689,8 @@ _LEVEL = {"NORMAL": 0, "WARNING": 1, "CRITICAL": 2}
 
 def event_health(ev: dict[str, Any]) -> Health:
     """The device health a memory-module event reports (the kernel's trace fields)."""
+    from ..cxl.health import Health
+
     f = ev.get("fields", {})
     status = 0
     for flag in str(f.get("health_status", "")).split("|"):

@@ -1,6 +1,13 @@
 """The metrics ``pycxl check`` and ``pycxl stat`` export for Prometheus (names without
 the ``pycxl_`` prefix, which ``prometheus.render`` adds). The list is documented in
 docs/operations.md; names and labels are stable.
+
+They follow node_exporter's conventions: base units in the name (``_bytes``,
+``_seconds``, ``_transfers_per_second``, ``_ratio``), ``_total`` on counters only, the
+labels ``node`` (a NUMA node id, as node_exporter's ``node_memory_numa_*`` carry it),
+``memdev`` and ``region``. What node_exporter already exports per node (``MemTotal``,
+``MemFree``, ``numa_hit``... with ``--collector.meminfo_numa``) is not exported again:
+``pycxl_node_info`` gives each node its tier name to join with them.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ def check_metrics(report: CheckReport, system: System) -> list[Metric]:
     ram = Metric("memdev_ram_bytes", "Volatile capacity of the memdev")
     healthy = Metric("memdev_health_ok", "1 when the device reports no health problem")
     supported = Metric("memdev_health_supported", "1 when the device answers Get Health Info")
-    life = Metric("memdev_life_used_percent", "Device life used, as the device reports it")
+    life = Metric("memdev_life_used_ratio", "Device life used (0-1), as the device reports it")
     temp = Metric("memdev_temperature_celsius", "Device temperature, as the device reports it")
     dirty = Metric("memdev_dirty_shutdowns_total", "Dirty shutdowns the device counted", "counter")
     vol = Metric(
@@ -58,7 +65,7 @@ def check_metrics(report: CheckReport, system: System) -> list[Metric]:
             supported.add(not isinstance(h, Unsupported), **lab)
             if isinstance(h, Health):
                 healthy.add(not h.problems, **lab)
-                life.add(None if h.life_used == 0xFF else h.life_used, **lab)
+                life.add(None if h.life_used == 0xFF else h.life_used / 100, **lab)
                 temp.add(None if h.temperature == -1 else h.temperature, **lab)
                 dirty.add(h.dirty_shutdowns, **lab)
                 vol.add(h.volatile_errors, **lab)
@@ -68,7 +75,7 @@ def check_metrics(report: CheckReport, system: System) -> list[Metric]:
 
     committed = Metric("region_committed", "1 when the region's decoders are committed")
     size = Metric("region_size_bytes", "Size of the region")
-    online = Metric("region_online_blocks", "Memory blocks of the region online")
+    online = Metric("region_memory_blocks_online", "Memory blocks of the region online")
     blocks = Metric("region_memory_blocks", "Memory blocks of the region")
     for r in system.cxl.regions:
         nodes = r.numa_nodes
@@ -83,8 +90,11 @@ def check_metrics(report: CheckReport, system: System) -> list[Metric]:
         online.add(sum(d.online_memblocks for d in r.dax_devices), **lab)
         blocks.add(sum(d.total_memblocks for d in r.dax_devices), **lab)
 
-    speed = Metric("pcie_link_speed_gts", "PCIe link speed now (GT/s per lane)")
-    max_speed = Metric("pcie_link_max_speed_gts", "Best speed both ends of the link support")
+    # node_exporter's pcidevice collector (1.9+) names and units, for the same facts
+    speed = Metric("pcie_link_transfers_per_second", "PCIe link speed now (T/s per lane)")
+    max_speed = Metric(
+        "pcie_link_max_transfers_per_second", "Best speed both ends of the link support (T/s)"
+    )
     width = Metric("pcie_link_width", "PCIe lanes now")
     max_width = Metric("pcie_link_max_width", "Most lanes both ends of the link support")
     owners = {m.host: m.name for m in system.cxl.memdevs}
@@ -95,8 +105,8 @@ def check_metrics(report: CheckReport, system: System) -> list[Metric]:
             "memdev": owners.get(dev),
             "gpu": None if dev in owners else gpus.get(dev, dev),
         }
-        speed.add(link.speed, **lab)
-        max_speed.add(link.max_speed, **lab)
+        speed.add(None if link.speed is None else link.speed * 1e9, **lab)
+        max_speed.add(None if link.max_speed is None else link.max_speed * 1e9, **lab)
         width.add(link.width, **lab)
         max_width.add(link.max_width, **lab)
     return [
@@ -124,13 +134,11 @@ def check_metrics(report: CheckReport, system: System) -> list[Metric]:
     ]
 
 
-# node counters exported as they are (pages), by their kernel names
+# node counters exported as they are (pages), by their kernel names; numa_hit, numa_miss
+# and numa_foreign are node_exporter's (node_memory_numa_numa_*_total), not repeated here
 NODE_COUNTER_METRICS = {
     "promoted": ("node_promoted_pages_total", "Pages promoted to the node (pgpromote_success)"),
     "demoted": ("node_demoted_pages_total", "Pages demoted from the node (pgdemote_*)"),
-    "numa_hit": ("node_numa_hit_total", "Allocations the node served as intended"),
-    "numa_miss": ("node_numa_miss_total", "Allocations the node served for another node"),
-    "numa_foreign": ("node_numa_foreign_total", "Allocations meant for the node served elsewhere"),
 }
 SYSTEM_COUNTER_METRICS = {
     "pgmigrate_success": ("pages_migrated_total", "Pages migrated (all reasons)"),
@@ -145,16 +153,21 @@ SYSTEM_COUNTER_METRICS = {
 
 
 def stat_metrics(report: StatReport) -> list[Metric]:
-    """Node memory, pins and tiering counters; system migration counters; tiering state."""
-    total = Metric("node_memory_total_bytes", "Memory of the node")
-    free = Metric("node_memory_free_bytes", "Free memory of the node")
+    """Node names and tiers, pins and tiering counters; system migration counters;
+    tiering state; when the report was made."""
+    stamp = Metric("stat_timestamp_seconds", "When the last stat report was made (Unix time)")
+    stamp.add(time.time())
+    info = Metric(
+        "node_info",
+        "1 for each NUMA node, with its tier name: join with node_exporter's "
+        "node_memory_numa_* on the node label",
+    )
     pinned = Metric("node_pinned_bytes", "Memory of the node held by long-term pins now")
     tier = Metric("node_memory_tier", "The kernel's memory tier id of the node")
     counters = {k: Metric(n, h, "counter") for k, (n, h) in NODE_COUNTER_METRICS.items()}
     for n in report.nodes:
         lab: dict[str, str | int | None] = {"node": n.node, "target": n.name, "tier": n.tier}
-        total.add(n.total, **lab)
-        free.add(n.free, **lab)
+        info.add(1, **lab)
         pinned.add(n.pinned, **lab)
         tier.add(n.memory_tier, **lab)
         for key, metric in counters.items():
@@ -178,4 +191,4 @@ def stat_metrics(report: StatReport) -> list[Metric]:
         pmu = Metric("cxl_pmus", "CXL performance monitoring units the kernel registered")
         pmu.add(len(t.cxl_pmus))
         state = [demotion, balancing, weight, pmu]
-    return [total, free, pinned, tier, *counters.values(), *system, *state]
+    return [stamp, info, pinned, tier, *counters.values(), *system, *state]

@@ -14,7 +14,7 @@ import datetime
 import json
 import select
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from ..errors import NotAvailableError
@@ -133,12 +133,13 @@ def monitor(
     count: int | None = None,
     duration: float | None = None,
     sysroot: str | None = None,
-    on_ready: Callable[[], None] | None = None,
+    on_ready: Callable[[Sequence[str]], None] | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Events as they come, until ``count`` events or ``duration`` seconds (forever by
     default). Close the iterator (or leave the ``for``) to stop: the trace instance is
-    removed. Needs root (tracefs). ``on_ready`` is called once both sources listen:
-    nothing that happens after it is missed."""
+    removed (and tracefs unmounted, if it was mounted for it). Needs root (tracefs).
+    ``on_ready`` is called once both sources listen, with the trace events this kernel
+    lacks (the stream goes on without them): nothing that happens after it is missed."""
     import pyudev  # the monitor is the only user
 
     placer = Placer(sysroot)
@@ -152,7 +153,7 @@ def monitor(
     try:
         uevents.start()
         if on_ready is not None:
-            on_ready()
+            on_ready(trace.missing)
         deadline = None if duration is None else time.monotonic() + duration
         sent = 0
         while count is None or sent < count:
@@ -179,15 +180,6 @@ def monitor(
                     return
     finally:
         trace.close()
-
-
-def missing_events(sysroot: str | None = None) -> list[str]:
-    """The trace events this kernel lacks (the monitor goes on without them)."""
-    fs = Sysfs(sysroot)
-    from ..trace import tracefs
-
-    base = tracefs(fs)
-    return [e for e in TRACE_EVENTS if not fs.exists(f"{base}/events/{e}/enable")]
 
 
 def append_log(path: str, record: dict[str, Any]) -> None:

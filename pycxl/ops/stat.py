@@ -109,7 +109,9 @@ def _report(
                 memory_tier=tiering.tier_of(n.node),
                 total=n.mem_total,
                 free=n.mem_free,
-                pinned=n.pinned * PAGE,
+                # acquired minus released, read from per-CPU batched counters: briefly
+                # below zero on an idle node (-4 pages seen), never fewer than none
+                pinned=max(0, n.pinned) * PAGE,
                 totals=totals,
                 rates=node_rates.get(n.node) if before is not None else None,
             )

@@ -19,7 +19,6 @@ nothing new.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shlex
 import signal
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .._log import get_logger
 from ..errors import NotAvailableError, NotFoundError, TestbedError
 from . import progress
 from .clock import ProgressClock
@@ -39,7 +39,7 @@ from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
 
-log = logging.getLogger("pycxl.testbed")
+log = get_logger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
 POLL_S = 0.2  # how often the host looks at the guest's output file

@@ -1,15 +1,22 @@
-"""GPU enumeration against nvidia-smi, on a machine with a CUDA driver."""
+"""GPU enumeration on a machine with a GPU: what pycxl reads without CUDA (NVML, the
+driver's files) against what the CUDA driver reports and what nvidia-smi prints, and no
+CUDA in a process that ran ``pycxl list``."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from pycxl.gpu import read_gpus
+from pycxl.gpu.devices import GpuDevice
+from pycxl.gpu.nvml import FP32_LANES_PER_SM
+from pycxl.sysfs import Sysfs
 
 pytestmark = pytest.mark.gpu
 
@@ -27,26 +34,151 @@ def _smi() -> list[dict[str, str]]:
             for line in out.splitlines() if line.strip()]  # fmt: skip
 
 
+def _by_bus(devices: tuple[GpuDevice, ...]) -> dict[str, GpuDevice]:
+    return {g.pci_bus_id: g for g in devices}
+
+
 def test_gpus_match_nvidia_smi() -> None:
     inv = read_gpus()
     smi = {g["uuid"]: g for g in _smi()}
-    assert inv.absent_reason is None and len(inv.devices) == len(smi) > 0
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        assert len(inv.devices) == len(smi)
+    assert inv.absent_reason is None and len(inv.devices) > 0
     for g in inv.devices:
         ref = smi[g.uuid]
+        assert g.source == "nvml"
         assert g.name == ref["name"]
         assert g.pci_bus_id == ref["pci.bus_id"].lower()[-12:]
-        # cuDeviceTotalMem excludes memory the driver reserves; nvidia-smi counts the
-        # whole framebuffer (H200: 143157 vs 143771 MiB). Allow that reserve, no more.
+        # CUDA's count leaves out what the driver reserves; nvidia-smi counts the whole
+        # framebuffer (H200: 143157 vs 143771 MiB). Allow that reserve, no more.
         smi_bytes = int(ref["memory.total"]) << 20
-        assert 0.98 * smi_bytes <= g.total_memory <= smi_bytes
-        assert g.sm_count > 0 and g.compute_capability[0] >= 5
-        assert g.numa_node is not None and g.numa_node_source in ("driver", "sysfs")
+        assert g.total_memory is not None and 0.98 * smi_bytes <= g.total_memory <= smi_bytes
+        assert g.compute_capability is not None and g.compute_capability[0] >= 5
+        assert g.numa_node is not None
     assert [g.pci_bus_id for g in inv.devices] == sorted(g.pci_bus_id for g in inv.devices)
 
 
-def test_cli_lists_gpus() -> None:
-    p = subprocess.run([sys.executable, "-m", "pycxl.cli.main", "list", "-G", "--json"],
-                       capture_output=True, text=True, check=False)  # fmt: skip
+def test_nvml_facts_equal_the_cuda_drivers() -> None:
+    """Every fact list shows without CUDA is the one CUDA reports (--cuda)."""
+    fast = read_gpus(via="nvml")
+    cuda = read_gpus(via="cuda")
+    assert fast.absent_reason is None and cuda.absent_reason is None
+    assert fast.driver_version is None and cuda.driver_version  # only libcuda knows it
+    assert list(_by_bus(fast.devices)) == list(_by_bus(cuda.devices))
+    for bus, c in _by_bus(cuda.devices).items():
+        n = _by_bus(fast.devices)[bus]
+        assert (n.source, c.source) == ("nvml", "cuda")
+        same = ("index", "name", "uuid", "pci_bus_id", "total_memory", "compute_capability",
+                "numa_node")  # fmt: skip
+        assert {k: getattr(n, k) for k in same} == {k: getattr(c, k) for k in same}
+        if n.ordinal is not None:
+            assert n.ordinal == c.ordinal
+        # the SM count from NVML's cores, where the capability is in the table (9.0 is)
+        if n.compute_capability in FP32_LANES_PER_SM:
+            assert n.sm_count_source == "nvml-cores" and n.sm_count == c.sm_count
+        else:
+            assert n.sm_count is None and n.sm_count_source is None
+        if n.pageable_memory_access is not None:  # NVML's addressing mode, newer drivers
+            assert n.pageable_memory_access == c.pageable_memory_access
+        assert n.numa_node_source in ("driver", "sysfs", "only-cpu-node")
+        assert c.l2_cache and c.async_engines is not None and n.l2_cache is None
+
+
+def test_driver_files_agree_with_nvml() -> None:
+    from pycxl.gpu import procfs
+
+    files = procfs.read_inventory(Sysfs("/"), os.environ)
+    assert files is not None
+    nvml = _by_bus(read_gpus(via="nvml").devices)
+    for g in files.devices:
+        n = nvml[g.pci_bus_id]
+        assert (g.index, g.name, g.uuid, g.ordinal) == (n.index, n.name, n.uuid, n.ordinal)
+
+
+# A child process runs commands in-process, then reports whether libcuda.so is mapped
+# into it (no CUDA context can exist without it) and whether NVML lists it among the
+# processes holding a context on any GPU.
+_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    from pycxl.cli.main import main
+    for args in json.loads(sys.argv[1]):
+        rc = main(args)
+        assert rc in (0, 4, 6, 7), (args, rc)
+    if len(sys.argv) > 2:  # the positive control: a context, made as pinning makes it
+        from pycxl.gpu.memory import GpuContext
+        ctx = GpuContext(0)
+    maps = open("/proc/self/maps").read()
+    from pycxl.gpu.nvml import session
+    pids = []
+    with session() as (ffi, lib):
+        count = ffi.new("unsigned int *")
+        lib.nvmlDeviceGetCount_v2(count)
+        for i in range(count[0]):
+            dev = ffi.new("nvmlDevice_t *")
+            if lib.nvmlDeviceGetHandleByIndex_v2(i, dev) != 0:
+                continue
+            n = ffi.new("unsigned int *", 64)
+            procs = ffi.new("nvmlProcessInfo_t[64]")
+            if lib.nvmlDeviceGetComputeRunningProcesses_v3(dev[0], n, procs) == 0:
+                pids += [procs[k].pid for k in range(n[0])]
+    print(json.dumps({"libcuda": "libcuda.so" in maps, "pid": os.getpid(), "pids": pids}))
+    """
+)
+
+
+def _child(commands: list[list[str]], context: bool = False) -> dict[str, object]:
+    args = [sys.executable, "-c", _CHILD, json.dumps(commands)] + (["ctx"] if context else [])
+    p = subprocess.run(args, capture_output=True, text=True, check=False)
     assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout)
-    assert doc[0]["gpu"] == "gpu0" and doc[0]["total_memory"] > 0
+    out: dict[str, object] = json.loads(p.stdout.splitlines()[-1])
+    return out
+
+
+def test_list_and_check_start_no_cuda() -> None:
+    quick = _child([["list"], ["list", "-G", "--json"], ["check", "-q"]])
+    # the controls: --cuda maps libcuda; a context makes NVML list this process
+    assert _child([["list", "-G", "--cuda"]])["libcuda"] is True
+    held = _child([["list"]], context=True)
+    assert held["libcuda"] is True
+    assert quick["libcuda"] is False, "pycxl list/check loaded the CUDA driver"
+    if held["pid"] not in held["pids"]:  # type: ignore[operator]
+        pytest.skip("NVML reports other process ids here (a PID namespace): libcuda checked")
+    assert quick["pid"] not in quick["pids"]  # type: ignore[operator]
+
+
+def _list_json(env: dict[str, str], *extra: str) -> list[dict[str, object]]:
+    p = _list(env, *extra)
+    assert p.returncode == 0, p.stderr
+    doc: list[dict[str, object]] = json.loads(p.stdout)
+    return doc
+
+
+def _list(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pycxl.cli.main", "list", "-G", "--json",
+                           *extra], capture_output=True, text=True, check=False,
+                          env={**os.environ, **env})  # fmt: skip
+
+
+def _shown(p: subprocess.CompletedProcess[str]) -> tuple[int, object]:
+    """What list -G showed: the GPUs' names, UUIDs, addresses and ordinals, or how it failed."""
+    if p.returncode != 0:
+        return p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
+    keys = ("gpu", "uuid", "pci_bus_id", "ordinal")
+    return 0, [{k: g[k] for k in keys} for g in json.loads(p.stdout)]
+
+
+def test_cuda_visible_devices_as_cuda_applies_it() -> None:
+    (first, *_) = read_gpus(via="nvml").devices
+    # those pycxl settles itself, then those it leaves to CUDA (a duplicate, no such index)
+    specs = ["", "0", first.uuid, first.uuid[:12], "0,0", "99", f"{first.uuid},99"]
+    for spec in specs:
+        env = {"CUDA_VISIBLE_DEVICES": spec}
+        assert _shown(_list(env)) == _shown(_list(env, "--cuda")), spec
+    assert _shown(_list({"CUDA_VISIBLE_DEVICES": "0"}))[1] != []
+
+
+def test_cli_lists_gpus() -> None:
+    doc = _list_json({})
+    assert doc[0]["gpu"] == "gpu0" and doc[0]["total_memory"] and doc[0]["source"] == "nvml"
+    assert list(doc[0]) == list(_list_json({}, "--cuda")[0])

@@ -26,7 +26,7 @@ from pycxl.cxl.mailbox import Unsupported
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.numa.pages import migrate, pages_by_node
 from pycxl.system import snapshot
-from pycxl.trace import tracefs
+from pycxl.trace import find_tracefs
 from tests import node_exporter
 from tests.kernel.kernel_helpers import ndctl, pycxl_cli
 
@@ -119,7 +119,9 @@ class Monitor:
 
 
 def _pycxl_instances() -> list[str]:
-    return [d for d in os.listdir(f"{tracefs()}/instances") if d.startswith("pycxl-")]
+    base = find_tracefs()  # None once the monitor unmounted the tracefs it mounted
+    return [] if base is None else [d for d in os.listdir(f"{base}/instances")
+                                    if d.startswith("pycxl-")]  # fmt: skip
 
 
 @pytest.fixture
@@ -238,6 +240,43 @@ def test_poison_shows_in_the_list_with_region_and_node(region: pycxl.RegionResul
 
 
 @pytest.mark.kernel(topology="two-dev")
+def test_the_poison_alert_fires_on_the_checks_own_textfile(
+    region: pycxl.RegionResult, tmp_path: Path
+) -> None:
+    """The shipped PycxlPoison rule, run by promtool on the series a real node_exporter
+    serves from ``pycxl check --textfile``: before and after poison reaches mem0's list
+    (its mailbox answers only on the real kernel, so this runs here)."""
+    from tests.fleet import alerting
+
+    assert alerting.promtool(), "promtool is not installed (scripts/setup-test-env.sh)"
+    exporter = node_exporter.binary()
+    assert exporter, "prometheus-node-exporter is not installed (scripts/setup-test-env.sh)"
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
+
+    def served(name: str) -> dict[str, float]:
+        folder = tmp_path / name
+        folder.mkdir()
+        p = pycxl_cli("check", "--textfile", str(folder / "pycxl-check.prom"))
+        assert p.returncode in (0, CHECK_WARNING), p.stderr
+        return alerting.samples(node_exporter.scrape(str(folder), exporter))
+
+    clean = served("clean")
+    _inject("poison", "mem0", start=0, length=64)
+    try:
+        poisoned = served("poisoned")
+    finally:  # the device keeps its list for the rest of the boot: clear it
+        Path("/sys/kernel/debug/cxl/mem0/clear_poison").write_text("0x0")
+    serial = f"{snapshot(gpus=False).cxl.memdev('mem0').serial:#x}"
+    assert poisoned[f'pycxl_memdev_poison_records{{memdev="mem0",serial="{serial}"}}'] == 1
+    series = alerting.input_series([alerting.Phase(10, clean), alerting.Phase(20, poisoned)],
+                                   "testbed:9100")  # fmt: skip
+    fired = alerting.expected("PycxlPoison", {"instance": "testbed:9100", "job": "node",
+                                              "memdev": "mem0", "serial": serial})  # fmt: skip
+    p = alerting.run(tmp_path, series, {9: {}, 25: {"PycxlPoison": [fired]}})
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+@pytest.mark.kernel(topology="two-dev")
 def test_stat_counts_pages_moved_between_tiers(region: pycxl.RegionResult) -> None:
     buf = mmap.mmap(-1, 8 * MiB)  # made and touched first: the emulator is slow
     buf.write(b"x" * len(buf))
@@ -270,7 +309,7 @@ def test_prometheus_metrics_through_a_real_node_exporter(
     subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
     assert pycxl_cli("check", "--textfile", str(tmp_path / "check.prom")).returncode == 0
     assert pycxl_cli("stat", "--textfile", str(tmp_path / "stat.prom")).returncode == 0
-    lines = node_exporter.scrape(str(tmp_path), exporter)
+    lines = node_exporter.scrape(str(tmp_path), exporter, "meminfo_numa")
     assert "node_textfile_scrape_error 0" in lines
     node = region.numa_node
     serial = snapshot(gpus=False).cxl.memdev("mem0").serial
@@ -281,10 +320,13 @@ def test_prometheus_metrics_through_a_real_node_exporter(
     ]
     for w in want:
         assert w in lines, w
-    prefix = f'pycxl_node_memory_total_bytes{{node="{node}",target="cxl0"'
-    (total,) = [ln for ln in lines if ln.startswith(prefix)]
+    # the node's memory is node_exporter's own; pycxl_node_info names its tier, on the
+    # same node label, for a join
+    assert f'pycxl_node_info{{node="{node}",target="cxl0",tier="cxl"}} 1' in lines
+    (total,) = [ln for ln in lines if ln.startswith(f'node_memory_numa_MemTotal{{node="{node}"}}')]
     tier = snapshot(gpus=False).tier(node) if node is not None else None
     assert tier is not None and float(total.split()[-1]) == tier.node.mem_total
+    assert not [ln for ln in lines if ln.startswith(("pycxl_node_memory_total", "pycxl_node_numa"))]
 
 
 @pytest.mark.kernel(topology="two-dev")

@@ -157,7 +157,7 @@ def test_gpu_benchmarks_without_a_cuda_driver_say_so(args: list[str]) -> None:
          "pageable copies block the host"),
         (["transfer", "--gpu", "gpu0", "-t", "dram0", "--pageable", "--staged"], "choose one"),
         (["matrix", "--no-latency"], "leave nothing to measure"),
-        (["latency", "-t", "dram0", "--samples", "0"], "0 is not in the range x>=1"),
+        (["latency", "-t", "dram0", "--samples", "0"], "must be at least 1, not 0"),
         (["latency", "-t", "dram0", "--size", "0"], "'0' is too small"),
         (["bandwidth", "-t", "dram0", "--threads", "abc"], "expected whole numbers"),
         (["bandwidth", "-t", "dram0", "--threads", "0"], "0 is below 1"),

@@ -244,6 +244,7 @@ def test_node_exporter_reads_what_check_and_stat_write(tmp_path: Path) -> None:
     assert "node_textfile_scrape_error 0" in lines, lines[-20:]
     assert "pycxl_check_status 0" in lines
     assert 'pycxl_region_committed{node="1",region="region0",target="cxl0"} 1' in lines
-    cxl0 = 'pycxl_node_memory_total_bytes{node="1",target="cxl0",tier="cxl"}'
-    assert f"{cxl0} 5.36870912e+08" in lines
+    assert 'pycxl_node_info{node="1",target="cxl0",tier="cxl"} 1' in lines
+    assert 'pycxl_pcie_link_transfers_per_second{device="0000:0d:00.0",memdev="mem0"} 3.2e+10' in (
+        lines)  # fmt: skip
     assert 'pycxl_memdev_ram_bytes{memdev="mem0",serial="0x1"} 2.68435456e+08' in lines

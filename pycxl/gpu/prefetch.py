@@ -1,0 +1,593 @@
+"""Host memory streamed to a GPU ahead of use: the layer-streaming primitive.
+
+Items (a layer's weights, a shard of optimizer state) live in pinned host memory on a
+tier. A small ring of device buffers holds the ones in use and the next ``lookahead``
+ones: while the compute stream works on item i, the copy engine fills a free buffer with
+item i+1 on a stream of its own. The compute stream waits on an event, never the host;
+a buffer is refilled only after an event says the compute stream is done with it.
+
+The order in which items are used is known in advance (layers run 0..n-1; backward
+runs them in reverse) and is cyclic (the next step starts again): the ring prefetches
+across the end of a pass, and when it must reuse a buffer it evicts the item whose next
+use is furthest away, so an item used twice in a row (the last layer at the turn from
+forward to backward) is not copied twice.
+
+    ring = Prefetcher(CudaEngine(ctx), sources, lookahead=1)
+    for i in range(len(sources)):
+        slot = ring.get(i, torch.cuda.current_stream())   # the stream waits, not the host
+        ...compute on torch.as_tensor(slot, device="cuda") ...
+        ring.done(i, torch.cuda.current_stream())
+
+Results go back the same way: ``copy_back(device_array, host_array, stream)`` copies on a
+stream of its own once ``stream`` has produced them, and returns a ``CopyBack`` to wait
+on. Streams are any CUDA stream user's (PyTorch, CuPy) or pycxl's own; device memory is
+passed as objects with ``__cuda_array_interface__``, never as raw pointers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import InvalidRequestError, OperationError
+
+ALIGN = 256  # device buffer alignment for any dtype (the driver's own is 256 bytes)
+
+
+class Engine(Protocol):
+    """What the ring needs from a device: buffers, copies on its own two streams
+    (``copy_in``: host to device; ``copy_out``: device to host), and events that order
+    them against the caller's streams."""
+
+    def buffer(self, size: int) -> Any:
+        """A device buffer of ``size`` bytes (with a ``slot`` number, from 0)."""
+        ...
+
+    def slot_view(self, buffer: Any, nbytes: int) -> Any:
+        """What ``Prefetcher.get`` hands out: the first ``nbytes`` of ``buffer``."""
+        ...
+
+    def host_span(self, obj: Any) -> tuple[int, int]:
+        """(address, bytes) of host memory the engine can copy from and to."""
+        ...
+
+    def device_span(self, obj: Any) -> tuple[int, int]:
+        """(address, bytes) of device memory (a buffer, an array, a tensor)."""
+        ...
+
+    def event(self) -> Any:
+        """A new event, for ordering."""
+        ...
+
+    def record(self, event: Any, stream: Any) -> None:
+        """Record ``event`` after the work enqueued on ``stream`` so far."""
+        ...
+
+    def wait(self, stream: Any, event: Any) -> None:
+        """Work enqueued on ``stream`` from now on waits for ``event``'s last record."""
+        ...
+
+    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        """Enqueue a copy from host ``src`` to device ``dst`` on the copy-in stream."""
+        ...
+
+    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        """Enqueue a copy from device ``src`` to host ``dst`` on the copy-out stream."""
+        ...
+
+    def synchronize(self, event: Any) -> None:
+        """Block the host until ``event``'s last record has completed."""
+        ...
+
+    @property
+    def copy_in_stream(self) -> Any:
+        """The stream copies to the device run on."""
+        ...
+
+    @property
+    def copy_out_stream(self) -> Any:
+        """The stream copies to the host run on."""
+        ...
+
+
+@dataclass
+class _Slot:
+    buffer: Any
+    loaded: Any  # event recorded on the copy-in stream after the last fill
+    item: int | None = None
+    users: int = 0
+    fresh: bool = False  # filled for its next use (not yet used since)
+    # events recorded where the item's users finished with it: a refill waits on them
+    released: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class PrefetchStats:
+    """What the ring moved: copies into device buffers and their bytes, uses served
+    from a buffer already filled (no copy), and copies back."""
+
+    copies_in: int = 0
+    bytes_in: int = 0
+    reused: int = 0
+    copies_out: int = 0
+    bytes_out: int = 0
+
+
+class CopyBack:
+    """A copy from the device to the host in flight; ``wait()`` returns once the host
+    memory holds it. The source stays referenced until then, so its memory cannot be
+    reused under the copy."""
+
+    def __init__(self, engine: Engine, event: Any, keep: Any, nbytes: int) -> None:
+        self._engine, self._event, self._keep = engine, event, keep
+        self.nbytes = nbytes
+
+    def wait(self) -> None:
+        """Block until the copy has landed in host memory."""
+        if self._keep is not None:
+            self._engine.synchronize(self._event)
+            self._keep = None
+
+
+class Prefetcher:
+    """Stream ``sources`` (pinned host buffers, arrays or tensors) into a ring of
+    ``lookahead + 1`` device buffers (``slots`` to have more), in ``order`` (default:
+    0, 1, ..., n-1, then again). ``before_copy(i)``, when given, runs on the host before
+    each copy of item i (to wait for an update of its host memory)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sources: Sequence[Any],
+        *,
+        lookahead: int = 1,
+        slots: int | None = None,
+        order: Sequence[int] | None = None,
+        before_copy: Callable[[int], None] | None = None,
+    ) -> None:
+        if not sources:
+            raise InvalidRequestError("nothing to stream: give at least one host buffer")
+        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
+            raise InvalidRequestError(f"lookahead {lookahead!r}: give a whole number >= 0")
+        count = lookahead + 1 if slots is None else slots
+        if isinstance(count, bool) or not isinstance(count, int) or count < lookahead + 1:
+            raise InvalidRequestError(
+                f"slots {slots!r}: a ring with lookahead {lookahead} needs at least "
+                f"{lookahead + 1} device buffers"
+            )
+        self.engine = engine
+        self._spans = [engine.host_span(s) for s in sources]
+        self._keep = list(sources)  # the host memory outlives the ring's copies
+        self.lookahead = lookahead
+        self.slot_size = max(n for _, n in self._spans)
+        size = -(-self.slot_size // ALIGN) * ALIGN
+        self._slots = [_Slot(engine.buffer(size), engine.event()) for _ in range(count)]
+        self._spare_events: list[Any] = []
+        self._before_copy = before_copy
+        self._order: list[int] = []
+        self._position = 0
+        self.set_order(range(len(sources)) if order is None else order)
+        self.stats = PrefetchStats()
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The cyclic order of use the ring prefetches for."""
+        return tuple(self._order)
+
+    def set_order(self, order: Sequence[int] | range, position: int = 0) -> None:
+        """Prefetch for a new cyclic ``order`` (item indices), starting at
+        ``position``; buffers already filled stay usable."""
+        items = list(order)
+        bad = [i for i in items if not (isinstance(i, int) and 0 <= i < len(self._spans))]
+        if not items or bad:
+            raise InvalidRequestError(
+                f"order {items!r}: give item indices from 0 to {len(self._spans) - 1}"
+            )
+        self._order, self._position = items, position % len(items)
+
+    def get(self, item: int, stream: Any) -> Any:
+        """Item ``item`` in a device buffer for work enqueued on ``stream`` after this
+        call (the stream waits for the copy; the host does not). The buffer is the
+        item's until ``done(item, stream)``. Items used out of ``order`` are served
+        too, at the cost of a copy the ring did not start early."""
+        self._check(item)
+        self._seek(item)
+        slot = self._slot_of(item)
+        if slot is None:
+            slot = self._victim(protect={item})
+            if slot is None:
+                raise OperationError(
+                    f"all {len(self._slots)} device buffers are in use: call done() "
+                    "for an item before getting more than the ring holds"
+                )
+            self._fill(slot, item)
+        elif not slot.fresh:
+            self.stats.reused += 1  # still there from an earlier use: no copy
+        slot.fresh = False
+        slot.users += 1
+        self._position = (self._position + 1) % len(self._order)
+        self._prefetch()
+        self.engine.wait(stream, slot.loaded)
+        return self.engine.slot_view(slot.buffer, self._spans[item][1])
+
+    def done(self, item: int, stream: Any) -> None:
+        """``stream`` has enqueued all its work on item ``item``: its buffer may be
+        refilled once that work has run."""
+        self._check(item)
+        slot = self._slot_of(item)
+        if slot is None or slot.users == 0:
+            raise InvalidRequestError(f"item {item} is not in use: get() it first")
+        event = self._spare_events.pop() if self._spare_events else self.engine.event()
+        self.engine.record(event, stream)
+        slot.released.append(event)
+        slot.users -= 1
+        self._prefetch()
+
+    def invalidate(self, item: int) -> None:
+        """The host copy of ``item`` is about to change: forget the device copy, so the
+        next use copies it again (after ``before_copy``)."""
+        self._check(item)
+        slot = self._slot_of(item)
+        if slot is not None:
+            if slot.users:
+                raise InvalidRequestError(f"item {item} is in use on the device")
+            slot.item = None
+
+    def copy_back(self, src: Any, dst: Any, stream: Any) -> CopyBack:
+        """``copy_to_host`` on this ring's engine, counted in its stats."""
+        back = copy_to_host(self.engine, src, dst, stream)
+        self.stats.copies_out += 1
+        self.stats.bytes_out += back.nbytes
+        return back
+
+    # --- the ring ------------------------------------------------------------------
+    def _check(self, item: int) -> None:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise InvalidRequestError(f"item {item!r}: give an item index")
+        if not 0 <= item < len(self._spans):
+            raise InvalidRequestError(
+                f"item {item}: this ring streams items 0 to {len(self._spans) - 1}"
+            )
+
+    def _seek(self, item: int) -> None:
+        """Move the position to the next use of ``item`` in the order (if it is there)."""
+        n = len(self._order)
+        for k in range(n):
+            if self._order[(self._position + k) % n] == item:
+                self._position = (self._position + k) % n
+                return
+
+    def _slot_of(self, item: int) -> _Slot | None:
+        return next((s for s in self._slots if s.item == item), None)
+
+    def _upcoming(self) -> list[int]:
+        """The next ``lookahead`` items in order that are not in use now."""
+        in_use = {s.item for s in self._slots if s.users}
+        out: list[int] = []
+        n = len(self._order)
+        for k in range(n):
+            item = self._order[(self._position + k) % n]
+            if item in in_use or item in out:
+                continue
+            if len(out) == self.lookahead:
+                break
+            out.append(item)
+        return out
+
+    def _next_use(self, item: int | None) -> int:
+        """How far ahead in the order ``item`` is used next (never: beyond the end)."""
+        n = len(self._order)
+        if item is None:
+            return n + 1
+        for k in range(n):
+            if self._order[(self._position + k) % n] == item:
+                return k
+        return n
+
+    def _victim(self, protect: set[int]) -> _Slot | None:
+        free = [s for s in self._slots if s.users == 0 and s.item not in protect]
+        if not free:
+            return None
+        return max(free, key=lambda s: self._next_use(s.item))
+
+    def _prefetch(self) -> None:
+        upcoming = self._upcoming()
+        for item in upcoming:
+            if self._slot_of(item) is not None:
+                continue
+            protect = set(upcoming) | {s.item for s in self._slots if s.users if s.item is not None}
+            slot = self._victim(protect)
+            if slot is None:
+                return
+            self._fill(slot, item)
+
+    def _fill(self, slot: _Slot, item: int) -> None:
+        if self._before_copy is not None:
+            self._before_copy(item)
+        copy_in = self.engine.copy_in_stream
+        for event in slot.released:
+            self.engine.wait(copy_in, event)
+        self._spare_events.extend(slot.released)
+        slot.released.clear()
+        slot.item = None
+        self.engine.copy_in(self.engine.device_span(slot.buffer), self._spans[item])
+        self.engine.record(slot.loaded, copy_in)
+        slot.item, slot.fresh = item, True
+        self.stats.copies_in += 1
+        self.stats.bytes_in += self._spans[item][1]
+
+    def close(self) -> None:
+        """Wait for copies in flight, then free the device buffers."""
+        for slot in self._slots:
+            self.engine.synchronize(slot.loaded)
+            close = getattr(slot.buffer, "close", None)
+            if close is not None:
+                close()
+        self._slots = []
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def copy_to_host(engine: Engine, src: Any, dst: Any, stream: Any) -> CopyBack:
+    """Copy device memory ``src`` (``__cuda_array_interface__``) into host memory
+    ``dst`` once the work enqueued on ``stream`` so far has run, on the engine's
+    copy-out stream; the returned ``CopyBack`` waits for it."""
+    s_addr, s_len = engine.device_span(src)
+    d_addr, d_len = engine.host_span(dst)
+    if s_len != d_len:
+        raise InvalidRequestError(f"copy back of {s_len} bytes into {d_len} bytes")
+    produced = engine.event()
+    engine.record(produced, stream)
+    engine.wait(engine.copy_out_stream, produced)
+    engine.copy_out((d_addr, d_len), (s_addr, s_len))
+    landed = engine.event()
+    engine.record(landed, engine.copy_out_stream)
+    return CopyBack(engine, landed, keep=(src, dst), nbytes=s_len)
+
+
+def copy_to_device(engine: Engine, src: Any, dsts: Sequence[Any], offsets: Sequence[int]) -> Any:
+    """Copy the pieces of host memory ``src`` at ``offsets`` into the device arrays
+    ``dsts`` (each as many bytes as it holds) on the engine's copy-in stream; returns
+    the event that follows them, for a stream to wait on."""
+    base, length = engine.host_span(src)
+    for dst, offset in zip(dsts, offsets, strict=True):
+        d_addr, n = engine.device_span(dst)
+        if offset < 0 or offset + n > length:
+            raise InvalidRequestError(f"{n} bytes at offset {offset} run past {length} bytes")
+        engine.copy_in((d_addr, n), (base + offset, n))
+    done = engine.event()
+    engine.record(done, engine.copy_in_stream)
+    return done
+
+
+# --- engines -----------------------------------------------------------------------
+class DeviceView:
+    """``nbytes`` bytes at the start of a device buffer, as a 1-D byte array for any
+    CUDA array library (``__cuda_array_interface__``); ``slot`` tells the buffers apart,
+    so a caller can wrap each buffer once and slice it."""
+
+    def __init__(self, buffer: Any, slot: int, nbytes: int) -> None:
+        self._buffer, self.slot, self.nbytes = buffer, slot, nbytes
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The bytes as a 1-D array; ordering is the ring's events' job."""
+        from .memory import byte_array_interface
+
+        return byte_array_interface(device_span(self._buffer)[0], self.nbytes)
+
+
+class CudaEngine(Engine):
+    """The ring's engine on a GPU: device buffers from the driver, one stream for copies
+    to the device and one for copies back (the link carries both directions at once)."""
+
+    def __init__(self, ctx: Any) -> None:
+        from .streams import Stream
+
+        self.ctx = ctx
+        self._in = Stream(ctx)
+        self._out = Stream(ctx)
+        self._slots = 0
+        self._threads = threading.local()
+
+    def _current(self) -> None:
+        """The context current on this thread (hooks of a backward pass and optimizer
+        workers call from threads of their own)."""
+        if not getattr(self._threads, "ready", False):
+            self.ctx.activate()
+            self._threads.ready = True
+
+    @property
+    def copy_in_stream(self) -> Any:
+        """The engine's stream for copies to the device."""
+        return self._in
+
+    @property
+    def copy_out_stream(self) -> Any:
+        """The engine's stream for copies to the host."""
+        return self._out
+
+    def buffer(self, size: int) -> Any:
+        from .memory import DeviceMemory
+
+        mem = DeviceMemory(self.ctx, size)
+        mem.slot = self._slots  # type: ignore[attr-defined]
+        self._slots += 1
+        return mem
+
+    def slot_view(self, buffer: Any, nbytes: int) -> DeviceView:
+        return DeviceView(buffer, buffer.slot, nbytes)
+
+    def host_span(self, obj: Any) -> tuple[int, int]:
+        address, n = host_span(obj)
+        _check_pinned(address, n)
+        return address, n
+
+    def device_span(self, obj: Any) -> tuple[int, int]:
+        return device_span(obj)
+
+    def event(self) -> Any:
+        from .streams import Event
+
+        self._current()
+        return Event(timing=False)
+
+    def record(self, event: Any, stream: Any) -> None:
+        from .streams import Stream
+
+        self._current()
+        event.record(Stream.borrow(stream))
+
+    def wait(self, stream: Any, event: Any) -> None:
+        from .streams import Stream
+
+        self._current()
+        Stream.borrow(stream).wait(event)
+
+    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        from . import driver as drv
+
+        self._current()
+        ffi, lib = drv.driver()
+        rc = lib.cuMemcpyHtoDAsync_v2(dst[0], ffi.cast("void *", src[0]), src[1], self._in.handle)
+        drv.check("cuMemcpyHtoDAsync", rc)
+
+    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        from . import driver as drv
+
+        self._current()
+        ffi, lib = drv.driver()
+        rc = lib.cuMemcpyDtoHAsync_v2(ffi.cast("void *", dst[0]), src[0], src[1],
+                                      self._out.handle)  # fmt: skip
+        drv.check("cuMemcpyDtoHAsync", rc)
+
+    def synchronize(self, event: Any) -> None:
+        self._current()
+        event.synchronize()
+
+
+class HostEngine(Engine):
+    """The ring's engine when the 'device' is the CPU (training on CPUs, and the
+    ring's logic on machines without a GPU): buffers in host memory, copies done at
+    once, events that are always complete."""
+
+    copy_in_stream: Any = None
+    copy_out_stream: Any = None
+
+    def __init__(self) -> None:
+        self._slots = 0
+
+    def buffer(self, size: int) -> Any:
+        buf = _HostBuffer(size, self._slots)
+        self._slots += 1
+        return buf
+
+    def slot_view(self, buffer: Any, nbytes: int) -> HostView:
+        return HostView(memoryview(buffer.data).cast("B")[:nbytes], buffer.slot, nbytes)
+
+    def host_span(self, obj: Any) -> tuple[int, int]:
+        return host_span(obj)
+
+    def device_span(self, obj: Any) -> tuple[int, int]:
+        return host_span(obj)
+
+    def event(self) -> Any:
+        return None
+
+    def record(self, event: Any, stream: Any) -> None:
+        pass
+
+    def wait(self, stream: Any, event: Any) -> None:
+        pass
+
+    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        ctypes.memmove(dst[0], src[0], src[1])
+
+    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        ctypes.memmove(dst[0], src[0], src[1])
+
+    def synchronize(self, event: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class HostView:
+    """``nbytes`` bytes at the start of a HostEngine buffer (``memory``), and which
+    buffer (``slot``)."""
+
+    memory: memoryview
+    slot: int
+    nbytes: int
+
+
+class _HostBuffer:
+    def __init__(self, size: int, slot: int) -> None:
+        self.data = (ctypes.c_ubyte * size)()
+        self.slot = slot
+
+    def span(self) -> tuple[int, int]:
+        return ctypes.addressof(self.data), len(self.data)
+
+
+# --- spans -------------------------------------------------------------------------
+def host_span(obj: Any) -> tuple[int, int]:
+    """(address, bytes) of contiguous host memory: a HostMemory or NumaBuffer, a numpy
+    array, a buffer, or a CPU torch tensor."""
+    from ..numa.pages import buffer_span
+
+    return buffer_span(obj)
+
+
+def device_span(obj: Any) -> tuple[int, int]:
+    """(device address, bytes) of contiguous device memory: a CUDA torch tensor (any
+    dtype, bf16 too), or anything with ``__cuda_array_interface__`` (CuPy, Numba,
+    pycxl's views)."""
+    from ..numa.pages import tensor_span
+
+    span = tensor_span(obj, "cuda")
+    if span is not None:
+        return span
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        raise InvalidRequestError(
+            f"{type(obj).__name__} is not device memory: pass an object with "
+            "__cuda_array_interface__ (a CUDA tensor or array)"
+        )
+    shape = tuple(cai["shape"])
+    itemsize = int(cai["typestr"][2:])
+    count = 1
+    for d in shape:
+        count *= d
+    strides = cai.get("strides")
+    if strides is not None:
+        expected, step = [], itemsize
+        for d in reversed(shape):
+            expected.append(step)
+            step *= d
+        if count > 1 and tuple(reversed(expected)) != tuple(strides):
+            raise InvalidRequestError("the device array is not contiguous")
+    return int(cai["data"][0]), count * itemsize
+
+
+def _check_pinned(address: int, n: int) -> None:
+    from . import driver as drv
+
+    ffi, lib = drv.driver()
+    flags = ffi.new("unsigned int *")
+    for a in {address, address + max(n - 1, 0)}:
+        if lib.cuMemHostGetFlags(flags, ffi.cast("void *", a)) != 0:
+            raise InvalidRequestError(
+                f"host memory at {a:#x} is not pinned for the GPU: make it with "
+                "pycxl.pinned_tensor, pycxl.pinned_array or pycxl.host_memory (copies "
+                "from pageable memory would not overlap with compute)"
+            )

@@ -1,0 +1,101 @@
+"""What people type, checked where it comes in: whole-number counts, id lists and ranges,
+process ids, files to read and the sysroot.
+
+Each kind of value has one checker, which the command line's parameter types and the
+library both call, so a bad value gets the same message either way (sizes:
+``pycxl.units.parse_size``; tier names: ``pycxl.tiers``; files pycxl writes:
+``pycxl.outfiles``). Every refusal is an ``InvalidRequestError`` naming the value.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Iterable
+
+from .errors import InvalidRequestError
+
+SYSROOT_ENV = "PYCXL_SYSROOT"
+
+
+def count(value: object, what: str, minimum: int = 1) -> int:
+    """A whole number of at least ``minimum`` (samples, threads, steps): ints only, so
+    ``1.5``, ``True`` or ``"3"`` are refused rather than rounded or read."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidRequestError(f"{what} {value!r}: give a whole number of at least {minimum}")
+    n = int(value)
+    if n < minimum:
+        raise InvalidRequestError(f"{what} must be at least {minimum}, not {n}")
+    return n
+
+
+def word(value: object, what: str, choices: Iterable[str]) -> str:
+    """One of a fixed set of words (a kernel, a mode, a zone, a page size): ``value`` if
+    it is one of ``choices``, else an InvalidRequestError listing them."""
+    allowed = list(choices)
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidRequestError(f"{what} {value!r}: use {', '.join(allowed)}")
+    return value
+
+
+def parse_ranges(text: str) -> tuple[int, ...]:
+    """A CPU or node list as the kernel writes it and numactl reads it ('0-3,8'): ids
+    and ascending ranges. ValueError says what is wrong (a reversed range such as
+    '1-0', a negative or non-numeric id, an empty list)."""
+    ids: list[int] = []
+    for raw in text.strip().split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"'{part}' is not an id or a range of ids such as 0-3")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ValueError(f"'{part}' is a reversed range: write {last}-{first}")
+        ids.extend(range(first, last + 1))
+    return tuple(ids)
+
+
+def pid(value: object) -> int:
+    """A process id: a whole number from 1."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise InvalidRequestError(f"process id {value!r}: give a number from 1, such as $$")
+    return int(value)
+
+
+def input_file(path: object, what: str) -> str:
+    """A file pycxl reads (an expectation file, the event log): it exists, is not a
+    directory, and this user may read it."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidRequestError(f"{what} {path!r}: give a file name")
+    text = os.fspath(path)
+    if not text:
+        raise InvalidRequestError(f"{what}: the path is empty; give a file name")
+    if not os.path.exists(text):
+        raise InvalidRequestError(f"{what} {text}: no such file")
+    if os.path.isdir(text):
+        raise InvalidRequestError(f"{what} {text} is a directory; give a file in it")
+    if not os.access(text, os.R_OK):
+        raise InvalidRequestError(f"{what} {text}: not readable by this user")
+    return str(text)
+
+
+def sysroot(path: object, source: str = "sysroot") -> str:
+    """The folder a recorded sysfs tree lies in (or '/'): it must exist. A missing one
+    is an error, never read as a system without CXL. ``source`` names where the path
+    came from ('--sysroot', 'PYCXL_SYSROOT')."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidRequestError(f"{source} {path!r}: give the folder of a sysfs tree")
+    text = os.fspath(path)
+    if not text:
+        raise InvalidRequestError(f"{source}: the path is empty; give the folder of a sysfs tree")
+    if not os.path.isdir(text):
+        problem = "is not a directory" if os.path.exists(text) else "does not exist"
+        raise InvalidRequestError(
+            f"{source} {text} {problem}: it names the folder of a recorded sysfs tree "
+            "(leave it unset for this machine)"
+        )
+    return os.path.abspath(str(text))

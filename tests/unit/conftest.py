@@ -1,0 +1,19 @@
+"""Unit-test reporting: how many generated inputs the fuzz tests tried."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    fuzz = sys.modules.get("tests.unit.test_fuzz")
+    tried = getattr(fuzz, "TRIED", None)
+    if tried and any(tried.values()):
+        exits = ", ".join(f"{code}: {n}" for code, n in sorted(fuzz.EXITS.items()))  # type: ignore[union-attr]
+        terminalreporter.write_line(
+            f"fuzz: {sum(tried.values())} generated inputs tried "
+            f"({tried['cli']} command lines, exit statuses {{{exits}}}; "
+            f"{tried['library']} library calls)"
+        )
