@@ -456,15 +456,20 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
         return
     for bench in dict.fromkeys(r.benchmark for r in results):
         keys = FIGURES[bench]
-        rows = [
+        mine = [r for r in results if r.benchmark == bench]
+        adv = ADVERTISED.get(bench)
+        rows: list[list[Any]] = [
             [r.benchmark, _variant(r), r.target, r.node, r.initiator, len(r.cpus) or "-",
              format_size(r.size) + ("*" if _in_cache(r) else ""),
-             format_size(r.page_size) if r.page_size else "-"]
-            + [_figure(k, getattr(r, k)) for k in keys]
-            for r in results if r.benchmark == bench
+             format_size(r.page_size) if r.page_size else "-",
+             *(_figure(k, getattr(r, k)) for k in keys),
+             *(_advertised_cells(r, adv) if adv else [])]
+            for r in mine
         ]  # fmt: skip
         emit_table(None, ["bench", "kernel", "target", "node", "from", "cpus", "size", "page",
-                          *keys], rows)  # fmt: skip
+                          *keys, *(["advertised", "apart"] if adv else [])], rows)  # fmt: skip
+        if adv:
+            _say_apart(mine, adv)
     cached = [r for r in results if _in_cache(r)]
     if cached:
         r = cached[0]
@@ -475,6 +480,36 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
 
 def _in_cache(r: BenchResult) -> bool:
     return bool(getattr(r, "fits_in_cache", False))
+
+
+# the advertised figure beside each measurement, and the measured one it is set against
+ADVERTISED = {
+    "latency": ("advertised_latency_ns", "latency_ns_median"),
+    "bandwidth": ("advertised_bytes_per_s", "bytes_per_s"),
+}
+
+
+def _advertised_cells(r: BenchResult, adv: tuple[str, str]) -> list[str]:
+    value = getattr(r, adv[0], None)
+    if value is None:
+        return ["not advertised", "-"]
+    apart = getattr(r, "advertised_factor", None)
+    return [_figure(adv[1], value), "-" if apart is None else f"{apart:.1f}x"]
+
+
+def _say_apart(results: Sequence[BenchResult], adv: tuple[str, str]) -> None:
+    """A line for each figure further from the advertised one than the stated factor."""
+    from pycxl.bench.results import ADVERTISED_FACTOR
+
+    for r in results:
+        apart = getattr(r, "advertised_factor", None)
+        if apart is not None and apart > ADVERTISED_FACTOR:
+            click.echo(
+                f"{r.target} from {r.initiator}: measured {_figure(adv[1], getattr(r, adv[1]))}, "
+                f"advertised {_figure(adv[1], getattr(r, adv[0]))}: {apart:.1f}x apart, more "
+                f"than {ADVERTISED_FACTOR:g}x (firmware figures can be wrong; so can a "
+                "measurement of memory that is not where it should be)"
+            )
 
 
 def _variant(r: BenchResult) -> str:

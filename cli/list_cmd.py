@@ -10,7 +10,7 @@ import click
 from pycxl.kinds import KINDS
 
 from .params import sysroot_option
-from .render import dash, emit_json, emit_table, pins, ranges
+from .render import advertised, dash, emit_json, emit_table, near, pins, ranges, sockets
 
 if TYPE_CHECKING:
     from pycxl.listing import ListRequest, Selection
@@ -226,6 +226,7 @@ def _decoders(system: System, sel: Selection, req: ListRequest) -> None:
 
 
 def _regions(system: System, sel: Selection, req: ListRequest | None = None) -> None:
+    from pycxl.numa.access import cpu_figures
     from pycxl.units import format_size
 
     targets = req is None or req.targets
@@ -237,11 +238,12 @@ def _regions(system: System, sel: Selection, req: ListRequest | None = None) -> 
             format_size(r.size), r.interleave_ways, r.interleave_granularity, r.decode_state,
             " ".join(members) if targets else len(members),
             dash(", ".join(f"{n} ({system.tier_name(n) or '?'})" for n in r.numa_nodes)),
+            sockets(system, r.memdev_nodes), advertised(cpu_figures(r.access)),
         ])  # fmt: skip
     emit_table(
         "Regions",
         ["region", "type", "resource", "size", "ways", "gran", "decode",
-         "mappings" if targets else "memdevs", "numa node"],
+         "mappings" if targets else "memdevs", "numa node", "memdevs on", "advertised"],
         rows,
     )  # fmt: skip
 
@@ -262,10 +264,12 @@ def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> No
 
     emit_table(
         "NUMA nodes",
-        ["node", "name", "tier", "cpus", "total", "free", "source", "zone", "pins"],
+        ["node", "name", "tier", "cpus", "total", "free", "source", "zone", "pins", "near",
+         "advertised"],
         [[nt.node.id, nt.name, nt.tier, ranges(nt.node.cpus), format_size(nt.node.mem_total),
           format_size(nt.node.mem_free), nt.region or ("explicit" if nt.explicit else "-"),
-          dash(nt.zone), pins(nt.holds_longterm_pins, nt.zone)] for nt in sel.numa],
+          dash(nt.zone), pins(nt.holds_longterm_pins, nt.zone), near(system, nt),
+          advertised(nt.node.advertised)] for nt in sel.numa],
     )  # fmt: skip
 
 

@@ -4,47 +4,139 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from .params import CPUS, NODES, PAGE_SIZE, PidType, flatten, sysroot_option
-from .render import dash, emit_json, emit_table, pins, ranges
+from .render import advertised, dash, emit_json, emit_table, near, pins, ranges
 
 SYSROOT = sysroot_option()
 
 
 @click.command("numa")
-@click.option("--set-weights", "set_weights", default=None, metavar="NODE=W[,NODE=W]",
+@click.option("--set-weights", "set_weights", default=None, metavar="NODE=W[,NODE=W]|auto",
               help="Set the system-wide weighted-interleave weights (root; they stay until "
-                   "changed, as writing sysfs does), then show the nodes.")  # fmt: skip
+                   "changed, as writing sysfs does), then show the nodes. 'auto': give them "
+                   "back to the kernel (Linux 6.16+).")  # fmt: skip
+@click.option("--tune-weights", "tune", default=None, type=NODES,
+              help="Measure the bandwidth of these nodes (all: the tiers of the --from "
+                   "socket) from one socket's CPUs and set weights in proportion.")  # fmt: skip
+@click.option("--from", "initiator", default=None, metavar="NODE",
+              help="With --tune-weights: the socket whose CPUs measure (default: the one "
+                   "nearest the first node).")  # fmt: skip
+@click.option("--dry-run", is_flag=True,
+              help="Show the weight changes (and the measurements); set nothing.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @SYSROOT
-def numa_command(set_weights: str | None, as_json: bool, sysroot: str | None) -> None:
-    """NUMA nodes with tier names, CPUs, memory, distances and weighted-interleave
-    weights (numactl -H, by tier)."""
-    from pycxl.numa.policy import read_weights, write_weights
+def numa_command(set_weights: str | None, tune: tuple[str, ...] | None, initiator: str | None,
+                 dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
+    """NUMA nodes with tier names, CPUs, memory, distances, weighted-interleave weights,
+    each node's nearest socket and what the platform advertises for it (numactl -H, by
+    tier)."""
+    from pycxl.numa.policy import read_weight_mode, read_weights
     from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
     from pycxl.to_json import node_json
     from pycxl.units import format_size
 
+    if set_weights is not None and tune is not None:
+        raise click.UsageError("choose one of --set-weights and --tune-weights")
+    if initiator is not None and tune is None:
+        raise click.UsageError("--from goes with --tune-weights")
     s = snapshot(sysroot, gpus=False)
     fs = Sysfs(sysroot)
+    if tune is not None:
+        _tune(s, fs, tune, initiator, dry_run, as_json)
+        return
     if set_weights is not None:
-        write_weights(_weights(set_weights, s), fs)
+        plan = _weights_plan(set_weights, s, fs)
+        if dry_run:
+            _show_plan(plan, as_json)
+            return
+        auto_was = read_weight_mode(fs) == "auto"
+        plan.execute(fs)
+        if auto_was and read_weight_mode(fs) == "manual" and not as_json:
+            click.echo("pycxl: the kernel's auto weights were turned off (pycxl numa "
+                       "--set-weights auto turns them back on)", err=True)  # fmt: skip
+    elif dry_run:
+        raise click.UsageError("--dry-run goes with --set-weights or --tune-weights")
     weights = _try_weights(read_weights, fs)
+    mode = read_weight_mode(fs)
     if as_json:
-        emit_json([{**node_json(t), "weight": weights.get(t.node.id)} for t in s.nodes])
+        emit_json([{**node_json(t), "weight": weights.get(t.node.id), "weight_mode": mode}
+                   for t in s.nodes])  # fmt: skip
         return
     rows = [[t.node.id, t.name, t.tier, ranges(t.node.cpus), format_size(t.node.mem_total),
              format_size(t.node.mem_free), dash(t.region), dash(t.zone),
-             pins(t.holds_longterm_pins, t.zone), dash(weights.get(t.node.id))]
+             pins(t.holds_longterm_pins, t.zone), dash(weights.get(t.node.id)), near(s, t),
+             advertised(t.node.advertised)]
             for t in s.nodes]  # fmt: skip
-    headers = ["node", "name", "tier", "cpus", "total", "free", "region", "zone", "pins", "weight"]
+    headers = ["node", "name", "tier", "cpus", "total", "free", "region", "zone", "pins", "weight",
+               "near", "advertised"]  # fmt: skip
     emit_table("NUMA nodes", headers, rows)
+    if mode is not None:
+        click.echo(f"weights: {WEIGHT_MODES[mode]}\n")
     ids = [t.node.id for t in s.nodes]
     matrix = [[t.name] + [dash(t.node.distances.get(j)) for j in ids] for t in s.nodes]
     emit_table("Distances", ["", *(t.name for t in s.nodes)], matrix)
+
+
+WEIGHT_MODES = {
+    "auto": "auto (the kernel derives them from the platform's bandwidth figures)",
+    "manual": "manual (set by hand, or by pycxl numa --set-weights/--tune-weights)",
+}
+
+
+def _weights_plan(text: str, s: object, fs: object) -> Any:
+    from pycxl.numa.policy import auto_weights_plan, weights_plan
+
+    if text.strip().lower() == "auto":
+        return auto_weights_plan(fs)  # type: ignore[arg-type]
+    return weights_plan(_weights(text, s), fs)  # type: ignore[arg-type]
+
+
+def _show_plan(plan: Any, as_json: bool) -> None:
+    if as_json:
+        emit_json({"plan": plan.as_json()})
+        return
+    click.echo(f"{plan.title}: {len(plan)} step(s), dry run" if len(plan) else
+               f"{plan.title}: nothing to change")  # fmt: skip
+    for line in plan.show():
+        click.echo(line)
+
+
+def _tune(s: Any, fs: Any, nodes: tuple[str, ...], initiator: str | None, dry_run: bool,
+          as_json: bool) -> None:  # fmt: skip
+    from pycxl.tuning import apply_weights, plan_weights
+    from pycxl.units import format_size
+
+    everything = [n.lower() for n in nodes] == ["all"]
+    tuning = plan_weights(None if everything else list(nodes), initiator, system=s, fs=fs)
+    if not dry_run:
+        apply_weights(tuning, fs)
+    if as_json:
+        emit_json({**tuning.as_json(), "dry_run": dry_run})
+        return
+    total = sum(t.bytes_per_s for t in tuning.measured) or 1.0
+    rows = [[t.name, t.node, f"{format_size(int(t.bytes_per_s))}/s",
+             f"{100 * t.bytes_per_s / total:.1f}%",
+             dash(tuning.previous.get(t.node)), tuning.weights[t.node]]
+            for t in tuning.measured]  # fmt: skip
+    emit_table(f"Weighted interleave from {tuning.initiator}'s CPUs ({ranges(tuning.cpus)}), "
+               f"STREAM triad", ["tier", "node", "measured", "share", "weight was", "weight"],
+               rows)  # fmt: skip
+    click.echo(f"rule: {tuning.rule}")
+    if tuning.turns_auto_off:
+        click.echo("the kernel's auto weights were on: " + (
+            "setting these turns them off" if dry_run else
+            "turned off (pycxl numa --set-weights auto turns them back on)"))  # fmt: skip
+    if dry_run:
+        for line in tuning.plan.show():
+            click.echo(line)
+        click.echo("dry run: nothing was set")
+    else:
+        click.echo(f"set; undo: pycxl numa --set-weights {tuning.names(tuning.previous)}")
 
 
 def _try_weights(read: object, fs: object) -> dict[int, int]:
@@ -64,7 +156,7 @@ def _weights(text: str, s: object) -> dict[int, int]:
     for item in (i.strip() for i in text.split(",") if i.strip()):
         name, sep, value = item.partition("=")
         if not sep or not value.strip().isdigit():
-            raise click.BadParameter(f"'{item}': expected NODE=WEIGHT such as cxl0=1",
+            raise click.BadParameter(f"'{item}': expected NODE=WEIGHT such as cxl0=1, or auto",
                                      param_hint="--set-weights")  # fmt: skip
         for node in s.memory_nodes(name.strip()):
             out[node] = int(value)

@@ -9,9 +9,14 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from pycxl.numa.access import AccessFigures
+    from pycxl.system import System
+    from pycxl.tiers import NodeTier
 
 MIN_PADDING = 2  # tabulate's: a header is at least this much narrower than its column
 
@@ -86,3 +91,29 @@ def ranges(ids: Sequence[int]) -> str:
         else:
             out.append([i, i])
     return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+
+
+NOT_ADVERTISED = "not advertised"
+
+
+def advertised(f: AccessFigures | None) -> str:
+    """What the platform advertises for CPUs, read figures: '212 ns 15.62 GiB/s'."""
+    from pycxl.units import format_size
+
+    if f is None:
+        return NOT_ADVERTISED
+    lat = f"{f.read_latency_ns} ns" if f.read_latency_ns is not None else "? ns"
+    bw = f"{format_size(f.read_bytes_per_s)}/s" if f.read_bytes_per_s is not None else "? B/s"
+    return f"{lat} {bw}"
+
+
+def near(system: System, nt: NodeTier) -> str:
+    """A node's nearest node with CPUs, by tier name ('-' for a node with CPUs)."""
+    if nt.near is None or nt.near == nt.node.id:
+        return "-"
+    return system.tier_name(nt.near) or f"node{nt.near}"
+
+
+def sockets(system: System, nodes: Sequence[int]) -> str:
+    """The CPU nodes memdevs hang off, by tier name: 'dram0', 'dram0+dram1'."""
+    return "+".join(system.tier_name(n) or f"node{n}" for n in nodes) or "-"

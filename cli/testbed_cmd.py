@@ -20,8 +20,9 @@ from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
               help="Check requirements and fetch the kernel, then exit.")  # fmt: skip
 @click.option("--timeout", type=click.IntRange(min=1), default=int(STALL_TIMEOUT_S),
               show_default=True,
-              help="Seconds COMMAND may run without new output before the boot is ended and "
-                   "COMMAND runs again in a fresh one (3 boots at most).")  # fmt: skip
+              help="Emulator CPU seconds COMMAND may run without new output (or three times "
+                   "as many wall seconds) before the boot is ended and COMMAND runs again in "
+                   "a fresh one (3 boots at most).")  # fmt: skip
 @click.option("--inject", type=click.Choice(sorted(INJECT_KINDS)),
               help="Inside the testbed: inject this fault into an emulated device.")  # fmt: skip
 @click.option("--memdev", metavar="MEMDEV",

@@ -89,6 +89,14 @@ def read_link(device: str, fs: Sysfs | None = None) -> Link | None:
     return Link(device, speed, width, max_speed, max_width, by_port, unknown)
 
 
+def device_numa_node(device: str, fs: Sysfs | None = None) -> int | None:
+    """The NUMA node the kernel gives PCI device ``device`` ('0000:65:00.0'): its host
+    bridge's socket. None where the firmware says none (the kernel prints -1)."""
+    fs = fs or Sysfs()
+    node = fs.read_int(f"{PCI_DEVICES}/{device}/numa_node")
+    return node if node is not None and node >= 0 else None
+
+
 def nvidia_gpus(fs: Sysfs | None = None) -> list[str]:
     """PCI addresses of NVIDIA display and 3D controllers, in bus order (the order of
     pycxl's gpu0, gpu1... when no CUDA_VISIBLE_DEVICES reorders them)."""

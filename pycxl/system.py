@@ -31,6 +31,7 @@ from .tiers import (
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
     from .bench.context import Placement
+    from .numa.access import AccessFigures
     from .numa.launch import LaunchPlan
 
 Backend = Literal["sysfs", "libcxl"]
@@ -215,12 +216,31 @@ class System:
         return Placement(target, node.id, i.name, cpus, node.mem_available)
 
     def nearest_cpu_node(self, node: int) -> NodeTier:
-        """The node with CPUs nearest ``node`` (itself, if it has CPUs)."""
-        with_cpus = [n for n in self.nodes if n.node.cpus]
-        if not with_cpus:
+        """The node with CPUs nearest ``node``: itself, if it has CPUs; for a CXL node,
+        the socket its memdevs hang off; else by distance (tiers.nearest_cpu_node)."""
+        near = self._tier(node).near
+        if near is None:
             raise NotAvailableError("no NUMA node has CPUs")
-        dist = self._tier(node).node.distances
-        return min(with_cpus, key=lambda n: (dist.get(n.node.id, 255), n.node.id))
+        return self._tier(near)
+
+    def advertised(self, node: int, cpus: Sequence[int]) -> AccessFigures | None:
+        """What the platform advertises for ``cpus`` reaching ``node`` (HMAT; CDAT for
+        CXL): the node's CPU figures, when every one of the CPUs is on a node they are
+        for. The kernel names those nodes for DRAM; for a CXL node it names none, and
+        its figures are for the best initiator, the socket its host bridges sit on."""
+        t = self._tier(node)
+        figures = t.node.advertised
+        if figures is None or not cpus:
+            return None
+        for_nodes = set(figures.initiators) or ({t.near} if t.near is not None else set())
+        cpu_nodes = {n.node.id for n in self.nodes for c in cpus if c in n.node.cpus}
+        return figures if cpu_nodes and cpu_nodes <= for_nodes else None
+
+    def near_tiers(self, node: int) -> list[NodeTier]:
+        """The nodes with memory whose nearest CPU node is ``node``'s: its socket's DRAM
+        and CXL tiers (for a GPU, pass its nearest node)."""
+        near = self.nearest_cpu_node(node).node.id
+        return [t for t in self.nodes if t.near == near and t.node.has_memory]
 
     def copy_cpus(self, gpu: GpuDevice, limit: int) -> tuple[int, ...]:
         """Up to ``limit`` CPUs of the GPU's nearest node that this process may use."""
@@ -333,8 +353,9 @@ def snapshot(
     fs = Sysfs(sysroot)
     cxl = read_cxl(fs, backend)
     nodes = classify_nodes(
-        read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones()
-    )
+        read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones(),
+        cxl.node_memdev_nodes(),
+    )  # fmt: skip
     if gpus is False:
         inventory = GpuInventory((), None, "GPUs not queried")
     else:

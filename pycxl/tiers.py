@@ -18,6 +18,9 @@ from .gpu.devices import GpuDevice
 from .numa.nodes import NumaNode
 
 Tier = Literal["dram", "cxl", "cpuless"]
+# How a node's nearest CPU node is known: it has CPUs itself; its memdevs' host bridges
+# all sit on one socket; or the firmware's distances (SLIT) single one out
+NearBy = Literal["self", "memdevs", "distance"]
 _NAME_RE = re.compile(r"^(dram|cxl|gpu|node|cpu)(\d+)$")
 EXPLICIT_CXL_ENV = "PYCXL_CXL_NODES"
 
@@ -32,6 +35,10 @@ class NodeTier:
     region: str | None = None  # the CXL region feeding it
     explicit: bool = False  # mapped to CXL by the user, not by the topology
     zone: str | None = None  # CXL memory's zone: movable, normal or mixed
+    # the nodes (sockets) its CXL memdevs hang off, through their host bridges
+    memdev_nodes: tuple[int, ...] = ()
+    near: int | None = None  # the node with CPUs nearest it (itself, if it has CPUs)
+    near_by: NearBy | None = None  # how ``near`` was decided
 
     @property
     def holds_longterm_pins(self) -> bool | None:
@@ -104,16 +111,42 @@ def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
         ) from None
 
 
+def nearest_cpu_node(
+    node: NumaNode, with_cpus: Sequence[NumaNode], memdev_nodes: Sequence[int] = ()
+) -> tuple[int | None, NearBy | None]:
+    """The node with CPUs nearest ``node``, and how that is known. A CXL node's memory is
+    behind host bridges that belong to a socket: when every memdev of it hangs off one
+    socket, that is its nearest (the kernel gives CXL nodes one distance to every node).
+    Otherwise the smallest distance, if only one node has it; ties go to a socket its
+    memdevs hang off, then to the lowest node id."""
+    if node.cpus:
+        return node.id, "self"
+    ids = [n.id for n in with_cpus]
+    if len(set(memdev_nodes)) == 1 and memdev_nodes[0] in ids:
+        return memdev_nodes[0], "memdevs"
+    if not ids:
+        return None, None
+    best = min(node.distances.get(i, 255) for i in ids)
+    tied = [i for i in ids if node.distances.get(i, 255) == best]
+    if len(tied) == 1:
+        return tied[0], "distance"
+    preferred = [i for i in tied if i in memdev_nodes]
+    return min(preferred or tied), "distance"
+
+
 def classify_nodes(
     nodes: Iterable[NumaNode],
     cxl_node_regions: dict[int, str],
     explicit_cxl: Sequence[int] = (),
     zones: dict[int, str] | None = None,
+    memdev_nodes: dict[int, tuple[int, ...]] | None = None,
 ) -> list[NodeTier]:
-    """Give each node its tier and tier name."""
+    """Give each node its tier, its tier name and its nearest node with CPUs."""
     out: list[NodeTier] = []
     counters = {"dram": 0, "cxl": 0}
-    for n in sorted(nodes, key=lambda n: n.id):
+    nodes = sorted(nodes, key=lambda n: n.id)
+    with_cpus = [n for n in nodes if n.cpus]
+    for n in nodes:
         region = cxl_node_regions.get(n.id)
         if region is not None or n.id in explicit_cxl:
             tier: Tier = "cxl"
@@ -126,9 +159,12 @@ def classify_nodes(
         else:
             name = f"{tier}{counters[tier]}"
             counters[tier] += 1
+        attached = (memdev_nodes or {}).get(n.id, ())
+        near, near_by = nearest_cpu_node(n, with_cpus, attached)
         out.append(
             NodeTier(n, tier, name, region, explicit=region is None and tier == "cxl",
-                     zone=(zones or {}).get(n.id))
+                     zone=(zones or {}).get(n.id), memdev_nodes=attached, near=near,
+                     near_by=near_by)
         )  # fmt: skip
     return out
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
 from .gpu.devices import GpuDevice
+from .numa.access import AccessFigures, cpu_figures
 from .tiers import NodeTier
 from .units import format_size_ndctl
 
@@ -88,8 +89,23 @@ def decoder_json(d: Decoder, targets: bool = False, human: bool = False) -> Json
     }
 
 
+def advertised_json(f: AccessFigures | None) -> Json | None:
+    """What the platform advertises for CPUs (HMAT, CDAT); null where it says nothing."""
+    if f is None:
+        return None
+    return {
+        "access_class": f.access_class,  # 1: CPU initiators; 0: any initiator
+        "initiators": list(f.initiators),  # the nodes the figures are for ([]: not named)
+        "read_latency_ns": f.read_latency_ns,
+        "write_latency_ns": f.write_latency_ns,
+        "read_bytes_per_s": f.read_bytes_per_s,
+        "write_bytes_per_s": f.write_bytes_per_s,
+    }
+
+
 def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
-    """A region in ndctl's fields; ``targets`` adds its mappings."""
+    """A region in ndctl's fields; ``targets`` adds its mappings. pycxl adds where its
+    memdevs hang off and what the platform advertises for it."""
     return {
         "region": r.name,
         "resource": _hex(r.resource, human),
@@ -105,6 +121,8 @@ def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
         ]
         if targets
         else None,
+        "memdev_nodes": r.memdev_nodes,  # the sockets (nodes) of its memdevs' host bridges
+        "advertised": advertised_json(cpu_figures(r.access)),
     }
 
 
@@ -160,6 +178,10 @@ def node_json(nt: NodeTier) -> Json:
         "zone": nt.zone,  # CXL memory's zone: movable, normal, mixed
         "longterm_pin": nt.holds_longterm_pins,  # GPU-registered pages stay on the node
         "distances": {str(k): v for k, v in n.distances.items()},
+        "near_node": nt.near,  # the node with CPUs nearest it (itself if it has CPUs)
+        "near_by": nt.near_by,  # self, memdevs (their host bridges' socket) or distance
+        "memdev_nodes": list(nt.memdev_nodes),  # CXL: the sockets its memdevs hang off
+        "advertised": advertised_json(n.advertised),
     }
 
 

@@ -3,7 +3,8 @@
     python3 scripts/record_trees.py [TOPOLOGY...]
 
 For each topology: boot, record the fresh state with ndctl's JSON beside it; on
-two-dev also create and online a 2-way region (pycxl region create) and record again.
+two-dev also create and online a 2-way region (pycxl region create) and record again; on
+two-socket, a region on each socket (2-way on socket 0's bridge, 1-way on socket 1's).
 Hand-broken trees are made by the tests from copies of these; never edit them here.
 """
 
@@ -38,7 +39,20 @@ cxl list -R -T > $W/region/ndctl/RT.json
 daxctl list > $W/region/ndctl/dax.json
 """
 
-PLANS = {"two-dev": ("", True), "four-dev": ("-i", False)}
+REGIONS = """
+{py} -m pycxl.cli.main region create -d decoder0.0 0x11 0x12
+{py} -m pycxl.cli.main region create -d decoder0.1 0x21
+rec regions
+cxl list -R -T > $W/regions/ndctl/RT.json
+daxctl list > $W/regions/ndctl/dax.json
+"""
+
+# topology -> (cxl list -D flags, the script after the fresh state, the states recorded)
+PLANS = {
+    "two-dev": ("", REGION, ("fresh", "region")),
+    "four-dev": ("-i", "", ("fresh",)),
+    "two-socket": ("-i", REGIONS, ("fresh", "regions")),
+}
 
 
 def main(argv: list[str]) -> int:
@@ -46,17 +60,15 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown topology {unknown[0]}; known: {', '.join(PLANS)}", file=sys.stderr)
         return 2
-    for topo, (dflag, with_region) in PLANS.items():
+    for topo, (dflag, then, states) in PLANS.items():
         if argv and topo not in argv:
             continue
-        script = RECORD.format(py=PY, dflag=dflag, repo=REPO)
-        if with_region:
-            script += REGION.format(py=PY)
+        script = RECORD.format(py=PY, dflag=dflag, repo=REPO) + then.format(py=PY)
         result = run_in_guest(script, topo, on_output=sys.stdout.write)
         if result.returncode:
             print(f"{topo}: recording failed ({result.returncode})", file=sys.stderr)
             return 1
-        for state in ("fresh", "region") if with_region else ("fresh",):
+        for state in states:
             dest = TREES / topo / state
             shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(result.workdir / state, dest, symlinks=True)

@@ -32,11 +32,29 @@ def trees() -> Path:
     return TREES
 
 
+def _marked_topologies(marker: pytest.Mark) -> tuple[str, ...]:
+    """kernel(topology="two-dev") or kernel(topology=("two-dev", "two-socket"))."""
+    value = marker.kwargs.get("topology") or (marker.args[0] if marker.args else "two-dev")
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A kernel test marked for several topologies runs once in each one's boot."""
+    m = metafunc.definition.get_closest_marker("kernel")
+    topologies = _marked_topologies(m) if m is not None else ()
+    if len(topologies) > 1:
+        metafunc.fixturenames.append("testbed_topology")
+        metafunc.parametrize("testbed_topology", topologies)
+
+
 def _topology_of(item: pytest.Item) -> str | None:
     m = item.get_closest_marker("kernel")
     if m is None:
         return None
-    return str(m.kwargs.get("topology") or (m.args[0] if m.args else "two-dev"))
+    params = getattr(item, "callspec", None)
+    if params is not None and "testbed_topology" in params.params:
+        return str(params.params["testbed_topology"])
+    return _marked_topologies(m)[0]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

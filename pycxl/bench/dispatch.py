@@ -14,11 +14,12 @@ given), accepts sizes as bytes or strings (``"256M"``) and returns a list of res
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
 from ..gpu.devices import GpuDevice
@@ -35,7 +36,11 @@ from .results import (
     LoadedLatencyResult,
     OffloadResult,
     TransferResult,
+    factor_apart,
 )
+
+if TYPE_CHECKING:
+    from .context import Placement
 
 Size = int | str | None
 MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
@@ -125,7 +130,11 @@ def measure_latency(
     n = _size(size)
     if pair.gpu is None:
         p = s.placement(target, initiator)
-        return [latency.chase_latency(p, size=n, page=page, samples=samples, loads=loads)]
+        r = latency.chase_latency(p, size=n, page=page, samples=samples, loads=loads)
+        adv = s.advertised(p.node, p.cpus)
+        ns = adv.read_latency_ns if adv is not None else None
+        apart = factor_apart(r.latency_ns_median, ns)
+        return [dataclasses.replace(r, advertised_latency_ns=ns, advertised_factor=apart)]
     host = None if pair.in_gpu_memory else s.placement(target)
     return [
         gpu_latency.gpu_chase_latency(
@@ -186,8 +195,9 @@ def measure_bandwidth(
             )
         for m in mixes:
             loaded.check_nt(m)
-        return [loaded.mix_bandwidth(p, p.cpus[:n_threads], m, size=_size(size),
-                                     samples=samples) for m in mixes]  # fmt: skip
+        mixed = [loaded.mix_bandwidth(p, p.cpus[:n_threads], m, size=_size(size),
+                                      samples=samples) for m in mixes]  # fmt: skip
+        return [_advertised_bandwidth(s, p, r) for r in mixed]
     if threads is not None and threads < 1:
         raise InvalidRequestError(f"threads must be at least 1, not {threads}")
     s = _system(system, target, initiator)
@@ -198,7 +208,7 @@ def measure_bandwidth(
         out: list[BandwidthResult] = bandwidth.stream_bandwidth(
             p, threads=threads, kernel=kernel, size=n, nt_stores=nt_stores, samples=samples
         )
-        return list(out)
+        return [_advertised_bandwidth(s, p, r) for r in out]
     if threads is not None or nt_stores:
         raise InvalidRequestError("--threads and --nt-stores apply to CPU initiators")
     if pair.in_gpu_memory:
@@ -210,6 +220,14 @@ def measure_bandwidth(
         )
     return list(transfer.copy_bandwidth([pair.gpu], s.placement(target), direction="h2d",
                                         size=n, samples=samples))  # fmt: skip
+
+
+def _advertised_bandwidth(s: System, p: Placement, r: BandwidthResult) -> BandwidthResult:
+    """The result with the platform's read bandwidth for its CPUs beside it."""
+    adv = s.advertised(p.node, r.cpus or p.cpus)
+    bw = adv.read_bytes_per_s if adv is not None else None
+    return dataclasses.replace(r, advertised_bytes_per_s=bw,
+                               advertised_factor=factor_apart(r.bytes_per_s, bw))  # fmt: skip
 
 
 def measure_first_touch(

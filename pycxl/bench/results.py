@@ -13,6 +13,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+# A measured figure further than this factor from the advertised one (either way) is
+# called out: firmware figures are often wrong, and so is a misplaced measurement.
+ADVERTISED_FACTOR = 2.0
+
+
+def factor_apart(measured: float, advertised: float | None) -> float | None:
+    """How many times apart two figures are (1.0: equal), whichever is larger."""
+    if advertised is None or advertised <= 0 or measured <= 0:
+        return None
+    return max(measured / advertised, advertised / measured)
+
 
 @dataclass(frozen=True, kw_only=True)
 class BenchResult:
@@ -59,6 +70,10 @@ class LatencyResult(BenchResult):
     measure_s: float = 0.0  # wall time of the whole measurement
     last_level_cache: int | None = None  # bytes: the CPUs' last-level cache, or a GPU's L2
     fits_in_cache: bool | None = None  # the arena fits in it: the figure is the cache's
+    # the platform's read latency for these CPUs reaching the node (HMAT, CDAT), and how
+    # many times apart it is from latency_ns_median; None: nothing advertised for them
+    advertised_latency_ns: float | None = None
+    advertised_factor: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +94,10 @@ class BandwidthResult(BenchResult):
     unroll: int | None = None
     last_level_cache: int | None = None  # bytes: the CPUs' last-level cache, or a GPU's L2
     fits_in_cache: bool | None = None  # the kernel's arrays fit in it: the cache's figure
+    # the platform's read bandwidth for these CPUs reaching the node (HMAT, CDAT), and
+    # how many times apart it is from bytes_per_s; None: nothing advertised for them
+    advertised_bytes_per_s: float | None = None
+    advertised_factor: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ SYSFS_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "Memdev": ("payload_max", "ram_qos_class", "pmem_qos_class"),
     "Decoder": ("type3_capable", "qos_class"),
     "Port": ("parent_dport", "decoders_committed"),
-    "Region": (),
+    "Region": ("access",),
 }
 
 

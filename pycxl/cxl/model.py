@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..numa.access import AccessFigures
+
 if TYPE_CHECKING:
     from .topology import CxlTopology
 
@@ -236,6 +238,8 @@ class Region(_Linked):
     enabled: bool
     uuid: str | None = None
     mappings: tuple[Mapping, ...] = ()
+    # what the platform advertises for it (HMAT to its host bridges, the devices' CDAT)
+    access: tuple[AccessFigures, ...] = ()
 
     @property
     def decode_state(self) -> str:
@@ -256,6 +260,13 @@ class Region(_Linked):
     def numa_nodes(self) -> list[int]:
         """NUMA nodes its dax devices target."""
         return sorted({d.target_node for d in self.dax_devices if d.target_node is not None})
+
+    @property
+    def memdev_nodes(self) -> list[int]:
+        """The NUMA nodes (sockets) its memdevs hang off: their host bridges' nodes."""
+        topo = self._topo()
+        found = (topo.memdev_or_none(m) for m in self.memdevs)
+        return sorted({m.numa_node for m in found if m is not None and m.numa_node is not None})
 
 
 @dataclass(frozen=True)

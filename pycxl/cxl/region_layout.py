@@ -292,6 +292,7 @@ def _layout_on_root(
     else:
         ordered = _pick_memdevs(topo, root, rtype, ways, req.size_bytes)
     _check_port_decoders(ordered)
+    _check_address_order(root, ordered)
     size = _size(root, ordered, rtype, ways, req.size_bytes)
     targets = tuple(
         RegionTarget(position=i, memdev=m, decoder=_must(next_free_decoder(m)))
@@ -327,9 +328,18 @@ def order_by_position(root: Decoder, memdevs: Sequence[Memdev]) -> list[Memdev]:
         hops = [dport for _port, dport in ep.route] if ep else []
         if not hops or hops[0] not in targets:
             where = f"host bridge {hops[0]}" if hops else "no known host bridge"
+            if hops and m.numa_node is not None:
+                where += f" (node {m.numa_node})"
+            sockets = sorted({x.numa_node for x in memdevs if x.numa_node is not None})
+            across = (
+                f"; memdevs on two sockets (nodes {', '.join(map(str, sockets))}) need a window "
+                "that interleaves their host bridges"
+                if len(sockets) > 1
+                else ""
+            )
             raise InvalidRequestError(
                 f"memdev {m.name} sits under {where}, which root decoder {root.name} does "
-                f"not reach (it targets {', '.join(targets) or 'nothing'})"
+                f"not reach (it targets {', '.join(targets) or 'nothing'}){across}"
             )
         routes[m.name] = hops
     return _interleave(list(memdevs), routes, 0, targets, root.name)
@@ -393,6 +403,7 @@ def _pick_memdevs(
         try:
             ordered = order_by_position(root, combo)
             _check_port_decoders(ordered)
+            _check_address_order(root, ordered)
             return ordered
         except InvalidRequestError:
             continue
@@ -430,6 +441,33 @@ def _check_port_decoders(memdevs: Sequence[Memdev]) -> None:
             raise InvalidRequestError(
                 f"port {port.name} ({port.host}) has no free decoder for another region"
             )
+
+
+def _check_address_order(root: Decoder, memdevs: Sequence[Memdev]) -> None:
+    """The kernel takes a port's decoders in address order: a region cannot join a port
+    (host bridge, switch or endpoint) that already decodes a region above this window
+    (the kernel's "HPA order violation", EBUSY). On two sockets that happens when a
+    window over both host bridges holds a region and a window of one bridge, lower in
+    the address map, is asked for another."""
+    if root.resource is None:
+        return
+    window_end = root.resource + root.size
+    seen: set[str] = set()
+    for m in memdevs:
+        ep = m.endpoint
+        ports = [port for port, _dport in ep.route if port.kind != "root"] if ep else []
+        for port in [*ports, *([ep] if ep else [])]:
+            if port.name in seen:
+                continue
+            seen.add(port.name)
+            for d in port.decoders:
+                if d.region and d.committed and d.resource is not None and d.resource >= window_end:
+                    raise InvalidRequestError(
+                        f"{port.name} ({port.host}) already decodes {d.region} at "
+                        f"{d.resource:#x}, above {root.name}'s window ({root.resource:#x}); the "
+                        f"kernel takes a port's decoders in address order: destroy {d.region} "
+                        "first, or use a window above it"
+                    )
 
 
 def _size(

@@ -10,6 +10,7 @@ import itertools
 import os
 import re
 
+from ..numa.access import read_region_access
 from ..sysfs import Sysfs
 from . import memory_blocks
 from .model import Bus, DaxDevice, Decoder, Dport, Mapping, Memdev, Port, PortKind, Region
@@ -209,6 +210,7 @@ def _read_region(
         enabled=fs.exists(f"{dev}/driver"),
         uuid=uuid,
         mappings=tuple(mappings),
+        access=read_region_access(fs, dev),
     )
 
 

@@ -136,6 +136,16 @@ class CxlTopology:
 
         return {n: z for n, zs in by_node.items() if (z := combine_zones(zs)) is not None}
 
+    def node_memdev_nodes(self) -> dict[int, tuple[int, ...]]:
+        """NUMA node id -> the nodes (sockets) the memdevs of its CXL regions hang off."""
+        out: dict[int, set[int]] = {}
+        for d in self.dax_devices:
+            if d.region is not None and d.target_node is not None and d.mode == "system-ram":
+                region = next((r for r in self.regions if r.name == d.region), None)
+                if region is not None:
+                    out.setdefault(d.target_node, set()).update(region.memdev_nodes)
+        return {n: tuple(sorted(s)) for n, s in out.items()}
+
     def node_to_region(self) -> dict[int, str]:
         """NUMA node id -> CXL region name, for nodes fed by a CXL region's dax device."""
         out: dict[int, str] = {}

@@ -20,10 +20,10 @@ def nearest_node(fs: Sysfs, bus_id: str, driver_node: int | None) -> tuple[int |
     if driver_node is not None and driver_node >= 0:
         return driver_node, DRIVER
     from ..numa.nodes import NODE_DIR
-    from ..pcie import PCI_DEVICES  # imported here: the driver's word is the usual answer
+    from ..pcie import device_numa_node  # imported here: the driver's word is the usual answer
 
-    node = fs.read_int(f"{PCI_DEVICES}/{bus_id}/numa_node")
-    if node is not None and node >= 0:
+    node = device_numa_node(bus_id, fs)
+    if node is not None:
         return node, SYSFS
     cpu_nodes = fs.read_cpulist(f"{NODE_DIR}/has_cpu")
     if cpu_nodes is not None and len(cpu_nodes) == 1:

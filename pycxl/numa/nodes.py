@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..sysfs import Sysfs, parse_cpulist
+from .access import AccessFigures, cpu_figures, read_node_access
 
 NODE_DIR = "/sys/devices/system/node"
 _MEMINFO_RE = re.compile(r"^Node\s+\d+\s+(\w+):\s+(\d+)(?:\s+kB)?$")
@@ -23,6 +24,13 @@ class NumaNode:
     # the per-node counterpart of MemAvailable, for "does this fit" checks
     mem_available: int = 0
     distances: dict[int, int] = field(default_factory=dict, hash=False)
+    # what the platform advertises for reaching it (ACPI HMAT; CDAT for CXL), by class
+    access: tuple[AccessFigures, ...] = ()
+
+    @property
+    def advertised(self) -> AccessFigures | None:
+        """The advertised figures for CPUs (access class 1, else 0); None: none."""
+        return cpu_figures(self.access)
 
     @property
     def cpuless(self) -> bool:
@@ -56,6 +64,7 @@ def read_nodes(sysfs: Sysfs | None = None) -> list[NumaNode]:
                 mem_available=_available(meminfo) * 1024,
                 # The kernel prints distances to every online node, in id order.
                 distances=dict(zip(ids, dist, strict=False)),
+                access=read_node_access(fs, base),
             )
         )
     return nodes

@@ -20,11 +20,18 @@ from typing import Any
 
 from .._lib.libs import LIBNUMA
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..plan import Plan, Step, write
 from ..sysfs import Sysfs
 
 # Bits in the node masks pycxl passes (the kernel's MAX_NUMNODES is at most 1024).
 MASK_BITS = 1024
 WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+# Linux 6.16+: 'true' while the kernel derives the weights from the platform's bandwidth
+# figures (HMAT, CDAT); writing a node's weight turns it to 'false'. Linux 6.18.44 shows
+# the file as '__auto_type' (seen on this project's test machine: the kernel's own
+# '#define auto __auto_type' reaches the attribute's name).
+WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
+MAX_WEIGHT = 255
 
 MPOL_F_NODE = 1 << 0  # get_mempolicy: return the node of the page at addr
 MPOL_F_ADDR = 1 << 1  # get_mempolicy: policy of the range at addr
@@ -183,15 +190,71 @@ def read_weights(fs: Sysfs | None = None) -> dict[int, int]:
     return out
 
 
-def write_weights(weights: dict[int, int], fs: Sysfs | None = None) -> dict[int, int]:
-    """Set per-node weights (1..255); returns the previous ones, to restore."""
+def weights_auto_path(fs: Sysfs) -> str | None:
+    """The auto-mode file, under whichever name the kernel gives it; None: no auto mode."""
+    return next((p for n in WEIGHTS_AUTO_NAMES if fs.exists(p := f"{WEIGHTS_DIR}/{n}")), None)
+
+
+def read_weight_mode(fs: Sysfs | None = None) -> str | None:
+    """'auto' (the kernel derives the weights, Linux 6.16+), 'manual', or None where the
+    kernel has no weighted interleave."""
+    fs = fs or Sysfs()
+    if not fs.is_dir(WEIGHTS_DIR):
+        return None
+    auto = weights_auto_path(fs)
+    text = (fs.read(auto) or "").strip().lower() if auto else ""
+    return "auto" if text in ("true", "1", "y") else "manual"
+
+
+def weights_plan(weights: dict[int, int], fs: Sysfs | None = None) -> Plan:
+    """The steps that set per-node weights (1..255) that differ from the present ones,
+    each undone by writing the previous weight back. Where the kernel's auto mode is on,
+    the first step turns it off, said in words (writing a weight would turn it off
+    anyway, silently); its undo turns it back on."""
     fs = fs or Sysfs()
     previous = read_weights(fs)
     for node, w in weights.items():
-        if not 1 <= w <= 255:
-            raise InvalidRequestError(f"weight {w} for node {node} is not in 1..255")
+        if not 1 <= w <= MAX_WEIGHT:
+            raise InvalidRequestError(f"weight {w} for node {node} is not in 1..{MAX_WEIGHT}")
         if node not in previous:
             raise InvalidRequestError(f"node {node} has no weighted-interleave weight")
-    for node, w in weights.items():
-        fs.write(f"{WEIGHTS_DIR}/node{node}", str(w))
+    steps: list[Step] = []
+    auto = weights_auto_path(fs)
+    if auto is not None and read_weight_mode(fs) == "auto":
+        steps.append(write("turn the kernel's auto weights (from HMAT/CDAT) off",
+                           auto, "false", (auto, "true")))  # fmt: skip
+    for node, w in sorted(weights.items()):
+        path = f"{WEIGHTS_DIR}/node{node}"
+        if w != previous[node]:  # an unchanged weight is no step
+            steps.append(write(f"node {node}: weight {previous[node]} -> {w}", path, str(w),
+                               (path, str(previous[node]))))  # fmt: skip
+    return Plan("set weighted-interleave weights", tuple(steps))
+
+
+def auto_weights_plan(fs: Sysfs | None = None) -> Plan:
+    """The step that gives the weights back to the kernel (auto mode, Linux 6.16+)."""
+    fs = fs or Sysfs()
+    mode = read_weight_mode(fs)
+    if mode is None:
+        raise NotAvailableError(
+            f"this kernel has no weighted interleave ({WEIGHTS_DIR} is missing; Linux 6.9+)"
+        )
+    auto = weights_auto_path(fs)
+    if auto is None:
+        raise NotAvailableError(
+            "this kernel has no auto weights (Linux 6.16+): its weights are set by hand only"
+        )
+    steps = () if mode == "auto" else (
+        write("let the kernel derive the weights from HMAT/CDAT (auto)", auto, "true",
+              (auto, "false")),
+    )  # fmt: skip
+    return Plan("auto weighted-interleave weights", steps)
+
+
+def write_weights(weights: dict[int, int], fs: Sysfs | None = None) -> dict[int, int]:
+    """Set per-node weights (1..255), through ``weights_plan`` (auto mode is turned off,
+    as the plan says); returns the previous ones, to restore."""
+    fs = fs or Sysfs()
+    previous = read_weights(fs)
+    weights_plan(weights, fs).execute(fs)
     return {n: previous[n] for n in weights}

@@ -173,6 +173,7 @@ def run_check(
         out += _memdev_findings(m)
     for r in cxl.regions:
         out += _region_findings(system, r)
+        out += _socket_findings(system, r)
     out += _zone_findings(system, fs)
     out += _expectation_findings(system, exp)
     links = _links(system, fs)
@@ -262,6 +263,28 @@ def _memdev_findings(m: Memdev) -> list[Finding]:
             )
         )
     return out
+
+
+def _socket_findings(system: System, r: Region) -> list[Finding]:
+    """A region interleaved over memdevs of several sockets: allowed where a window
+    interleaves their host bridges, but every CPU then reaches part of its lines over
+    the link between the sockets, and it has no one nearest socket."""
+    sockets = r.memdev_nodes
+    if len(sockets) < 2:
+        return []
+    names = ", ".join(system.tier_name(n) or f"node{n}" for n in sockets)
+    return [
+        Finding(
+            "info",
+            "region-sockets",
+            r.name,
+            f"{r.name} interleaves memdevs of {len(sockets)} sockets ({names}): every CPU "
+            "reaches part of its lines through the other socket",
+            "if each socket's jobs should use their own CXL memory: one region per socket "
+            "(pycxl region create on each socket's memdevs)",
+            {"region": r.name, "sockets": names},
+        )
+    ]
 
 
 def _region_findings(system: System, r: Region) -> list[Finding]:

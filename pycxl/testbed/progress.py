@@ -20,9 +20,11 @@ from typing import Any
 REPORT = "guest-report.jsonl"  # the guest command's units: started, finished
 STOPS = "stopped-boots.jsonl"  # the host's: {"boot": N, "reason": "..."} per boot cut short
 START = "start"
+# Limits in seconds of the emulator's CPU time (a starved guest is not a stuck one), with
+# the wall clock as a backstop at three times as much (clock.py)
 BOOT_TIMEOUT_S = 600.0  # for a boot to reach the command (kernel, drivers, memdevs probed)
-# without progress (new output, a unit started or finished) once the command runs: longer
-# than any one kernel test takes on a host twice as slow as a quiet 2-core machine
+# without progress (new output, a unit started or finished) once the command runs: more
+# than any one kernel test uses
 STALL_TIMEOUT_S = 900.0
 
 

@@ -8,11 +8,12 @@ them from that directory, whatever channel virtme-ng had for the guest's console
 What went wrong is told apart: the guest never started the command (a boot problem,
 reported with virtme-ng's output); it started but the emulator stopped before the exit
 status was written (a QEMU crash where the guest touches CXL memory); it made no progress
-for ``timeout`` seconds (a stuck or very slow guest). The last two end the boot and boot
-again: a command that records its units of work (progress.py; the kernel tests do)
-resumes where the stopped boot left off. The limit follows progress, not the wall clock, so
-a guest on a busy host that runs twice as slowly still finishes; boots stop when BOOTS of
-them in a row finish nothing new.
+for ``timeout`` seconds of the emulator's CPU time (a stuck guest; the wall clock backs it
+up). The last two end the boot and boot again: a command that records its units of work
+(progress.py; the kernel tests do) resumes where the stopped boot left off. The limit
+follows progress, and counts the emulator's own CPU time, so a guest on a busy host that
+runs several times as slowly still finishes; boots stop when BOOTS of them in a row finish
+nothing new.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -32,6 +34,7 @@ from pathlib import Path
 from .._log import get_logger
 from ..errors import NotAvailableError, NotFoundError, TestbedError
 from . import progress
+from .clock import ProgressClock
 from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
@@ -40,7 +43,7 @@ log = get_logger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
 POLL_S = 0.2  # how often the host looks at the guest's output file
-GUEST_MEMORY = "2G"
+CLOCK_EVERY = 5  # polls between readings of the emulator's CPU time (it scans /proc)
 BOOTS = 3  # boots cut short in a row, finishing nothing new, before giving up
 
 
@@ -114,9 +117,10 @@ def run_in_guest(
 ) -> GuestResult:
     """Boot and run ``command`` with sh in the guest; boot again when a boot is cut short.
 
-    ``timeout``: seconds the running command may go without progress (new output, or a
-    unit of work recorded in the work directory) before the boot is ended as stuck.
-    ``boot_timeout``: seconds for the guest to reach the command."""
+    ``timeout``: seconds of emulator CPU time the running command may go without progress
+    (new output, or a unit of work recorded in the work directory) before the boot is
+    ended as stuck; ``boot_timeout``: the same, for the guest to reach the command. The
+    wall clock ends a boot at three times either (a guest that uses no CPU: clock.py)."""
     topo = topology(topology_name)
     check_requirements()
     kernel = prepare_kernel()
@@ -132,8 +136,7 @@ def run_in_guest(
     qmp = str(workdir / "qmp.sock")  # fault injection (inject.py) goes through it
     argv = [
         vng, "--run", str(kernel.image), "--disable-microvm", "--disable-kvm",
-        "-m", GUEST_MEMORY, "--numa", f"{GUEST_MEMORY},cpus=0-1", "-p", "2",
-        "-a", "memhp_default_state=offline",
+        *topo.vng_args(), "-a", "memhp_default_state=offline",
         "--qemu-opts=" + " ".join([*topo.qemu_args(), "-qmp", f"unix:{qmp},server=on,wait=off"]),
         "--rwdir", str(workdir),
         "--exec", f"sh {shlex.quote(str(script))}",
@@ -241,7 +244,8 @@ def _boot(
 ) -> _Outcome:
     """Run one boot, following the command's output file as it grows, until the guest
     ends, its device breaks, or it runs out of time: ``limits.boot`` to reach the command,
-    then ``limits.stall`` from its last sign of progress."""
+    then ``limits.stall`` from its last sign of progress, both in the emulator's CPU
+    time, with the wall clock as a backstop (clock.py)."""
     files.reset()
     with files.vng_log.open("wb") as vng_log:
         proc = subprocess.Popen(
@@ -255,34 +259,37 @@ def _boot(
     stopped = (
         "the emulator stopped before the command ended (QEMU crashed, or the guest powered off)"
     )
-    mark, last_progress, started = files.progress_mark(), time.monotonic(), False
+    mark, started = files.progress_mark(), False
+    clock = ProgressClock(proc.pid, limits.boot)  # the group: start_new_session above
+    polls = 0
     try:
-        while proc.poll() is None:
-            now = time.monotonic()
-            if not started and files.started:
-                started, last_progress = True, now
-            elif started and files.progress_mark() != mark:
-                mark, last_progress = files.progress_mark(), now
-            if not started and now - last_progress > limits.boot:
-                stopped = f"the guest did not reach the command within {limits.boot:.0f} s"
-                _end(proc)
-                break
-            if started and now - last_progress > limits.stall:
-                stopped = (
-                    f"no progress for {limits.stall:.0f} s (no output, no test started or "
-                    "finished): a stuck or very slow guest"
-                )
-                _end(proc)
-                break
-            follower.poll()
-            if serve is not None:
-                serve()  # the guest's injection requests, through QMP
-            broken = _device_broken(files.vng_log)
-            if broken:
-                stopped = f"QEMU stopped the guest's virtio device ({broken})"
-                _end(proc)  # the guest's disk I/O hangs from here: do not wait
-                break
-            time.sleep(POLL_S)
+        with _signals_end_the_boot():
+            while proc.poll() is None:
+                if not started and files.started:
+                    started = True
+                    clock = ProgressClock(proc.pid, limits.stall)
+                elif started and files.progress_mark() != mark:
+                    mark = files.progress_mark()
+                    clock.progress()
+                polls += 1
+                late = clock.expired() if polls % CLOCK_EVERY == 0 else None
+                if late is not None:
+                    stopped = (
+                        f"no progress for {late} (no output, no test started or finished)"
+                        if started
+                        else f"the guest did not reach the command within {late}"
+                    )
+                    _end(proc)
+                    break
+                follower.poll()
+                if serve is not None:
+                    serve()  # the guest's injection requests, through QMP
+                broken = _device_broken(files.vng_log)
+                if broken:
+                    stopped = f"QEMU stopped the guest's virtio device ({broken})"
+                    _end(proc)  # the guest's disk I/O hangs from here: do not wait
+                    break
+                time.sleep(POLL_S)
     finally:
         if proc.poll() is None:  # interrupted: never leave an emulator running
             _end(proc)
@@ -306,6 +313,29 @@ def _boot(
         vng_returncode=proc.returncode,
         vng_tail=vng_text.strip()[-2000:] or "(nothing)",
     )
+
+
+@contextlib.contextmanager
+def _signals_end_the_boot() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a cancelled CI job, a closed terminal) end the boot through its
+    clean-up, so that no emulator is left running: by default they end Python without
+    running ``finally`` blocks. Only in the main thread, and only where the program set
+    no handler of its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_DFL]
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for s in taken:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in taken:
+            signal.signal(s, signal.SIG_DFL)
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:

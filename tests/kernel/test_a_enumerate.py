@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -32,14 +33,9 @@ def _check_backends_and_ndctl(topology: str) -> None:
     assert n == sum(1 for k in flatten(oracle) if k[0] in ALL_KINDS) > 0
 
 
-@pytest.mark.kernel(topology="two-dev")
-def test_two_dev_backends_agree_and_match_ndctl() -> None:
-    _check_backends_and_ndctl("two-dev")
-
-
-@pytest.mark.kernel(topology="four-dev")
-def test_four_dev_backends_agree_and_match_ndctl() -> None:
-    _check_backends_and_ndctl("four-dev")
+@pytest.mark.kernel(topology=("two-dev", "four-dev", "two-socket"))
+def test_backends_agree_and_match_ndctl() -> None:
+    _check_backends_and_ndctl(os.environ["PYCXL_TESTBED_TOPOLOGY"])
 
 
 @pytest.mark.kernel(topology="four-dev")

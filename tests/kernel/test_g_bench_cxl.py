@@ -13,7 +13,7 @@ from pycxl.cxl.region_layout import RegionRequest
 SIZE = 256 << 10
 
 
-@pytest.mark.kernel(topology="two-dev")
+@pytest.mark.kernel(topology=("two-dev", "two-socket"))
 def test_benchmarks_measure_pages_on_the_cxl_node() -> None:
     made = pycxl.create_region(RegionRequest(ways=2, zone="movable"))
     node = made.numa_node

@@ -39,3 +39,34 @@ def test_progress_tells_the_unit_each_stopped_boot_was_running(tmp_path: Path) -
     assert progress.stop_reasons(tmp_path, [1, 2]) == (
         "boot 1: no progress for 900 s; boot 2: the emulator stopped"
     )
+
+
+def test_the_progress_clock_counts_the_groups_cpu_time() -> None:
+    # a child in a group of its own burns CPU; the clock sees it, and a limit below what
+    # it used has expired by CPU time (the wall clock alone would not say so yet)
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pycxl.testbed.clock import ProgressClock, group_cpu_s
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nt = time.process_time()\n"
+         "while time.process_time() - t < 1.0: pass\nimport sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        clock = ProgressClock(child.pid, limit_s=0.3)
+        start, deadline = group_cpu_s(child.pid), time.monotonic() + 30
+        while group_cpu_s(child.pid) < start + 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group_cpu_s(child.pid) >= start + 0.4
+        late = clock.expired()
+        assert late is not None and "of emulator CPU time" in late, late
+        clock.progress()
+        assert clock.expired() is None
+        assert group_cpu_s(os.getpgid(0)) > 0  # this test's own group
+    finally:
+        child.kill()
+        child.wait()
