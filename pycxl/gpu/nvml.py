@@ -42,20 +42,24 @@ class NvmlUnusable(Exception):
     """NVML is absent or would not start; the message says why."""
 
 
+_started: tuple[Any, Any] | None = None
+
+
 @contextmanager
 def session() -> Iterator[tuple[Any, Any]]:
-    """(ffi, lib) of an initialised NVML, shut down on leaving."""
-    try:
-        ffi, lib = LIBNVML.load()
-    except LibraryNotFoundError as e:
-        raise NvmlUnusable(f"{LIBNVML.sonames[0]} not found") from e
-    rc = lib.nvmlInit_v2()
-    if rc != NVML_SUCCESS:
-        raise NvmlUnusable(f"NVML: {error_text(ffi, lib, rc)}")
-    try:
-        yield ffi, lib
-    finally:
-        lib.nvmlShutdown()
+    """(ffi, lib) of NVML, started on first use and left running: nvmlShutdown would
+    cost every command about 3 ms, and the process's end releases NVML anyway."""
+    global _started
+    if _started is None:
+        try:
+            ffi, lib = LIBNVML.load()
+        except LibraryNotFoundError as e:
+            raise NvmlUnusable(f"{LIBNVML.sonames[0]} not found") from e
+        rc = lib.nvmlInit_v2()
+        if rc != NVML_SUCCESS:
+            raise NvmlUnusable(f"NVML: {error_text(ffi, lib, rc)}")
+        _started = (ffi, lib)
+    yield _started
 
 
 def error_text(ffi: Any, lib: Any, rc: int) -> str:
