@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pycxl.cxl.model import PARTITION_MODES
+
 from .params import COUNT, SIZE, sysroot_option
 from .render import dash, emit_json, emit_table
 
@@ -55,7 +57,7 @@ def region_group() -> None:
               help="Interleave granularity in bytes (default: the root decoder's).")  # fmt: skip
 @click.option("-s", "--size", type=SIZE, default=None,
               help="Region size, e.g. 512M (default: the largest that fits).")  # fmt: skip
-@click.option("-t", "--type", "rtype", type=click.Choice(["ram", "pmem"]), default=None,
+@click.option("-t", "--type", "rtype", type=click.Choice(PARTITION_MODES), default=None,
               help="Region type (default: ram where the root decoder can map it).")  # fmt: skip
 @click.option("-d", "--decoder", default=None, metavar="ROOT_DECODER",
               help="Root decoder (CXL window) to carve from (default: one that fits).")  # fmt: skip
@@ -155,11 +157,11 @@ def _each(names: tuple[str, ...], root_decoder: str | None, sysroot: str | None,
     """Run ``op`` on each named region (every region for 'all'), as ndctl does: all
     names are checked first; a region that fails does not stop the others; the exit
     status is the first failure's."""
-    from pycxl.cxl.sysfs_backend import read_topology
+    from pycxl.cxl.read import read_cxl
     from pycxl.errors import NotFoundError, PycxlError
     from pycxl.sysfs import Sysfs
 
-    topo = read_topology(Sysfs(sysroot)).require()
+    topo = read_cxl(Sysfs(sysroot)).require()
     known = [r.name for r in topo.regions]
     wanted = [n for arg in names for n in arg.split(",") if n]
     if "all" in wanted:

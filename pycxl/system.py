@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from .cxl.topology import CxlTopology
+from .cxl.read import Backend, read_cxl
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
 from .gpu.devices import GpuDevice, GpuInventory, GpuSource
 from .sysfs import Sysfs, parse_cpulist
@@ -28,13 +28,13 @@ from .tiers import (
     resolve,
     split_names,
 )
+from .values import format_ranges
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
     from .bench.context import Placement
+    from .cxl.topology import CxlTopology
     from .numa.access import AccessFigures
     from .numa.launch import LaunchPlan
-
-Backend = Literal["sysfs", "libcxl"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -157,7 +157,7 @@ class System:
             missing = [c for c in ids if c not in online]
             if missing:
                 raise InvalidRequestError(
-                    f"CPU {missing[0]} is not online; online CPUs: {_ranges(online)}"
+                    f"CPU {missing[0]} is not online; online CPUs: {format_ranges(online)}"
                 )
             out += [c for c in ids if c not in out]
         return tuple(out)
@@ -171,7 +171,7 @@ class System:
             known = {t.node.id for t in self.nodes}
             missing = [i for i in ids if i not in known]
             if missing:
-                gone = _ranges(missing)
+                gone = format_ranges(missing)
                 raise NotFoundError(
                     "NUMA node range", item, [str(k) for k in sorted(known)],
                     problem=f"node{'s' if len(missing) > 1 else ''} {gone} "
@@ -307,51 +307,24 @@ class System:
         return t
 
 
-def _ranges(ids: Sequence[int]) -> str:
-    """'0-3,8' for (0, 1, 2, 3, 8)."""
-    out: list[str] = []
-    for i in ids:
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)
-
-
-def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopology:
-    """The CXL objects, read through the kernel's sysfs or through ndctl's libcxl."""
-    if backend == "libcxl":
-        from .cxl import libcxl_backend
-
-        return libcxl_backend.read_topology(sysfs)
-    if not isinstance(backend, str) or backend != "sysfs":
-        raise InvalidRequestError(f"backend={backend!r}: use 'sysfs' or 'libcxl'")
-    from .cxl.paths import nothing_to_read
-
-    fs = sysfs or Sysfs()
-    if nothing_to_read(fs):  # most hosts: no model to load, nothing to read
-        return CxlTopology(present=False)
-    from .cxl import sysfs_backend
-
-    return sysfs_backend.read_topology(fs)
-
-
 def snapshot(
     sysroot: str | None = None,
     *,
     backend: Backend = "sysfs",
     gpus: bool | GpuSource = True,
     explicit_cxl: str | None = None,
+    cxl: CxlTopology | None = None,
 ) -> System:
     """Read everything once. ``gpus=False`` skips the GPUs; True reads them without
     starting CUDA where the driver allows, a source name ('nvml', 'files', 'cuda') as
     ``pycxl.gpu.read_gpus`` says; ``explicit_cxl`` ('2,3') names nodes CXL on a machine
-    without CXL (default: ``PYCXL_CXL_NODES``)."""
+    without CXL (default: ``PYCXL_CXL_NODES``); ``cxl``: the CXL objects as just read
+    (a region operation's read-back), instead of reading them again."""
     from .gpu.devices import read_gpus
     from .numa.nodes import read_nodes
 
     fs = Sysfs(sysroot)
-    cxl = read_cxl(fs, backend)
+    cxl = cxl if cxl is not None else read_cxl(fs, backend)
     nodes = classify_nodes(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones(),
         cxl.node_memdev_nodes(),

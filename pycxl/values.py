@@ -57,6 +57,17 @@ def parse_ranges(text: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def format_ranges(ids: Iterable[int]) -> str:
+    """The other way: '0-3,8' for (0, 1, 2, 3, 8), as the kernel writes CPU lists."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and out[-1][-1] == i - 1:
+            out[-1][-1] = i
+        else:
+            out.append([i, i])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+
+
 def pid(value: object) -> int:
     """A process id: a whole number from 1."""
     if isinstance(value, str) and value.strip().isdigit():

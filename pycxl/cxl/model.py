@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 
 PortKind = Literal["root", "switch", "endpoint"]
 DecoderKind = Literal["root", "switch", "endpoint"]
+# A device's capacity, and a region made of it: volatile (ram: it becomes a NUMA node)
+# or persistent (pmem: it keeps its data and labels)
+PartitionMode = Literal["ram", "pmem"]
+RAM: PartitionMode = "ram"
+PMEM: PartitionMode = "pmem"
+PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,7 @@ class Region(_Linked):
     """A CXL region: host physical address space decoded across memdevs."""
 
     name: str
-    type: str  # 'ram' or 'pmem'
+    type: PartitionMode
     decoder: str  # root decoder the region is carved from
     resource: int | None
     size: int
