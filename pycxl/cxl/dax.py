@@ -21,7 +21,7 @@ from ..units import format_size
 from ..values import word
 from . import memory_blocks
 from .model import DaxDevice
-from .paths import DAX_DEVICES, DECODER_NAME, REGION_NAME
+from .read import DAX_DEVICES, DECODER_NAME, REGION_NAME
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,7 +18,7 @@ from ..errors import OperationError
 from ..sysfs import Sysfs
 from .dax import read_dax_devices
 from .model import PMEM, RAM, Bus, Decoder, Dport, Mapping, Memdev, Port, Region
-from .paths import CXL_DEVICES
+from .read import CXL_DEVICES
 from .topology import CxlTopology
 
 ULLONG_MAX = 2**64 - 1

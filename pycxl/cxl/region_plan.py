@@ -23,7 +23,7 @@ from . import dax, memory_blocks
 from .dax import read_dax_devices
 from .memory_blocks import ONLINE_STATE, Zone
 from .model import PARTITION_MODES, RAM, DaxDevice, Region
-from .paths import CXL_DEVICES
+from .read import CXL_DEVICES
 from .region_layout import RegionLayout
 
 REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"

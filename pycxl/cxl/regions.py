@@ -27,8 +27,7 @@ from . import region_plan
 from .dax import check_mode
 from .memory_blocks import Zone, combine_zones
 from .model import PMEM, RAM, Region
-from .paths import bus_present
-from .read import read_cxl
+from .read import bus_present, read_cxl
 from .region_layout import RegionLayout, RegionRequest, layout_region
 from .topology import CxlTopology
 

@@ -26,7 +26,7 @@ from .model import (
     PortKind,
     Region,
 )
-from .paths import CXL_DEVICES, DECODER_NAME, MEMDEV_NAME, PORT_NAME, REGION_NAME, bus_present
+from .read import CXL_DEVICES, DECODER_NAME, MEMDEV_NAME, PORT_NAME, REGION_NAME, bus_present
 from .topology import CxlTopology
 
 _DPORT_RE = re.compile(r"^dport(\d+)$")
