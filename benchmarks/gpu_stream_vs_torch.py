@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from pycxl.bench.gpu_stream import gpu_stream_bandwidth
+from pycxl.measure.gpu_stream import gpu_stream_bandwidth
 from pycxl.system import snapshot
 from pycxl.units import parse_size
 

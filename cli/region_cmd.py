@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.cxl.model import PARTITION_MODES
+from pycxl.values import PARTITION_MODES
 
 from .params import COUNT, SIZE, sysroot_option
 from .render import dash, emit_json, emit_table

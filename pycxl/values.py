@@ -12,10 +12,17 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Iterable
+from typing import Literal
 
 from .errors import InvalidRequestError
 
 SYSROOT_ENV = "PYCXL_SYSROOT"
+# A device's capacity, and a region made of it (``region create --type``): volatile (ram:
+# it becomes a NUMA node) or persistent (pmem: it keeps its data and labels)
+PartitionMode = Literal["ram", "pmem"]
+RAM: PartitionMode = "ram"
+PMEM: PartitionMode = "pmem"
+PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
 
 
 def count(value: object, what: str, minimum: int = 1) -> int:

@@ -16,8 +16,9 @@ from .._lib.libs import LIBCXL
 from .._lib.loader import cstr, has_symbol
 from ..errors import OperationError
 from ..sysfs import Sysfs
+from ..values import PMEM, RAM
 from .dax import read_dax_devices
-from .model import PMEM, RAM, Bus, Decoder, Dport, Mapping, Memdev, Port, Region
+from .model import Bus, Decoder, Dport, Mapping, Memdev, Port, Region
 from .read import CXL_DEVICES
 from .topology import CxlTopology
 

@@ -13,18 +13,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..numa.access import AccessFigures
+from ..values import PartitionMode
 
 if TYPE_CHECKING:
     from .topology import CxlTopology
 
 PortKind = Literal["root", "switch", "endpoint"]
 DecoderKind = Literal["root", "switch", "endpoint"]
-# A device's capacity, and a region made of it: volatile (ram: it becomes a NUMA node)
-# or persistent (pmem: it keeps its data and labels)
-PartitionMode = Literal["ram", "pmem"]
-RAM: PartitionMode = "ram"
-PMEM: PartitionMode = "pmem"
-PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
 
 
 @dataclass(frozen=True)

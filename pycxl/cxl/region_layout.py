@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
 from ..units import format_size, parse_size
-from ..values import count, word
+from ..values import PARTITION_MODES, PMEM, RAM, PartitionMode, count, word
 from .dax import check_mode
 from .memory_blocks import Zone, check_zone
-from .model import PARTITION_MODES, PMEM, RAM, Decoder, Memdev, PartitionMode
+from .model import Decoder, Memdev
 from .topology import CxlTopology
 
 VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 from ..errors import OperationError, SysfsError
 from ..plan import Plan, Step, Undo, action, write
 from ..sysfs import Sysfs
+from ..values import PARTITION_MODES, RAM
 from ..waiting import wait_until
 from . import dax, memory_blocks
 from .dax import read_dax_devices
 from .memory_blocks import ONLINE_STATE, Zone
-from .model import PARTITION_MODES, RAM, DaxDevice, Region
+from .model import DaxDevice, Region
 from .read import CXL_DEVICES
 from .region_layout import RegionLayout
 

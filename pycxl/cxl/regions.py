@@ -23,10 +23,11 @@ from ..errors import (
 )
 from ..plan import Plan, PlanFailed, StepHook
 from ..sysfs import Sysfs
+from ..values import PMEM, RAM
 from . import region_plan
 from .dax import check_mode
 from .memory_blocks import Zone, combine_zones
-from .model import PMEM, RAM, Region
+from .model import Region
 from .read import bus_present, read_cxl
 from .region_layout import RegionLayout, RegionRequest, layout_region
 from .topology import CxlTopology

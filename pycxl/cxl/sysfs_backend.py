@@ -12,11 +12,9 @@ import re
 
 from ..numa.access import read_region_access
 from ..sysfs import Sysfs
+from ..values import PARTITION_MODES, PMEM, RAM
 from .dax import read_dax_devices
 from .model import (
-    PARTITION_MODES,
-    PMEM,
-    RAM,
     Bus,
     Decoder,
     Dport,
