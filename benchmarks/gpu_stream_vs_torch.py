@@ -1,4 +1,4 @@
-"""On-GPU STREAM: pycxl's PTX kernels against PyTorch, side by side in one run.
+"""On-GPU STREAM: pycxl's PTX STREAM against PyTorch, side by side in one run.
 
     python3 benchmarks/gpu_stream_vs_torch.py [--size 1G]
 

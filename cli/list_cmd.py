@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.kinds import KINDS
+from pycxl.list_kinds import KINDS
 
 from .params import sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges, sockets

@@ -83,7 +83,7 @@ def create_command(
     pycxl puts them in the interleave positions the topology requires. With no
     MEMDEV, memdevs with free capacity are picked.
     """
-    from pycxl.api import create_region
+    from pycxl.by_name import create_region
     from pycxl.cxl.region_layout import RegionRequest
 
     req = RegionRequest(
@@ -107,7 +107,7 @@ def create_command(
 def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
-    from pycxl.api import destroy_region
+    from pycxl.by_name import destroy_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r: destroy_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
@@ -124,7 +124,7 @@ def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | N
 def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
-    from pycxl.api import disable_region
+    from pycxl.by_name import disable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r: disable_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
@@ -145,7 +145,7 @@ def enable_command(regions: tuple[str, ...], no_online: bool, zone: str | None,
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
     online in the other zone there."""
-    from pycxl.api import enable_region
+    from pycxl.by_name import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r: enable_region(r, online=not no_online, zone=zone, mode=mode,

@@ -57,7 +57,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import bench
-    from .api import (
+    from .by_name import (
         allocate,
         create_region,
         destroy_region,
@@ -88,7 +88,7 @@ _LAZY = {
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
          "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
          "enable_region"),
-        "api",
+        "by_name",
     ),
     "RegionRequest": "cxl.region_layout",
     "RegionResult": "cxl.regions",
