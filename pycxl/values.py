@@ -23,6 +23,9 @@ PartitionMode = Literal["ram", "pmem"]
 RAM: PartitionMode = "ram"
 PMEM: PartitionMode = "pmem"
 PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
+# the modes whose regions become memory the host runs on (dax device -> NUMA node); the
+# others keep data, so destroying them needs --force
+VOLATILE_MODES: frozenset[PartitionMode] = frozenset({RAM})
 
 
 def count(value: object, what: str, minimum: int = 1) -> int:

@@ -199,7 +199,7 @@ def _resolve_memdevs(topo: CxlTopology, idents: Sequence[str]) -> list[Memdev]:
 
 def free_capacity(memdev: Memdev, rtype: PartitionMode) -> int:
     """Capacity of that type not yet allocated to any endpoint decoder."""
-    total = memdev.ram_size if rtype == RAM else memdev.pmem_size
+    total = memdev.partition_size(rtype)
     used = sum(d.dpa_size or 0 for d in memdev.decoders if d.mode == rtype)
     return max(0, total - used)
 
@@ -260,7 +260,7 @@ def _candidate_roots(topo: CxlTopology, name: str | None, bus: str | None) -> li
 
 
 def _default_type(roots: Sequence[Decoder], named: str | None) -> PartitionMode:
-    if named is not None and not roots[0].volatile_capable and roots[0].pmem_capable:
+    if named is not None and not roots[0].can_map(RAM) and roots[0].can_map(PMEM):
         return PMEM
     return RAM
 
@@ -274,8 +274,7 @@ def _layout_on_root(
     ways: int,
     memdevs: list[Memdev],
 ) -> RegionLayout:
-    capable = root.volatile_capable if rtype == RAM else root.pmem_capable
-    if not capable:
+    if not root.can_map(rtype):
         raise InvalidRequestError(f"root decoder {root.name} cannot map {rtype} memory")
     root_ways = root.interleave_ways or 1
     if ways % root_ways:

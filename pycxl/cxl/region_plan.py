@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from ..errors import OperationError, SysfsError
 from ..plan import Plan, Step, Undo, action, write
 from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, RAM
+from ..values import PARTITION_MODES, VOLATILE_MODES
 from ..waiting import wait_until
 from . import dax, memory_blocks
 from .dax import read_dax_devices
@@ -94,9 +94,9 @@ def create_plan(
         write("commit the decoders", f"{reg}/commit", "1", (f"{reg}/commit", "0")),
         bind_step(name),
     ]
-    if layout.type == RAM and mode == "devdax":
+    if layout.type in VOLATILE_MODES and mode == "devdax":
         steps += devdax_steps(name)
-    elif layout.type == RAM and online:
+    elif layout.type in VOLATILE_MODES and online:
         steps += online_steps(fs, name, zone)
     return Plan(f"create {name}", tuple(steps))
 

@@ -23,7 +23,7 @@ from ..errors import (
 )
 from ..plan import Plan, PlanFailed, StepHook
 from ..sysfs import Sysfs
-from ..values import PMEM, RAM
+from ..values import PMEM, VOLATILE_MODES
 from . import region_plan
 from .dax import check_mode
 from .memory_blocks import Zone, combine_zones
@@ -155,15 +155,16 @@ def enable_region(
     offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
     current = {d.zone for d in region.dax_devices if d.zone is not None}
     modes = {d.mode for d in region.dax_devices}
-    if region.type == RAM and mode == "devdax" and (modes != {"devdax"} or not region.enabled):
+    volatile = region.type in VOLATILE_MODES  # its memory can go online
+    if volatile and mode == "devdax" and (modes != {"devdax"} or not region.enabled):
         steps += region_plan.devdax_steps(name)
-    elif region.type == RAM and mode == "system-ram" and "devdax" in modes:
+    elif volatile and mode == "system-ram" and "devdax" in modes:
         steps += region_plan.system_ram_steps(name, zone or "normal")
-    elif region.type == RAM and "devdax" in modes and mode is None:
+    elif volatile and "devdax" in modes and mode is None:
         pass  # a devdax region stays so unless a mode is asked for
-    elif region.type == RAM and online and zone is not None and current - {zone}:
+    elif volatile and online and zone is not None and current - {zone}:
         steps += region_plan.rezone_steps(region, zone)
-    elif region.type == RAM and online and (not region.enabled or offline):
+    elif volatile and online and (not region.enabled or offline):
         steps += region_plan.online_steps(fs, name, zone or "normal")
     plan = Plan(f"enable {name}", tuple(steps))
     if dry_run:
