@@ -116,7 +116,7 @@ def _read_device(ffi: Any, lib: Any, dev: Any, fs: Sysfs) -> GpuDevice:
     if lib.nvmlDeviceGetCudaComputeCapability(dev, major, minor) == NVML_SUCCESS:
         cc = (int(major[0]), int(minor[0]))
     sm_count = _sm_count(ffi, lib, dev, cc)
-    node, source = nearest_node(fs, bus_id, _affinity_node(ffi, lib, dev))
+    node, source = nearest_node(fs, bus_id, lambda: _affinity_node(ffi, lib, dev))
     return GpuDevice(
         index=0,
         ordinal=None,
