@@ -80,7 +80,7 @@ def _read_device(ffi: Any, lib: Any, ordinal: int, fs: Sysfs) -> GpuDevice:
     bus = ffi.new("char[32]")
     drv.check("cuDeviceGetPCIBusId", lib.cuDeviceGetPCIBusId(bus, 32, dev))
     bus_id = normalize_bus_id(ffi.string(bus).decode())
-    numa, source = nearest_node(fs, bus_id, _attr(ffi, lib, dev, drv.ATTR_HOST_NUMA_ID))
+    numa, source = nearest_node(fs, bus_id, lambda: _attr(ffi, lib, dev, drv.ATTR_HOST_NUMA_ID))
 
     def a(attr: int) -> int | None:
         return _attr(ffi, lib, dev, attr)

@@ -57,8 +57,8 @@ class GpuInventory:
     """The GPUs, or why there are none (``absent_reason``)."""
 
     devices: tuple[GpuDevice, ...]
-    # the CUDA version the driver supports (13000: 13.0); None where CUDA was not
-    # started (only libcuda can say it: NVML loads libcuda to answer)
+    # the CUDA version the driver supports (13000: 13.0); None where neither NVML nor
+    # the CUDA driver was asked (the driver's files do not say it)
     driver_version: int | None
     absent_reason: str | None
 

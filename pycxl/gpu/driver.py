@@ -44,6 +44,11 @@ def driver() -> tuple[Any, Any]:
     return ffi, lib
 
 
+def cuda_started() -> bool:
+    """Whether this process has called cuInit (through this module)."""
+    return _init_result is not None
+
+
 def initialised_without_devices() -> bool:
     """cuInit reported that there is no CUDA device (a driver without a GPU)."""
     return _init_result == CUDA_ERROR_NO_DEVICE

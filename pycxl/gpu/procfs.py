@@ -38,7 +38,7 @@ def read_inventory(fs: Sysfs, environ: Mapping[str, str]) -> GpuInventory | None
         if "GPU UUID" not in info or "Model" not in info:
             continue  # not a GPU the driver has brought up
         bus_id = normalize_bus_id(info.get("Bus Location", bus))
-        node, source = nearest_node(fs, bus_id, None)
+        node, source = nearest_node(fs, bus_id)
         found.append(
             GpuDevice(
                 index=0,

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,15 +80,27 @@ def test_nearest_node_sources(tmp_path: Path) -> None:
     root = tmp_path / "t"
     shutil.copytree(H200, root)
     fs = Sysfs(root)
-    assert nearest_node(fs, BUS, 3) == (3, "driver")
-    assert nearest_node(fs, BUS, None) == (0, "only-cpu-node")
-    assert nearest_node(fs, BUS, -1) == (0, "only-cpu-node")
+    asked: list[int] = []
+
+    def driver_says(node: int | None) -> Callable[[], int | None]:
+        def ask() -> int | None:
+            asked.append(1)
+            return node
+
+        return ask
+
+    # the recorded VM: numa_node -1, one node with CPUs; the driver is not asked
+    assert nearest_node(fs, BUS, driver_says(3)) == (0, "only-cpu-node") and not asked
+    assert nearest_node(fs, BUS) == (0, "only-cpu-node")
     # edited: a host with CPUs in two nodes, the device still placed in none
     (root / "sys/devices/system/node/has_cpu").write_text("0-1\n")
-    assert nearest_node(fs, BUS, None) == (None, "none")
-    # edited: firmware that places the device in node 1
+    assert nearest_node(fs, BUS, driver_says(1)) == (1, "driver") and asked == [1]
+    assert nearest_node(fs, BUS, driver_says(-1)) == (None, "none")
+    assert nearest_node(fs, BUS) == (None, "none")
+    # edited: firmware that places the device in node 1; the kernel's word comes first
     (root / f"sys/bus/pci/devices/{BUS}/numa_node").write_text("1\n")
-    assert nearest_node(fs, BUS, None) == (1, "sysfs")
+    asked.clear()
+    assert nearest_node(fs, BUS, driver_says(0)) == (1, "sysfs") and not asked
 
 
 def test_list_json_of_the_recorded_tree_has_every_documented_field() -> None:
