@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pycxl.bench.gpu_stream import gpu_stream_bandwidth
+from pycxl.measure.gpu_stream import gpu_stream_bandwidth
 from pycxl.system import snapshot
 from pycxl.units import parse_size
 

@@ -1,4 +1,4 @@
-"""On-GPU STREAM: pycxl's PTX kernels against PyTorch, side by side in one run.
+"""On-GPU STREAM: pycxl's PTX STREAM against PyTorch, side by side in one run.
 
     python3 benchmarks/gpu_stream_vs_torch.py [--size 1G]
 
@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from pycxl.bench.gpu_stream import gpu_stream_bandwidth
+from pycxl.measure.gpu_stream import gpu_stream_bandwidth
 from pycxl.system import snapshot
 from pycxl.units import parse_size
 

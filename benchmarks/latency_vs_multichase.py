@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     system = snapshot(gpus=False)
-    cpu = system.placement(a.target).cpus[0]
+    cpu = system.pair(a.target).cpus[0]
     theirs, ours = [], []
     for r in range(a.rounds):
         theirs.append(multichase(a.multichase, a.target, cpu, a.size, a.page_size))

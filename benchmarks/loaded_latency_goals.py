@@ -51,12 +51,12 @@ def main() -> int:
             json.dump(doc, f, indent=1)
 
     # idle: the idle point and bench latency side by side, alternating, three rounds
-    from pycxl.bench import latency, loaded
-    from pycxl.bench.context import pinned
+    from pycxl.measure import latency, loaded
+    from pycxl.measure.conditions import pinned
     from pycxl.system import snapshot
 
     s = snapshot(gpus=False)
-    p = s.placement(t)
+    p = s.pair(t)
     rounds = []
     chaser = loaded.CpuChaser(p.node, latency.default_size())
     try:

@@ -68,8 +68,8 @@ def tune(size: int, target: str) -> None:
                                       node=g.numa_node, nt_to_host=nt_host,
                                       nt_to_device=nt_dev) as c:  # fmt: skip
                         rates = {}
-                        for d, fn in (("h2d", lambda c=c: c.to_device(dev.ptr, host)),
-                                      ("d2h", lambda c=c: c.to_host(host, dev.ptr))):  # fmt: skip
+                        for d, fn in (("h2d", lambda c=c: c.to_device(dev, host)),
+                                      ("d2h", lambda c=c: c.to_host(host, dev))):  # fmt: skip
                             times = []
                             for _ in range(12):
                                 t0 = time.perf_counter()

@@ -18,9 +18,9 @@ import statistics
 import subprocess
 import sys
 
-from pycxl.bench.bandwidth import stream_bandwidth
-from pycxl.bench.context import Placement
+from pycxl.measure.bandwidth import stream_bandwidth
 from pycxl.system import snapshot
+from pycxl.targets import Pair
 from pycxl.units import parse_size
 
 
@@ -45,7 +45,7 @@ def widest(candidates: list[str]) -> str:
     return next((c for c in candidates if c in names), candidates[-1])
 
 
-def one_round(args: argparse.Namespace, p: Placement, threads: int, array: int,
+def one_round(args: argparse.Namespace, p: Pair, threads: int, array: int,
               kernels: dict[str, str]) -> dict[str, float]:  # fmt: skip
     """pycxl (best of 20 passes; plain, then --nt-stores triad), then likwid-bench."""
     runs = stream_bandwidth(p, threads=threads, size=array, samples=19)
@@ -76,7 +76,7 @@ def main() -> int:
     args = ap.parse_args()
     if not shutil.which("likwid-bench"):
         sys.exit("likwid-bench not found: apt-get install likwid")
-    p = snapshot(gpus=False).placement(args.target)
+    p = snapshot(gpus=False).pair(args.target)
     threads = args.threads or len(p.cpus)
     array = parse_size(args.size)
     kernels = {

@@ -21,8 +21,7 @@ from .params import (
 from .render import emit_json, emit_table
 
 if TYPE_CHECKING:
-    from pycxl.bench.results import BenchResult
-    from pycxl.system import System
+    from pycxl.measure.results import BenchResult
 
 T = TypeVar("T")
 
@@ -55,12 +54,6 @@ def bench_group() -> None:
     """Measure memory tiers: latency, bandwidth, first touch, GPU transfers."""
 
 
-def _snapshot(*names: str | None) -> System:
-    from pycxl.system import snapshot, wants_gpus
-
-    return snapshot(gpus=wants_gpus(*names))
-
-
 @bench_group.command("latency")
 @TARGET
 @FROM
@@ -80,19 +73,9 @@ def latency_command(target: str, initiator: str | None, size: int | None, page: 
     A GPU measures its own memory (--target gpu0) or host memory mapped for it
     (--from gpu0 --target cxl0)."""
     from pycxl.bench import dispatch
-    from pycxl.bench.context import default
 
-    s = _snapshot(target, initiator)
-    if not sweep:
-        results = dispatch.measure_latency(target, initiator, size=size, page=page,
-                                           samples=samples, system=s)  # fmt: skip
-    else:
-        sizes = dispatch.latency_sweep_sizes(target, initiator, top=size, system=s)
-        loads = 1 << 16 if any(_is_gpu(n) for n in (target, initiator)) else 1 << 20
-        results = _progress(sizes, as_json, "sweep", lambda n: dispatch.measure_latency(
-            target, initiator, size=n, page=page, samples=samples or default(3, 2),
-            loads=default(loads, 1 << 14), system=s,
-        )[0])  # fmt: skip
+    results = dispatch.measure_latency(target, initiator, size=size, page=page, samples=samples,
+                                       sweep=sweep, progress=_bar(as_json, "sweep"))  # fmt: skip
     _emit(results, as_json)
     if plot:
         _plot(plot, results, "size", "latency_ns", "working set (bytes)", "ns per load")
@@ -124,14 +107,10 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
     the GPU's pinned copy from that memory."""
     from pycxl.bench import dispatch
 
-    s = _snapshot(target, initiator)
-    counts: Sequence[int | None] = threads or [None]
-    results: list[BenchResult] = []
-    for batch in _progress(counts, as_json, "threads", lambda n: dispatch.measure_bandwidth(
-        target, initiator, threads=n, kernel=kernel, size=size, samples=samples,
-        nt_stores=nt_stores, mix=mix, system=s,
-    )):  # fmt: skip
-        results += batch
+    results = dispatch.measure_bandwidth(
+        target, initiator, threads=threads, kernel=kernel, size=size, samples=samples,
+        nt_stores=nt_stores, mix=mix, progress=_bar(as_json, "threads"),
+    )  # fmt: skip
     _emit(results, as_json)
     if plot:
         _plot(plot, results, "threads", "bytes_per_s", "threads", "bytes/s")
@@ -181,11 +160,10 @@ def loaded_latency_command(
     """
     from pycxl.bench import dispatch
 
-    s = _snapshot(target, initiator, load_from)
     results = dispatch.measure_loaded_latency(
         target, initiator, load_on=load_on, load_from=load_from, mix=mix,
         rates=list(rates) if rates else None, steps=steps, size=size, load_size=load_size,
-        load_threads=load_threads, seconds=duration, knee=knee, system=s,
+        load_threads=load_threads, seconds=duration, knee=knee,
     )  # fmt: skip
     if as_json:
         emit_json([r.as_json() for r in results])
@@ -252,8 +230,7 @@ def first_touch_command(target: str, initiator: str | None, size: int, page: str
     """Per-page first-write latency and throughput."""
     from pycxl.bench import dispatch
 
-    _emit(dispatch.measure_first_touch(target, initiator, size=size, page=page,
-                                       system=_snapshot(target, initiator)), as_json)  # fmt: skip
+    _emit(dispatch.measure_first_touch(target, initiator, size=size, page=page), as_json)
 
 
 @bench_group.command("transfer")
@@ -272,15 +249,12 @@ def transfer_command(gpu: str, target: str, direction: str, pageable: bool, stag
                      size: int | None, samples: int | None, as_json: bool) -> None:  # fmt: skip
     """Copy bandwidth between GPUs and host memory on a tier."""
     from pycxl.bench import dispatch
-    from pycxl.system import snapshot
 
     if pageable and staged:
         raise click.UsageError("--pageable and --staged: choose one (both copy unpinned memory)")
     memory = "staged" if staged else "pageable" if pageable else "pinned"
-    results = dispatch.measure_transfer(
-        gpu, target, direction=direction, size=size, memory=memory, samples=samples,
-        system=snapshot(),
-    )  # fmt: skip
+    results = dispatch.measure_transfer(gpu, target, direction=direction, size=size,
+                                        memory=memory, samples=samples)  # fmt: skip
     _emit(results, as_json)
 
 
@@ -306,11 +280,10 @@ def offload_command(target: str, gpu: str, layers: int | None, width: int | None
     """Layers run on a GPU with their weights on host tiers: streamed by pycxl, against
     plain .to() copies, pinned copies without look-ahead, and all in HBM."""
     from pycxl.bench import dispatch
-    from pycxl.system import snapshot
 
     results = dispatch.measure_offload(
         target, gpu, modes=modes, layers=layers, width=width, tokens=tokens,
-        lookahead=lookahead, backward=backward, samples=samples, system=snapshot(),
+        lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
     if as_json:
         emit_json([r.as_json() for r in results])
@@ -368,14 +341,12 @@ def matrix_command(latency: bool, bandwidth: bool, loaded: bool, gpus: bool,
     GPU rows: latency is the GPU's own chase (zero-copy to host tiers); bandwidth is
     the pinned copy to the GPU from a host tier, and STREAM triad in its own memory."""
     from pycxl.bench import dispatch
-    from pycxl.system import snapshot
 
     if not (latency or bandwidth or loaded):
         raise click.UsageError("--no-latency and --no-bandwidth leave nothing to measure")
     m = dispatch.measure_matrix(
         latency=latency, bandwidth=bandwidth, loaded=loaded, size=size,
-        system=snapshot(gpus=gpus),
-        progress=lambda pairs: _bar(pairs, as_json, "matrix"),
+        gpus=gpus, progress=_bar(as_json, "matrix"),
     )  # fmt: skip
     if as_json:
         emit_json([c.as_json() for c in m.cells])
@@ -412,17 +383,14 @@ def _rate(v: float) -> str:
     return f"{v / 1e9:.2f} GB/s"
 
 
-def _is_gpu(name: str | None) -> bool:
-    from pycxl.tiers import is_gpu_name
+def _bar(quiet: bool, label: str) -> Callable[[Sequence[T]], Iterable[T]]:
+    """What a sweep iterates its points through: a progress bar on stderr, unless quiet
+    or only one point."""
 
-    return name is not None and is_gpu_name(name)
+    def bar(items: Sequence[T]) -> Iterable[T]:
+        return items if quiet or len(items) < 2 else _BarIter(items, label)
 
-
-def _bar(items: Sequence[T], quiet: bool, label: str) -> Iterable[T]:
-    """The items, with a progress bar on stderr unless quiet or only one."""
-    if quiet or len(items) < 2:
-        return items
-    return _BarIter(items, label)
+    return bar
 
 
 class _BarIter:
@@ -433,10 +401,6 @@ class _BarIter:
         with click.progressbar(self.items, label=self.label,
                                file=click.get_text_stream("stderr")) as bar:  # fmt: skip
             yield from bar
-
-
-def _progress(items: Sequence[Any], quiet: bool, label: str, fn: Callable[[Any], T]) -> list[T]:
-    return [fn(x) for x in _bar(items, quiet, label)]
 
 
 # --- tables ----------------------------------------------------------------------------
@@ -499,7 +463,7 @@ def _advertised_cells(r: BenchResult, adv: tuple[str, str]) -> list[str]:
 
 def _say_apart(results: Sequence[BenchResult], adv: tuple[str, str]) -> None:
     """A line for each figure further from the advertised one than the stated factor."""
-    from pycxl.bench.results import ADVERTISED_FACTOR
+    from pycxl.measure.results import ADVERTISED_FACTOR
 
     for r in results:
         apart = getattr(r, "advertised_factor", None)
@@ -514,7 +478,7 @@ def _say_apart(results: Sequence[BenchResult], adv: tuple[str, str]) -> None:
 
 def _variant(r: BenchResult) -> str:
     """The kernel of a bandwidth result; the direction and memory of a transfer."""
-    from pycxl.bench.results import BandwidthResult, TransferResult
+    from pycxl.measure.results import BandwidthResult, TransferResult
 
     if isinstance(r, BandwidthResult):
         return r.kernel

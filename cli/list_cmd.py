@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.kinds import KINDS
+from pycxl.list_kinds import KINDS
 
 from .params import sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges, sockets
@@ -120,13 +120,16 @@ def _endpoints(system: System, sel: Selection, req: ListRequest) -> None:
 
 def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> None:
     from pycxl.units import format_size
+    from pycxl.values import PARTITION_MODES
+
+    def size(n: int) -> str:
+        return format_size(n) if n else "-"
 
     emit_table(
         "CXL memdevs",
-        ["memdev", "serial", "host", "ram", "pmem", "numa", "endpoint", "regions"],
+        ["memdev", "serial", "host", *PARTITION_MODES, "numa", "endpoint", "regions"],
         [[m.name, dash(None if m.serial is None else hex(m.serial)), m.host,
-          format_size(m.ram_size) if m.ram_size else "-",
-          format_size(m.pmem_size) if m.pmem_size else "-", dash(m.numa_node),
+          *(size(m.partition_size(mode)) for mode in PARTITION_MODES), dash(m.numa_node),
           dash(m.endpoint.name if m.endpoint else None),
           dash(", ".join(r.name for r in m.regions))] for m in sel.memdevs],
     )  # fmt: skip

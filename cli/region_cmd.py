@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pycxl.values import PARTITION_MODES
+
 from .params import COUNT, SIZE, sysroot_option
 from .render import dash, emit_json, emit_table
 
@@ -55,7 +57,7 @@ def region_group() -> None:
               help="Interleave granularity in bytes (default: the root decoder's).")  # fmt: skip
 @click.option("-s", "--size", type=SIZE, default=None,
               help="Region size, e.g. 512M (default: the largest that fits).")  # fmt: skip
-@click.option("-t", "--type", "rtype", type=click.Choice(["ram", "pmem"]), default=None,
+@click.option("-t", "--type", "rtype", type=click.Choice(PARTITION_MODES), default=None,
               help="Region type (default: ram where the root decoder can map it).")  # fmt: skip
 @click.option("-d", "--decoder", default=None, metavar="ROOT_DECODER",
               help="Root decoder (CXL window) to carve from (default: one that fits).")  # fmt: skip
@@ -81,7 +83,7 @@ def create_command(
     pycxl puts them in the interleave positions the topology requires. With no
     MEMDEV, memdevs with free capacity are picked.
     """
-    from pycxl.api import create_region
+    from pycxl.by_name import create_region
     from pycxl.cxl.region_layout import RegionRequest
 
     req = RegionRequest(
@@ -105,7 +107,7 @@ def create_command(
 def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
-    from pycxl.api import destroy_region
+    from pycxl.by_name import destroy_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r: destroy_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
@@ -122,7 +124,7 @@ def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | N
 def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
-    from pycxl.api import disable_region
+    from pycxl.by_name import disable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r: disable_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
@@ -143,7 +145,7 @@ def enable_command(regions: tuple[str, ...], no_online: bool, zone: str | None,
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
     online in the other zone there."""
-    from pycxl.api import enable_region
+    from pycxl.by_name import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r: enable_region(r, online=not no_online, zone=zone, mode=mode,
@@ -155,11 +157,11 @@ def _each(names: tuple[str, ...], root_decoder: str | None, sysroot: str | None,
     """Run ``op`` on each named region (every region for 'all'), as ndctl does: all
     names are checked first; a region that fails does not stop the others; the exit
     status is the first failure's."""
-    from pycxl.cxl.sysfs_backend import read_topology
+    from pycxl.cxl.read import read_cxl
     from pycxl.errors import NotFoundError, PycxlError
     from pycxl.sysfs import Sysfs
 
-    topo = read_topology(Sysfs(sysroot)).require()
+    topo = read_cxl(Sysfs(sysroot)).require()
     known = [r.name for r in topo.regions]
     wanted = [n for arg in names for n in arg.split(",") if n]
     if "all" in wanted:

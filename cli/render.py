@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pycxl.values import format_ranges
+
 if TYPE_CHECKING:
     from pycxl.numa.access import AccessFigures
     from pycxl.system import System
@@ -82,15 +84,7 @@ def pins(holds: bool | None, zone: str | None) -> str:
 
 def ranges(ids: Sequence[int]) -> str:
     """'0-3,8' for (0, 1, 2, 3, 8); '-' for none."""
-    if not ids:
-        return "-"
-    out: list[list[int]] = []
-    for i in ids:
-        if out and out[-1][-1] == i - 1:
-            out[-1][-1] = i
-        else:
-            out.append([i, i])
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+    return format_ranges(ids) if ids else "-"
 
 
 NOT_ADVERTISED = "not advertised"

@@ -1,4 +1,4 @@
-/* Benchmark kernels: dependent-load pointer chase, STREAM (copy, scale, add, triad) on
+/* Measurement loops: dependent-load pointer chase, STREAM (copy, scale, add, triad) on
  * pinned threads, and per-page first-touch timing. Python never sits in a timed loop:
  * every timed region is here, timed with CLOCK_MONOTONIC around the whole loop.
  *

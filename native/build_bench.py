@@ -1,4 +1,4 @@
-"""cffi build script for pycxl._bench: the benchmark kernels (bench.c), the threaded
+"""cffi build script for pycxl._bench: the measurement loops (bench.c), the threaded
 copy of staged GPU transfers (copy.c) and the paced loads of loaded latency (loaded.c),
 in API mode, compiled at install time.
 

@@ -48,7 +48,7 @@ CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 CUresult cuEventDestroy_v2(CUevent e);
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags);
 
-/* Modules and launches (PTX kernels, JIT-compiled by the driver). */
+/* Modules and launches (GPU functions in PTX, JIT-compiled by the driver). */
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,

@@ -57,7 +57,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import bench
-    from .api import (
+    from .by_name import (
         allocate,
         create_region,
         destroy_region,
@@ -71,22 +71,24 @@ if TYPE_CHECKING:
         pinned_tensor,
         probe_longterm_pins,
     )
+    from .cxl.read import read_cxl
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .listing import ListRequest, list_json
     from .numa.placement import NumaBuffer
     from .numa.policy import Policy
-    from .system import System, read_cxl, snapshot
+    from .system import System, snapshot
 
 # Every public name but the errors above, and the submodule each is loaded from on first
 # use ('' for a subpackage of that name); __all__ and dir() are made from it.
 _LAZY = {
-    **dict.fromkeys(("snapshot", "read_cxl", "System"), "system"),
+    **dict.fromkeys(("snapshot", "System"), "system"),
+    "read_cxl": "cxl.read",
     **dict.fromkeys(
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
          "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
          "enable_region"),
-        "api",
+        "by_name",
     ),
     "RegionRequest": "cxl.region_layout",
     "RegionResult": "cxl.regions",

@@ -12,7 +12,8 @@ def lazy_exports(
     package: str, names: dict[str, str], exported: Iterable[str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: ``names`` maps each lazily loaded
-    name to its submodule (relative, e.g. 'cxl.regions'); a name mapped to '' is the
+    name to its submodule (relative, e.g. 'cxl.regions'; one more leading dot for a
+    module beside the package, '.measure.results'); a name mapped to '' is the
     submodule of that name itself."""
     listed = sorted(set(exported) | set(names))
 

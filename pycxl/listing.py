@@ -1,7 +1,7 @@
 """What ``pycxl list`` shows, as a library call: the kinds of object, one filter per
 kind (as ndctl's filter.c), and the JSON document.
 
-The kinds are declared once, in ``pycxl.kinds.KINDS``; the CLI makes its flags from them. As in
+The kinds are declared once, in ``pycxl.list_kinds.KINDS``; the CLI makes its flags from them. As in
 ``cxl list``, a filter given without any kind flag lists its own kind (``-m mem0`` lists
 that memdev, ``-d root`` the root decoders); with kind flags, filters narrow every kind
 they relate to (``-D -m mem0``: the decoders on mem0's path). With neither, a summary.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidRequestError, NotFoundError, PycxlError
-from .kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
+from .list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
 
 if TYPE_CHECKING:
     # the CXL model loads only where there is CXL, the JSON builders only for --json,

@@ -3,8 +3,9 @@
 ``System`` holds the CXL objects, the NUMA nodes with their tiers and the GPUs, read
 once. Every name a user types (``cxl0``, ``dram0``, ``node3``, ``gpu1``, ``cpu5``, node
 lists such as ``0-2,cxl0`` or ``all``) is resolved here, against that one snapshot, into
-node ids, CPU ids, GPUs or a benchmark placement. Code below this floor (``cxl``,
-``numa``, ``gpu``, ``bench``) takes what this returns and never resolves names itself.
+node ids, CPU ids, GPUs, or pairs of an initiator and the memory it reaches
+(``pycxl.targets``). Code below this floor (``cxl``, ``numa``, ``gpu``, ``measure``)
+takes what this returns and never resolves names itself.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from .cxl.topology import CxlTopology
+from .cxl.read import Backend, read_cxl
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
 from .gpu.devices import GpuDevice, GpuInventory, GpuSource
 from .sysfs import Sysfs, parse_cpulist
 from .tiers import (
     NodeTier,
-    Target,
     classify_nodes,
     explicit_cxl_nodes,
     is_gpu_name,
@@ -28,13 +28,13 @@ from .tiers import (
     resolve,
     split_names,
 )
+from .values import format_ranges
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
-    from .bench.context import Placement
+    from .cxl.topology import CxlTopology
     from .numa.access import AccessFigures
     from .numa.launch import LaunchPlan
-
-Backend = Literal["sysfs", "libcxl"]
+    from .targets import Pair, Target
 
 
 @dataclass(frozen=True, repr=False)
@@ -157,7 +157,7 @@ class System:
             missing = [c for c in ids if c not in online]
             if missing:
                 raise InvalidRequestError(
-                    f"CPU {missing[0]} is not online; online CPUs: {_ranges(online)}"
+                    f"CPU {missing[0]} is not online; online CPUs: {format_ranges(online)}"
                 )
             out += [c for c in ids if c not in out]
         return tuple(out)
@@ -171,7 +171,7 @@ class System:
             known = {t.node.id for t in self.nodes}
             missing = [i for i in ids if i not in known]
             if missing:
-                gone = _ranges(missing)
+                gone = format_ranges(missing)
                 raise NotFoundError(
                     "NUMA node range", item, [str(k) for k in sorted(known)],
                     problem=f"node{'s' if len(missing) > 1 else ''} {gone} "
@@ -185,24 +185,37 @@ class System:
         return [t.node]
 
     # --- what operations take ---------------------------------------------------------
-    def placement(self, target: str, initiator: str | None = None) -> Placement:
-        """Host memory named ``target`` and the CPUs that access it: ``initiator``'s
-        (a node with CPUs, or one CPU), by default those of the node with CPUs nearest
-        the target."""
-        from .bench.context import Placement
+    def pair(self, target: str, initiator: str | None = None) -> Pair:
+        """``target``'s memory and who reaches it, resolved once: host memory from
+        ``initiator``'s CPUs (a node with CPUs, or one CPU; by default those of the node
+        with CPUs nearest the target) or from a GPU; or a GPU's own memory, from itself."""
+        from .targets import Pair, Target
 
-        t = self.resolve(target)
-        if t.kind != "node" or t.node is None:
+        gpu_target = is_gpu_name(target)
+        if gpu_target and initiator is not None and not is_gpu_name(initiator):
             raise InvalidRequestError(
-                f"'{target}' is not host memory; GPU memory is measured from its GPU"
+                f"{initiator} cannot load from GPU memory: measure {target} from itself "
+                f"(--target {target}) or host memory from it (--from {target} --target dram0)"
             )
+        if gpu_target or is_gpu_name(initiator):
+            self.require_gpus()  # no driver or no GPU says so, before 'unknown gpu0'
+        t = self.resolve(target)
+        i = self.resolve(initiator, initiator=True) if initiator is not None else None
+        if t.is_gpu:
+            if i is not None and i.gpu != t.gpu:
+                raise InvalidRequestError(
+                    f"{initiator} is not measured against another GPU's memory ({target}): "
+                    f"use --target {initiator}, or a host tier with --from {initiator}"
+                )
+            return Pair(t, t)
+        assert t.node is not None
         node = self._tier(t.node).node
         if not node.has_memory:
             raise InvalidRequestError(f"{target} (node {node.id}) has no memory online")
-        if initiator is None:
+        if i is None or i.is_gpu:
             near = self.nearest_cpu_node(node.id)
-            return Placement(target, node.id, near.name, near.node.cpus, node.mem_available)
-        i = self.resolve(initiator, initiator=True)
+            by = i or Target(near.name, "node", node=near.node.id, tier=near.tier)
+            return Pair(t, by, near.node.cpus, node.mem_available)
         if i.kind == "cpu" and i.cpu is not None:
             cpus: tuple[int, ...] = (i.cpu,)
         elif i.kind == "node" and i.node is not None and self._tier(i.node).node.cpus:
@@ -213,7 +226,14 @@ class System:
         cpus = tuple(c for c in cpus if c in allowed)
         if not cpus:
             raise InvalidRequestError(f"initiator '{initiator}': none of its CPUs is allowed here")
-        return Placement(target, node.id, i.name, cpus, node.mem_available)
+        return Pair(t, i, cpus, node.mem_available)
+
+    def host_pair(self, target: str, initiator: str | None = None, *, instead: str) -> Pair:
+        """As ``pair``, where only host memory can be measured: a GPU's memory is refused
+        first (also where no GPU can be read), saying what measures it ``instead``."""
+        if is_gpu_name(target):
+            raise InvalidRequestError(f"{target} is GPU memory: {instead}")
+        return self.pair(target, initiator)
 
     def nearest_cpu_node(self, node: int) -> NodeTier:
         """The node with CPUs nearest ``node``: itself, if it has CPUs; for a CXL node,
@@ -307,51 +327,30 @@ class System:
         return t
 
 
-def _ranges(ids: Sequence[int]) -> str:
-    """'0-3,8' for (0, 1, 2, 3, 8)."""
-    out: list[str] = []
-    for i in ids:
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)
-
-
-def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopology:
-    """The CXL objects, read through the kernel's sysfs or through ndctl's libcxl."""
-    if backend == "libcxl":
-        from .cxl import libcxl_backend
-
-        return libcxl_backend.read_topology(sysfs)
-    if not isinstance(backend, str) or backend != "sysfs":
-        raise InvalidRequestError(f"backend={backend!r}: use 'sysfs' or 'libcxl'")
-    from .cxl.paths import nothing_to_read
-
-    fs = sysfs or Sysfs()
-    if nothing_to_read(fs):  # most hosts: no model to load, nothing to read
-        return CxlTopology(present=False)
-    from .cxl import sysfs_backend
-
-    return sysfs_backend.read_topology(fs)
-
-
 def snapshot(
     sysroot: str | None = None,
     *,
     backend: Backend = "sysfs",
     gpus: bool | GpuSource = True,
     explicit_cxl: str | None = None,
+    cxl: CxlTopology | None = None,
 ) -> System:
     """Read everything once. ``gpus=False`` skips the GPUs; True reads them without
     starting CUDA where the driver allows, a source name ('nvml', 'files', 'cuda') as
     ``pycxl.gpu.read_gpus`` says; ``explicit_cxl`` ('2,3') names nodes CXL on a machine
-    without CXL (default: ``PYCXL_CXL_NODES``)."""
+    without CXL (default: ``PYCXL_CXL_NODES``); ``cxl``: the CXL objects as just read
+    (a region operation's read-back), instead of reading them again."""
     from .gpu.devices import read_gpus
     from .numa.nodes import read_nodes
 
     fs = Sysfs(sysroot)
-    cxl = read_cxl(fs, backend)
+    if cxl is None:
+        cxl = read_cxl(fs, backend)
+    else:
+        from .cxl.topology import CxlTopology
+
+        if not isinstance(cxl, CxlTopology):
+            raise InvalidRequestError(f"cxl={cxl!r}: give a CxlTopology (pycxl.read_cxl)")
     nodes = classify_nodes(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones(),
         cxl.node_memdev_nodes(),

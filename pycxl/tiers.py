@@ -11,11 +11,14 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import InvalidRequestError, NotFoundError
 from .gpu.devices import GpuDevice
 from .numa.nodes import NumaNode
+
+if TYPE_CHECKING:
+    from .targets import Target
 
 Tier = Literal["dram", "cxl", "cpuless"]
 # How a node's nearest CPU node is known: it has CPUs itself; its memdevs' host bridges
@@ -51,18 +54,6 @@ class NodeTier:
         from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
 
         return HOLDS_LONGTERM_PINS[self.zone]
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a target or initiator name resolved to."""
-
-    name: str
-    kind: Literal["node", "gpu", "cpu"]
-    node: int | None = None  # the NUMA node (for a GPU: its nearest host node)
-    tier: str | None = None  # 'dram', 'cxl', 'cpuless', 'gpu'
-    gpu: GpuDevice | None = None
-    cpu: int | None = None
 
 
 def is_gpu_name(name: object) -> bool:
@@ -178,6 +169,8 @@ def resolve(
 ) -> Target:
     """Resolve a user-typed name (or a node id); an unknown name lists the names that
     exist."""
+    from .targets import Target  # here: `pycxl list` resolves no name
+
     text = name_text(name)
     m = _NAME_RE.match(text)
     if m and m.group(1) == "cpu":

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bench.results import BandwidthResult
 from .errors import InvalidRequestError
+from .measure.results import BandwidthResult
 from .numa.policy import read_weight_mode, read_weights, weights_plan
 from .numa.weights import RULE, weights_from_bandwidth
 from .plan import Plan

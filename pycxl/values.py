@@ -12,10 +12,20 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Iterable
+from typing import Literal
 
 from .errors import InvalidRequestError
 
 SYSROOT_ENV = "PYCXL_SYSROOT"
+# A device's capacity, and a region made of it (``region create --type``): volatile (ram:
+# it becomes a NUMA node) or persistent (pmem: it keeps its data and labels)
+PartitionMode = Literal["ram", "pmem"]
+RAM: PartitionMode = "ram"
+PMEM: PartitionMode = "pmem"
+PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
+# the modes whose regions become memory the host runs on (dax device -> NUMA node); the
+# others keep data, so destroying them needs --force
+VOLATILE_MODES: frozenset[PartitionMode] = frozenset({RAM})
 
 
 def count(value: object, what: str, minimum: int = 1) -> int:
@@ -55,6 +65,17 @@ def parse_ranges(text: str) -> tuple[int, ...]:
             raise ValueError(f"'{part}' is a reversed range: write {last}-{first}")
         ids.extend(range(first, last + 1))
     return tuple(ids)
+
+
+def format_ranges(ids: Iterable[int]) -> str:
+    """The other way: '0-3,8' for (0, 1, 2, 3, 8), as the kernel writes CPU lists."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and out[-1][-1] == i - 1:
+            out[-1][-1] = i
+        else:
+            out.append([i, i])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
 
 
 def pid(value: object) -> int:

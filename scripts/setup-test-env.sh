@@ -34,7 +34,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q -t bookworm-backports qemu-system-x86
-# gcc builds the benchmark kernels (cffi) when pycxl is installed. udev: virtme-ng's
+# gcc builds the measurement loops (cffi) when pycxl is installed. udev: virtme-ng's
 # guest runs the host's systemd-udevd for its device links and hotplug events.
 apt-get install -y -q kmod ndctl daxctl libcxl1 libnuma1 numactl busybox-static udev \
     gcc libc6-dev iproute2
@@ -49,7 +49,7 @@ apt-get install -y -q --no-install-recommends munge slurmctld slurmd slurm-clien
 # ShellCheck lints the shell scripts operators copy from contrib/.
 apt-get install -y -q --no-install-recommends shellcheck
 
-# The benchmark kernels compile against the interpreter's headers; a distribution
+# The measurement loops compile against the interpreter's headers; a distribution
 # Python ships them separately.
 if ! python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
     apt-get install -y -q python3-dev

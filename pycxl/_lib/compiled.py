@@ -1,22 +1,192 @@
-"""The compiled native code (native/bench.c, native/copy.c as pycxl._bench), loaded on first use."""
+"""The compiled native code (native/bench.c, loaded.c, copy.c as ``pycxl._bench``),
+loaded on first use and wrapped: the only module that touches its ffi and lib. Callers
+pass addresses of memory they own (a NumaBuffer's, an array's), counts and CPU ids, and
+get Python values back; pools and load threads are objects that free themselves."""
 
 from __future__ import annotations
 
 import importlib
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from ..errors import NotAvailableError
+from ..errors import InvalidRequestError, NotAvailableError, OperationError
 
 
 @cache
-def kernels() -> tuple[Any, Any]:
+def _compiled() -> tuple[Any, Any]:
     """(ffi, lib) of pycxl._bench."""
     try:
         bench = importlib.import_module("pycxl._bench")
     except ImportError as e:
         raise NotAvailableError(
-            "the benchmark kernels are not built (pycxl._bench is missing): reinstall "
+            "the native measurement code is not built (pycxl._bench is missing): reinstall "
             f"pycxl where a C compiler is present (pip install .) ({e})"
         ) from None
     return bench.ffi, bench.lib
+
+
+def _chars(address: int) -> Any:
+    ffi, _ = _compiled()
+    return ffi.cast("char *", address)
+
+
+# --- pointer chase (bench.c, loaded.c) ---------------------------------------------------
+def chase_build(address: int, size: int, stride: int, group: int) -> None:
+    """Link the lines of [address, address+size), one every ``stride`` bytes, into one
+    random cycle (random order inside groups of ``group`` bytes, groups in random order);
+    each line holds the address of the next."""
+    _, lib = _compiled()
+    if lib.chase_build(_chars(address), size // stride, stride, group, 0) != 0:
+        raise InvalidRequestError(f"cannot build a chase over {size} bytes in groups of {group}")
+
+
+def chase_run(address: int, loads: int) -> int:
+    """Nanoseconds ``loads`` dependent loads take, following the cycle from ``address``."""
+    _, lib = _compiled()
+    return int(lib.chase_run(_chars(address), loads))
+
+
+class ChaseCursor:
+    """A place in a cycle that timed windows of loads go on from."""
+
+    def __init__(self, address: int) -> None:
+        ffi, self._lib = _compiled()
+        self._ffi = ffi
+        self._cursor = ffi.new("void **", ffi.cast("void *", address))
+
+    def windows(self, loads: int, seconds: float) -> list[int]:
+        """Nanoseconds of each window of ``loads`` loads, window after window, for
+        ``seconds`` (never below 10 ns a load)."""
+        cap = int(seconds * 1e9 / (loads * 10)) + 16
+        out = self._ffi.new("uint32_t[]", cap)
+        n = self._lib.chase_windows(self._cursor, loads, int(seconds * 1e9), out, cap)
+        return [int(out[i]) for i in range(n)]
+
+
+# --- STREAM and first touch (bench.c) -----------------------------------------------------
+def stream_has_nt() -> bool:
+    """Whether STREAM can store non-temporally here (AVX)."""
+    return bool(_compiled()[1].stream_has_nt())
+
+
+def stream_run(
+    kernels: Sequence[int], arrays: tuple[int, int, int], n: int, scalar: float,
+    cpus: Sequence[int], passes: int, nt: bool,
+) -> list[int]:  # fmt: skip
+    """Run the STREAM kernels (ids in bench.c's order) ``passes`` times over three arrays
+    of ``n`` doubles at ``arrays``, one thread per CPU of ``cpus``; nanoseconds of each
+    kernel of each pass, pass by pass."""
+    ffi, lib = _compiled()
+    times = ffi.new("uint64_t[]", passes * len(kernels))
+    doubles = [ffi.cast("double *", a) for a in arrays]
+    ids, on = ffi.new("int[]", list(kernels)), ffi.new("int[]", list(cpus))
+    rc = lib.stream_run(ids, len(kernels), *doubles, n, scalar, len(cpus), on, passes, int(nt),
+                        times)  # fmt: skip
+    if rc:
+        raise OperationError(f"stream worker threads could not start (error {rc})")
+    return [int(t) for t in times]
+
+
+def first_touch(address: int, npages: int, page: int, ns: Any) -> int:
+    """Write the first byte of each of ``npages`` pages at ``address``, each page's time
+    into ``ns`` (a uint32 numpy array); the nanoseconds of all."""
+    ffi, lib = _compiled()
+    out = ffi.cast("uint32_t *", ns.ctypes.data)
+    return int(lib.first_touch(_chars(address), npages, page, out))
+
+
+def timer_cost_ns() -> int:
+    """What reading the clock costs, in nanoseconds."""
+    return int(_compiled()[1].timer_cost_ns())
+
+
+# --- load generators (loaded.c) -----------------------------------------------------------
+def load_has_nt() -> bool:
+    """Whether load threads can store non-temporally here (AVX)."""
+    return bool(_compiled()[1].load_has_nt())
+
+
+def load_mix_streams(mix: int) -> int:
+    """Streams a load thread of mix ``mix`` (loaded.c's order) moves at once."""
+    return int(_compiled()[1].load_mix_streams(mix))
+
+
+class LoadThreads:
+    """Threads on ``cpus``, each moving its ``slice`` of the buffer at ``address`` with
+    mix ``mix``, paced to ``bytes_per_s`` in all (None: as fast as they go)."""
+
+    def __init__(self, address: int, slice_: int, cpus: Sequence[int], mix: int,
+                 bytes_per_s: float | None) -> None:  # fmt: skip
+        ffi, self._lib = _compiled()
+        err = ffi.new("int *")
+        run = self._lib.load_start(_chars(address), slice_, len(cpus), ffi.new("int[]", list(cpus)),
+                                   mix, bytes_per_s or 0.0, err)  # fmt: skip
+        if run == ffi.NULL:
+            raise OperationError(f"load threads could not start (error {err[0]})")
+        self._run: Any = run
+
+    def moved(self) -> int:
+        """Bytes the threads have moved so far, all of them together."""
+        return int(self._lib.load_moved(self._run))
+
+    def stop(self) -> None:
+        """Stop the threads and wait for them (idempotent)."""
+        if self._run is not None:
+            self._lib.load_stop(self._run)
+            self._run = None
+
+
+# --- the copy threads of the staged copier (copy.c) ----------------------------------------
+class CopyPool:
+    """Copy threads pinned to ``cpus``; stopped on ``close()`` or when collected."""
+
+    def __init__(self, cpus: Sequence[int]) -> None:
+        ffi, lib = _compiled()
+        pool = lib.copy_pool_create(len(cpus), ffi.new("int[]", list(cpus)))
+        if pool == ffi.NULL:
+            raise OperationError(f"cannot start {len(cpus)} copy threads")
+        self._ffi, self._lib, self._pool = ffi, lib, pool
+        self._stop = weakref.finalize(self, lib.copy_pool_destroy, pool)
+        self.threads = len(cpus)
+
+    @contextmanager
+    def stream(self, address: int, stage: Sequence[int], size: int, chunk: int, *,
+               to_host: bool, nt: bool, opened: int) -> Iterator[CopyStream]:  # fmt: skip
+        """One transfer of ``size`` bytes at ``address`` through the staging buffers at
+        ``stage``, chunk by chunk; leaving the block waits for the threads, or on an
+        error stops them before they start anything more."""
+        ffi = self._ffi
+        bufs = ffi.new("char *[]", [ffi.cast("char *", b) for b in stage])
+        rc = self._lib.copy_stream_start(self._pool, _chars(address), bufs, len(stage), size,
+                                         chunk, int(to_host), int(nt), opened)  # fmt: skip
+        if rc:
+            raise OperationError("cannot start the copy threads' stream: out of memory")
+        failed = True
+        try:
+            yield CopyStream(self._lib, self._pool)
+            failed = False
+        finally:
+            self._lib.copy_stream_end(self._pool, int(failed))
+
+    def close(self) -> None:
+        """Stop the threads (idempotent)."""
+        self._stop()
+
+
+class CopyStream:
+    """A transfer under way: ``open(n)`` lets the threads copy chunks below ``n``,
+    ``wait(i)`` returns when chunk ``i`` is copied."""
+
+    def __init__(self, lib: Any, pool: Any) -> None:
+        self._lib, self._pool = lib, pool
+
+    def open(self, chunks: int) -> None:
+        """Let the threads copy every chunk below ``chunks``."""
+        self._lib.copy_stream_open(self._pool, chunks)
+
+    def wait(self, chunk: int) -> None:
+        """Return when chunk ``chunk`` is copied."""
+        self._lib.copy_stream_wait(self._pool, chunk)

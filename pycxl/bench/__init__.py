@@ -1,5 +1,6 @@
-"""Benchmarks of memory tiers, from CPUs and GPUs: latency, bandwidth, first touch,
-host<->GPU transfers, and the initiator x target matrix.
+"""Benchmarks of memory tiers, by name, from CPUs and GPUs: latency, bandwidth, first
+touch, loaded latency, host<->GPU transfers, layer offload, and the initiator x target
+matrix.
 
 Every measurement takes names (``"cxl0"``, ``"gpu0"``, ``"cpu3"``), sizes as bytes or
 strings (``"256M"``), and returns a list of typed results::
@@ -9,8 +10,8 @@ strings (``"256M"``), and returns a list of typed results::
     >>> lat.latency_ns, lat.pages_on_node == lat.pages
     >>> [r.bytes_per_s for r in bench.measure_bandwidth("dram0", kernel="triad")]
 
-The modules beside this one measure resolved placements (``bench.latency``,
-``bench.bandwidth``...); ``bench.dispatch`` decides which of them a pair of names gets.
+``bench.dispatch`` decides which measurement a pair of names gets; the measurements
+themselves, of resolved pairs, are in ``pycxl.measure``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ..measure.results import (
+        BandwidthResult,
+        BenchResult,
+        FirstTouchResult,
+        Lane,
+        LatencyResult,
+        LoadedLatencyResult,
+        LoadedPoint,
+        OffloadResult,
+        TransferResult,
+    )
     from .dispatch import (
         Matrix,
         MatrixCell,
@@ -33,18 +45,8 @@ if TYPE_CHECKING:
         measure_offload,
         measure_transfer,
     )
-    from .results import (
-        BandwidthResult,
-        BenchResult,
-        FirstTouchResult,
-        Lane,
-        LatencyResult,
-        LoadedLatencyResult,
-        LoadedPoint,
-        OffloadResult,
-        TransferResult,
-    )
 
+# every exported name and the module it loads from (a test holds the imports above equal)
 _LAZY = {
     **dict.fromkeys(
         ("Matrix", "MatrixCell", "latency_sweep_sizes", "matrix_pairs", "measure_bandwidth",
@@ -55,7 +57,7 @@ _LAZY = {
     **dict.fromkeys(
         ("BandwidthResult", "BenchResult", "FirstTouchResult", "Lane", "LatencyResult",
          "LoadedLatencyResult", "LoadedPoint", "OffloadResult", "TransferResult"),
-        "results",
+        ".measure.results",
     ),
 }  # fmt: skip
 

@@ -1,5 +1,5 @@
 """Measurements by name: the one place that decides which measurement an (initiator,
-target) pair gets, for the library, the CLI and the matrix alike.
+target) pair gets, for the library, the CLI and the matrix alike, and how a sweep runs.
 
 - host memory (dram0, cxl0, nodeN) from CPUs (the default: those nearest it): the CPU
   chase, STREAM, first touch;
@@ -8,8 +8,11 @@ target) pair gets, for the library, the CLI and the matrix alike.
 - a GPU's own memory, from that GPU: its chase and STREAM; from CPUs or another GPU:
   not measured (CPUs do not load from GPU memory).
 
-Every function resolves names against one snapshot (``system``, read here when not
-given), accepts sizes as bytes or strings (``"256M"``) and returns a list of results.
+Every function resolves each name once, against one snapshot (``system``, read here
+when not given), into a ``pycxl.targets.Pair`` that says what it is; accepts sizes as
+bytes or strings (``"256M"``) and returns a list of results. Sweeps (``sweep=True``,
+several ``threads``) take a ``progress`` callable, given the points, that returns what
+to iterate (a progress bar).
 """
 
 from __future__ import annotations
@@ -17,18 +20,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidRequestError
 from ..gpu.devices import GpuDevice
-from ..system import System, snapshot, wants_gpus
-from ..tiers import name_text
-from ..units import parse_size
-from ..values import count
-from .context import default
-from .results import (
+from ..measure.conditions import default
+from ..measure.results import (
     BandwidthResult,
     BenchResult,
     FirstTouchResult,
@@ -38,11 +37,15 @@ from .results import (
     TransferResult,
     factor_apart,
 )
-
-if TYPE_CHECKING:
-    from .context import Placement
+from ..system import System, snapshot, wants_gpus
+from ..targets import Pair
+from ..tiers import name_text
+from ..units import parse_size
+from ..values import count
 
 Size = int | str | None
+T = TypeVar("T")
+Progress = Callable[[Sequence[Any]], Iterable[Any]]
 MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
 
 
@@ -74,36 +77,11 @@ def _seconds(value: float | None, what: str, above: float = 0.0) -> None:
         raise InvalidRequestError(f"{what} {value!r}: give a number above {above:g}")
 
 
-@dataclass(frozen=True)
-class _Pair:
-    """An (initiator, target) pair, resolved."""
-
-    gpu: GpuDevice | None  # the GPU that accesses, if a GPU does
-    in_gpu_memory: bool  # the target is that GPU's own memory
+def _each(points: Sequence[T], progress: Progress | None) -> Iterable[T]:
+    return progress(points) if progress is not None else points
 
 
-def _pair(system: System, target: str, initiator: str | None) -> _Pair:
-    if wants_gpus(target) and initiator is not None and not wants_gpus(initiator):
-        raise InvalidRequestError(
-            f"{initiator} cannot load from GPU memory: measure {target} from itself "
-            f"(--target {target}) or host memory from it (--from {target} --target dram0)"
-        )
-    if wants_gpus(target, initiator):
-        system.require_gpus()  # no driver or no GPU says so, before 'unknown gpu0'
-    t = system.resolve(target)
-    i = system.resolve(initiator, initiator=True) if initiator is not None else None
-    if t.kind == "gpu":
-        if i is not None and i.gpu != t.gpu:
-            raise InvalidRequestError(
-                f"{initiator} is not measured against another GPU's memory ({target}): "
-                f"use --target {initiator}, or a host tier with --from {initiator}"
-            )
-        return _Pair(t.gpu, True)
-    if i is not None and i.kind == "gpu":
-        return _Pair(i.gpu, False)
-    return _Pair(None, False)
-
-
+# --- latency -----------------------------------------------------------------------------
 def measure_latency(
     target: str,
     initiator: str | None = None,
@@ -112,35 +90,44 @@ def measure_latency(
     page: str = "4k",
     samples: int | None = None,
     loads: int | None = None,
+    sweep: bool = False,
     system: System | None = None,
+    progress: Progress | None = None,
 ) -> list[LatencyResult]:
     """Idle load-to-use latency of ``target`` from ``initiator`` (pointer chase).
 
     CPUs (default: those nearest the target) chase host memory; a GPU chases its own
     memory (``target="gpu0"``) or host memory mapped for it (``initiator="gpu0"``).
     Default arena: 4x the last-level cache (CPU) or the L2 (GPU), at least 256 MiB.
+    ``sweep``: one result per working set, doubling from 16 KiB to twice that cache
+    (or to ``size``), each with fewer samples and loads.
     """
-    from . import gpu_latency, latency
-
     _samples(samples)
     if loads is not None:
         count(loads, "loads")
     s = _system(system, target, initiator)
-    pair = _pair(s, target, initiator)
+    pair = s.pair(target, initiator)
     n = _size(size)
-    if pair.gpu is None:
-        p = s.placement(target, initiator)
-        r = latency.chase_latency(p, size=n, page=page, samples=samples, loads=loads)
-        adv = s.advertised(p.node, p.cpus)
-        ns = adv.read_latency_ns if adv is not None else None
-        apart = factor_apart(r.latency_ns_median, ns)
-        return [dataclasses.replace(r, advertised_latency_ns=ns, advertised_factor=apart)]
-    host = None if pair.in_gpu_memory else s.placement(target)
-    return [
-        gpu_latency.gpu_chase_latency(
-            pair.gpu, host, size=n, page=page, samples=samples, loads=loads
-        )
-    ]
+    if not sweep:
+        return [_latency(s, pair, n, page, samples, loads)]
+    gpu = pair.gpu is not None
+    per_point = loads or default(1 << 16 if gpu else 1 << 20, 1 << 14)
+    return [_latency(s, pair, point, page, samples or default(3, 2), per_point)
+            for point in _each(_sweep_sizes(pair, n), progress)]  # fmt: skip
+
+
+def _latency(s: System, pair: Pair, size: int | None, page: str, samples: int | None,
+             loads: int | None) -> LatencyResult:  # fmt: skip
+    from ..measure import gpu_latency, latency
+
+    if pair.gpu is not None:
+        return gpu_latency.gpu_chase_latency(pair, size=size, page=page, samples=samples,
+                                             loads=loads)  # fmt: skip
+    r = latency.chase_latency(pair, size=size, page=page, samples=samples, loads=loads)
+    adv = s.advertised(pair.node, pair.cpus)
+    ns = adv.read_latency_ns if adv is not None else None
+    apart = factor_apart(r.latency_ns_median, ns)
+    return dataclasses.replace(r, advertised_latency_ns=ns, advertised_factor=apart)
 
 
 def latency_sweep_sizes(
@@ -148,81 +135,110 @@ def latency_sweep_sizes(
 ) -> list[int]:
     """Working-set sizes of a latency sweep, doubling from 16 KiB: to twice the
     last-level cache for CPUs, twice the L2 for a GPU, or to ``top``."""
-    from . import gpu_latency, latency
-
     s = _system(system, target, initiator)
-    pair = _pair(s, target, initiator)
-    limit = _size(top, "top")
+    return _sweep_sizes(s.pair(target, initiator), _size(top, "top"))
+
+
+def _sweep_sizes(pair: Pair, top: int | None) -> list[int]:
+    from ..measure import gpu_latency, latency
+
     if pair.gpu is not None:
-        return gpu_latency.gpu_sweep_sizes(pair.gpu, limit)
-    return latency.sweep_sizes(limit)
+        return gpu_latency.gpu_sweep_sizes(pair.gpu, top)
+    return latency.sweep_sizes(top)
 
 
+# --- bandwidth ---------------------------------------------------------------------------
 def measure_bandwidth(
     target: str,
     initiator: str | None = None,
     *,
-    threads: int | None = None,
+    threads: int | Sequence[int] | None = None,
     kernel: str = "all",
     size: Size = None,
     samples: int | None = None,
     nt_stores: bool = False,
     mix: str | None = None,
     system: System | None = None,
+    progress: Progress | None = None,
 ) -> list[BenchResult]:
     """Bandwidth of ``target`` from ``initiator``: STREAM by CPUs on host memory (one
     result per kernel), STREAM in a GPU's own memory (``target="gpu0"``), or the pinned
     copy from a host tier to a GPU (``initiator="gpu0"``). ``mix`` ('read', '3:1',
     '2:1', '1:1', 'nt-write', several comma-separated, or 'all'): instead of STREAM, the
-    peak bandwidth of each read/write mix (MLC's peak injection bandwidth), by CPUs."""
-    from . import bandwidth, gpu_stream, loaded, transfer
+    peak bandwidth of each read/write mix (MLC's peak injection bandwidth), by CPUs.
+    ``threads``: CPU threads (default: every CPU of the initiator); several
+    (``[1, 2, 4]``) sweep, each count's results in turn."""
+    from ..measure import loaded
 
     _samples(samples)
-    if threads is not None:
-        count(threads, "threads")
-    if mix is not None:
-        mixes = loaded.mix_names(mix)
-        if kernel != "all" or nt_stores:
-            raise InvalidRequestError("--mix measures its own loads: drop --kernel and --nt-stores")
-        s = _system(system, target, initiator)
-        if _pair(s, target, initiator).gpu is not None:
-            raise InvalidRequestError("--mix is measured by CPUs on host memory")
-        p = s.placement(target, initiator)
-        n_threads = threads or len(p.cpus)
-        if not 1 <= n_threads <= len(p.cpus):
-            raise InvalidRequestError(
-                f"{n_threads} threads but initiator {p.initiator} has {len(p.cpus)} CPUs"
-            )
-        for m in mixes:
-            loaded.check_nt(m)
-        mixed = [loaded.mix_bandwidth(p, p.cpus[:n_threads], m, size=_size(size),
-                                      samples=samples) for m in mixes]  # fmt: skip
-        return [_advertised_bandwidth(s, p, r) for r in mixed]
-    if threads is not None and threads < 1:
-        raise InvalidRequestError(f"threads must be at least 1, not {threads}")
-    s = _system(system, target, initiator)
-    pair = _pair(s, target, initiator)
-    n = _size(size)
-    if pair.gpu is None:
-        p = s.placement(target, initiator)
-        out: list[BandwidthResult] = bandwidth.stream_bandwidth(
-            p, threads=threads, kernel=kernel, size=n, nt_stores=nt_stores, samples=samples
+    counts: list[int | None]
+    if threads is None:
+        counts = [None]
+    elif isinstance(threads, numbers.Integral) and not isinstance(threads, bool):
+        counts = [int(threads)]
+    elif isinstance(threads, Sequence) and not isinstance(threads, str) and threads:
+        counts = list(threads)
+    else:
+        raise InvalidRequestError(
+            f"threads {threads!r}: give a whole number of at least 1, or a list of them"
         )
-        return [_advertised_bandwidth(s, p, r) for r in out]
+    for t in counts:
+        if t is not None:
+            count(t, "threads")
+    mixes = loaded.mix_names(mix) if mix is not None else None
+    if mixes is not None and (kernel != "all" or nt_stores):
+        raise InvalidRequestError("--mix measures its own loads: drop --kernel and --nt-stores")
+    s = _system(system, target, initiator)
+    pair = s.pair(target, initiator)
+    n = _size(size)
+    out: list[BenchResult] = []
+    for t in _each(counts, progress if len(counts) > 1 else None):
+        if mixes is not None:
+            out += _mix_bandwidth(s, pair, t, mixes, n, samples)
+        else:
+            out += _bandwidth(s, pair, t, kernel, n, samples, nt_stores)
+    return out
+
+
+def _bandwidth(s: System, pair: Pair, threads: int | None, kernel: str, size: int | None,
+               samples: int | None, nt_stores: bool) -> list[BenchResult]:  # fmt: skip
+    from ..measure import bandwidth, gpu_stream, transfer
+
+    if pair.gpu is None:
+        out = bandwidth.stream_bandwidth(pair, threads=threads, kernel=kernel, size=size,
+                                         nt_stores=nt_stores, samples=samples)  # fmt: skip
+        return [_advertised_bandwidth(s, pair, r) for r in out]
     if threads is not None or nt_stores:
         raise InvalidRequestError("--threads and --nt-stores apply to CPU initiators")
     if pair.in_gpu_memory:
-        return list(gpu_stream.gpu_stream_bandwidth(pair.gpu, kernel=kernel, size=n,
+        return list(gpu_stream.gpu_stream_bandwidth(pair.gpu, kernel=kernel, size=size,
                                                     samples=samples))  # fmt: skip
     if kernel not in ("all", "copy"):
         raise InvalidRequestError(
             f"a GPU reads host memory by copying it (kernel copy), not with '{kernel}'"
         )
-    return list(transfer.copy_bandwidth([pair.gpu], s.placement(target), direction="h2d",
-                                        size=n, samples=samples))  # fmt: skip
+    return list(transfer.copy_bandwidth([pair.gpu], pair, direction="h2d", size=size,
+                                        samples=samples))  # fmt: skip
 
 
-def _advertised_bandwidth(s: System, p: Placement, r: BandwidthResult) -> BandwidthResult:
+def _mix_bandwidth(s: System, pair: Pair, threads: int | None, mixes: list[str],
+                   size: int | None, samples: int | None) -> list[BenchResult]:  # fmt: skip
+    from ..measure import loaded
+
+    if pair.gpu is not None:
+        raise InvalidRequestError("--mix is measured by CPUs on host memory")
+    n_threads = threads or len(pair.cpus)
+    if not 1 <= n_threads <= len(pair.cpus):
+        raise InvalidRequestError(
+            f"{n_threads} threads but initiator {pair.initiator.name} has {len(pair.cpus)} CPUs"
+        )
+    for m in mixes:
+        loaded.check_nt(m)
+    return [_advertised_bandwidth(s, pair, loaded.mix_bandwidth(
+        pair, pair.cpus[:n_threads], m, size=size, samples=samples)) for m in mixes]  # fmt: skip
+
+
+def _advertised_bandwidth(s: System, p: Pair, r: BandwidthResult) -> BandwidthResult:
     """The result with the platform's read bandwidth for its CPUs beside it."""
     adv = s.advertised(p.node, r.cpus or p.cpus)
     bw = adv.read_bytes_per_s if adv is not None else None
@@ -230,6 +246,7 @@ def _advertised_bandwidth(s: System, p: Placement, r: BandwidthResult) -> Bandwi
                                advertised_factor=factor_apart(r.bytes_per_s, bw))  # fmt: skip
 
 
+# --- first touch -------------------------------------------------------------------------
 def measure_first_touch(
     target: str,
     initiator: str | None = None,
@@ -240,13 +257,12 @@ def measure_first_touch(
 ) -> list[FirstTouchResult]:
     """Per-page cost of the first write to fresh memory on ``target`` (CPUs only;
     default 64 MiB)."""
-    from . import first_touch
+    from ..measure import first_touch
 
-    s = _system(system, target, initiator)
-    if _pair(s, target, initiator).gpu is not None:
+    pair = _system(system, target, initiator).pair(target, initiator)
+    if pair.gpu is not None:
         raise InvalidRequestError("first touch is measured from CPUs, on host memory")
-    p = s.placement(target, initiator)
-    return [first_touch.first_touch(p, size=_size(size), page=page)]
+    return [first_touch.first_touch(pair, size=_size(size), page=page)]
 
 
 def measure_transfer(
@@ -264,14 +280,14 @@ def measure_transfer(
     ``memory``: pinned, pageable (the driver's copy) or staged (pycxl's pipelined copy).
     Default size 1 GiB. One result per phase."""
     from ..gpu.staged import MAX_THREADS
-    from . import transfer
+    from ..measure import transfer
 
     _samples(samples)
     every = name_text(gpu, "GPU") == "all"
     transfer.check_transfer(direction, memory, 2 if every else 1)
     s = system or snapshot()
     gpus = s.gpus_named(gpu)
-    p = s.placement(target)
+    p = s.pair(target)
     cpus = {g.index: s.copy_cpus(g, MAX_THREADS) or None for g in gpus}
     return transfer.copy_bandwidth(
         gpus, p, direction=direction, size=_size(size), memory=memory, samples=samples,
@@ -299,20 +315,20 @@ def measure_offload(
     without look-ahead. Defaults: 16 layers of 8192 (2 GiB of weights), 1024 tokens.
     ``gpu="all"``: every GPU alone, then all of them streaming from each tier at once
     (pycxl's mode), each result with its step alone (``alone_s``)."""
-    from . import offload
+    from ..measure import offload
 
     s = system or snapshot()
     gpus = s.gpus_named(gpu)
     tiers = [s.tier(n) for n in s.memory_nodes(target)]
-    placements = [s.placement(t.name) for t in tiers if t is not None]
+    pairs = [s.pair(t.name) for t in tiers if t is not None]
     wanted = [m.strip() for m in modes.split(",")] if isinstance(modes, str) else list(modes)
     shape: dict[str, Any] = dict(
         layers=layers or offload.LAYERS, width=width or offload.WIDTH,
         tokens=tokens or offload.TOKENS, lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
     if gpu.strip().lower() == "all":
-        return offload.offload_together(gpus, placements, **shape)
-    return offload.offload_steps(gpus[0], placements, modes=wanted, **shape)
+        return offload.offload_together(gpus, pairs, **shape)
+    return offload.offload_steps(gpus[0], pairs, modes=wanted, **shape)
 
 
 def measure_loaded_latency(
@@ -341,8 +357,7 @@ def measure_loaded_latency(
     the load tier), ``load_threads`` of them (default: all), or from a GPU's copy
     engines (``load_from="gpu0"``). ``rates`` in bytes/s, ``fractions`` of the load's
     unpaced peak, or a sweep of ``steps`` points from idle to the peak."""
-    from . import loaded
-    from .context import smt_siblings
+    from ..measure import loaded
 
     mixes = loaded.mix_names(mix)
     if steps is not None:
@@ -362,22 +377,13 @@ def measure_loaded_latency(
     )):  # fmt: skip
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
     s = _system(system, target, initiator, load_from)
-    load_target = load_on or target
-    for name in (target, load_target):
-        if wants_gpus(name):
-            raise InvalidRequestError(
-                f"{name} is GPU memory: loaded latency measures host tiers (the GPU's own "
-                "memory is measured by pycxl bench latency/bandwidth --target gpuN)"
-            )
-    pair = _pair(s, target, initiator)
+    instead = ("loaded latency measures host tiers (the GPU's own memory is measured by "
+               "pycxl bench latency/bandwidth --target gpuN)")  # fmt: skip
+    chase = s.host_pair(target, initiator, instead=instead)
+    load_on_pair = s.host_pair(load_on, initiator, instead=instead) if load_on else chase
     load_gpu = None
     if load_from is not None:
-        if not wants_gpus(load_from):
-            raise InvalidRequestError(
-                "--load-from takes a GPU (gpu0); CPU loads come from the initiator's CPUs"
-            )
-        s.require_gpus()
-        (load_gpu,) = s.gpus_named(load_from)
+        load_gpu = s.gpu(load_from)
         if load_threads is not None:
             raise InvalidRequestError("--load-threads applies to CPU loads, not a GPU's")
         for m in mixes:
@@ -386,25 +392,33 @@ def measure_loaded_latency(
                     f"a GPU load copies host memory: mix read (host to GPU), nt-write (GPU "
                     f"to host) or 1:1 (both at once), not {m}"
                 )
-    if pair.gpu is not None:  # a GPU chases; CPUs near the load tier (or a GPU) load it
-        chase = s.placement(target)
-        lp = s.placement(load_target)
-        free_cpus = list(lp.cpus)
+    return _loaded(chase, load_on_pair, mixes, load_gpu, load_threads, rates=rates,
+                   fractions=fractions, steps=steps, size=_size(size),
+                   load_size=_size(load_size, "load size"), seconds=seconds, knee=knee)  # fmt: skip
+
+
+def _loaded(chase: Pair, load_on: Pair, mixes: list[str], load_gpu: GpuDevice | None,
+            load_threads: int | None, **curve: Any) -> list[LoadedLatencyResult]:  # fmt: skip
+    """One loaded-latency curve per mix: ``chase`` (host memory) from its CPUs' first (or
+    its GPU), the load on ``load_on`` from the other CPUs (or from ``load_gpu``)."""
+    from ..measure import loaded
+    from ..measure.conditions import smt_siblings
+
+    if chase.gpu is not None:  # a GPU chases; CPUs near the load tier (or a GPU) load it
+        free_cpus = list(load_on.cpus)
     else:
-        chase = s.placement(target, initiator)
-        lp = s.placement(load_target, initiator)
         busy = set(smt_siblings(chase.cpus[0])) | {chase.cpus[0]}
-        free_cpus = [c for c in lp.cpus if c not in busy]
+        free_cpus = [c for c in load_on.cpus if c not in busy]
     cpus: list[int] = free_cpus[:4]  # a GPU load's copy threads: off the chase's core
     if load_gpu is None:
         n = load_threads if load_threads is not None else len(free_cpus)
+        who = load_on.initiator.name
         if n < 1 or n > len(free_cpus):
             raise InvalidRequestError(
-                f"{n} load threads, but {len(free_cpus)} CPUs of {lp.initiator} are left "
-                f"for load threads (the chase runs on cpu{chase.cpus[0]} and its core is "
-                "kept free)"
+                f"{n} load threads, but {len(free_cpus)} CPUs of {who} are left for load "
+                f"threads (the chase runs on cpu{chase.cpus[0]} and its core is kept free)"
                 if free_cpus
-                else f"no CPU of {lp.initiator} is left for load threads besides the chase's"
+                else f"no CPU of {who} is left for load threads besides the chase's"
             )
         cpus = free_cpus[:n]
         for m in mixes:
@@ -412,15 +426,16 @@ def measure_loaded_latency(
     gpu_chaser = None
     results = []
     try:
-        if pair.gpu is not None:
-            from .gpu_latency import GpuChaser
+        if chase.gpu is not None:
+            from ..measure.gpu_latency import GpuChaser
 
-            gpu_chaser = GpuChaser(pair.gpu, chase.node, _size(size))
+            gpu_chaser = GpuChaser(chase.gpu, chase.node, curve["size"])
         for m in mixes:
             results.append(loaded.loaded_latency(
-                chase, lp, cpus, mix=m, rates=rates, fractions=fractions, steps=steps,
-                size=_size(size), load_size=_size(load_size, "load size"), seconds=seconds,
-                knee_factor=knee or loaded.KNEE, gpu=load_gpu, gpu_chaser=gpu_chaser,
+                chase, load_on, cpus, mix=m, rates=curve["rates"], fractions=curve["fractions"],
+                steps=curve["steps"], size=curve["size"], load_size=curve["load_size"],
+                seconds=curve["seconds"], knee_factor=curve["knee"] or loaded.KNEE,
+                gpu=load_gpu, gpu_chaser=gpu_chaser,
             ))  # fmt: skip
     finally:
         if gpu_chaser is not None:
@@ -479,34 +494,33 @@ def measure_matrix(
     bandwidth: bool = False,
     loaded: bool = False,
     size: Size = None,
+    gpus: bool = True,
     system: System | None = None,
-    progress: Callable[[Sequence[tuple[str, str]]], Any] | None = None,
+    progress: Progress | None = None,
 ) -> Matrix:
     """Latency and/or bandwidth (triad; a GPU's pinned copy from host tiers) of every
     pair; ``loaded``: also, for CPU initiators, the latency while the initiator's other
-    CPUs read the target at 50% and 90% of their peak. ``progress``, given the pairs,
-    returns what to iterate (a progress bar)."""
-    s = system or snapshot()
-    inits, targets, pairs = matrix_pairs(s)
+    CPUs read the target at 50% and 90% of their peak; ``gpus``: GPUs as initiators and
+    targets (when the snapshot is read here). ``progress``, given the pairs, returns
+    what to iterate (a progress bar)."""
+    s = system or snapshot(gpus=gpus)
+    inits, targets, names = matrix_pairs(s)
     n = _size(size)
     cells: list[MatrixCell] = []
-    for i, t in progress(pairs) if progress else pairs:
-        initiator = None if i == t else i  # a GPU's own memory is measured from itself
+    for i, t in _each(names, progress):
+        pair = s.pair(t, None if i == t else i)  # a GPU's own memory, from itself
         if latency:
-            (r,) = measure_latency(t, initiator, size=n, samples=default(3, 2), system=s)
+            r = _latency(s, pair, n, "4k", default(3, 2), None)
             cells.append(MatrixCell(i, t, "latency", r))
         if bandwidth:
-            copy = wants_gpus(i) and not wants_gpus(t)  # a GPU reads host memory by copying
-            rs = measure_bandwidth(
-                t, initiator, kernel="copy" if copy else "triad",
-                size=n or (default(MATRIX_COPY_SIZE, 16 << 20) if copy else None),
-                samples=default(4, 2), system=s,
-            )  # fmt: skip
+            copy = pair.gpu is not None and not pair.in_gpu_memory  # a GPU copies host memory
+            rs = _bandwidth(s, pair, None, "copy" if copy else "triad",
+                            n or (default(MATRIX_COPY_SIZE, 16 << 20) if copy else None),
+                            default(4, 2), False)  # fmt: skip
             cells += [MatrixCell(i, t, "bandwidth", r) for r in rs]
-        if loaded and not wants_gpus(i, t):
-            (lr,) = measure_loaded_latency(
-                t, initiator, fractions=LOADED_FRACTIONS, size=n,
-                seconds=default(500, 200) / 1e3, system=s,
-            )  # fmt: skip
+        if loaded and pair.gpu is None:
+            (lr,) = _loaded(pair, pair, ["read"], None, None, rates=None,
+                            fractions=LOADED_FRACTIONS, steps=None, size=n, load_size=None,
+                            seconds=default(500, 200) / 1e3, knee=None)  # fmt: skip
             cells.append(MatrixCell(i, t, "loaded", lr))
     return Matrix(tuple(inits), tuple(targets), tuple(cells))

@@ -10,7 +10,7 @@ which the kernel does not migrate, so long-term pins (GPU registration) keep the
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import itertools
 import mmap
 import os
 from typing import TYPE_CHECKING, Any
@@ -19,13 +19,59 @@ from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError, Ope
 from ..sysfs import Sysfs
 from ..units import format_size
 from ..values import word
+from . import memory_blocks
 from .model import DaxDevice
+from .read import DAX_DEVICES, DECODER_NAME, REGION_NAME
 
 if TYPE_CHECKING:
     import numpy as np
 
 DAX_DRIVERS = "/sys/bus/dax/drivers"
 DRIVER_OF_MODE = {"system-ram": "kmem", "devdax": "device_dax"}
+MODE_OF_DRIVER = {driver: mode for mode, driver in DRIVER_OF_MODE.items()}
+
+
+def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
+    """Device-dax instances, with the CXL region that feeds each (if any), from sysfs
+    (for either CXL backend: libdaxctl is not bound)."""
+    out = []
+    for name in fs.listdir(DAX_DEVICES):
+        dev = f"{DAX_DEVICES}/{name}"
+        parts = fs.realpath(dev).split("/")
+        region = None
+        for parent, part in itertools.pairwise(parts):
+            if REGION_NAME.match(part) and DECODER_NAME.match(parent):
+                region = part
+        size = fs.read_int(f"{dev}/size") or 0
+        resource = fs.read_int(f"{dev}/resource", root_only=True)
+        driver = fs.link_target_name(f"{dev}/driver")
+        mode = MODE_OF_DRIVER.get(driver or "", "unbound" if driver is None else driver)
+        online = total = 0
+        movable: bool | None = None
+        zone = None
+        if mode == "system-ram" and resource is not None:
+            blocks = memory_blocks.blocks_in_range(fs, resource, size)
+            total = len(blocks)
+            online = sum(b.online for b in blocks)
+            movable = all(b.movable for b in blocks if b.online) if online else None
+            zone = memory_blocks.zone_of(blocks)
+        target = fs.read_int(f"{dev}/target_node")
+        out.append(
+            DaxDevice(
+                name=name,
+                region=region,
+                size=size,
+                resource=resource,
+                target_node=target if target is not None and target >= 0 else None,
+                mode=mode,
+                online_memblocks=online,
+                total_memblocks=total,
+                movable=movable,
+                zone=zone,
+                align=fs.read_int(f"{dev}/align"),
+            )
+        )
+    return out
 
 
 def check_mode(mode: str) -> str:
@@ -52,7 +98,7 @@ def bind(fs: Sysfs, dax: str, mode: str) -> None:
     with contextlib.suppress(OperationError):
         fs.write(f"{driver}/new_id", dax)
     try:
-        if fs.link_target_name(f"/sys/bus/dax/devices/{dax}/driver") != DRIVER_OF_MODE[mode]:
+        if fs.link_target_name(f"{DAX_DEVICES}/{dax}/driver") != DRIVER_OF_MODE[mode]:
             fs.write(f"{driver}/bind", dax)
     finally:
         with contextlib.suppress(OperationError):  # not in the table: nothing to undo
@@ -97,6 +143,8 @@ class DaxMapping:
             raise OperationError(f"cannot map {path}: {e.strerror}") from e
         finally:
             os.close(fd)
+        import ctypes
+
         view = ctypes.c_char.from_buffer(self._map)
         self.address = ctypes.addressof(view)
         del view

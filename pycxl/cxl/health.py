@@ -122,6 +122,45 @@ def decode_health(payload: bytes) -> Health:
     return Health(*HEALTH.unpack(payload[: HEALTH.size]))
 
 
+# kernel's trace flag names -> bits of the health status; media status names -> codes
+_STATUS_BITS = {"MAINTENANCE_NEEDED": 0x1, "PERFORMANCE_DEGRADED": 0x2, "REPLACEMENT_NEEDED": 0x4}
+# (the kernel's names are ndctl's, upper case, without 'media_')
+_MEDIA = {name.removeprefix("media_").upper(): code for code, name in MEDIA_STATUS.items()}
+_LEVEL = {name.upper(): code for code, name in LEVELS.items()}
+
+
+def event_health(ev: dict[str, Any]) -> Health:
+    """The device health a memory-module event reports (the kernel's cxl_memory_module
+    trace fields, as the monitor logs them): the same facts as Get Health Info."""
+    f = ev.get("fields", {})
+    status = 0
+    for flag in str(f.get("health_status", "")).split("|"):
+        status |= _STATUS_BITS.get(flag.strip(), 0)
+    additional = (
+        _LEVEL.get(str(f.get("as_life_used", "")).upper(), 0)
+        | _LEVEL.get(str(f.get("as_dev_temp", "")).upper(), 0) << 2
+        | (str(f.get("as_cor_vol_err_cnt", "")).upper() == "WARNING") << 4
+        | (str(f.get("as_cor_per_err_cnt", "")).upper() == "WARNING") << 5
+    )
+    return Health(
+        health_status=status,
+        media_status=_MEDIA.get(str(f.get("media_status", "NORMAL")).upper(), 0),
+        additional_status=additional,
+        life_used=_int(f.get("life_used"), 0xFF),
+        temperature=_int(f.get("device_temp"), -1),
+        dirty_shutdowns=_int(f.get("dirty_shutdown_cnt"), 0),
+        volatile_errors=_int(f.get("cor_vol_err_cnt"), 0),
+        pmem_errors=_int(f.get("cor_per_err_cnt"), 0),
+    )
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(str(value), 0)
+    except (TypeError, ValueError):
+        return default
+
+
 @dataclass(frozen=True)
 class AlertConfig:
     """Decoded Get Alert Configuration."""

@@ -3,7 +3,8 @@
 libcxl sees the same kernel objects as the sysfs backend; on the testbed both must give
 the same model. What libcxl does not expose in every version is read from sysfs or left
 None, as listed in ``SYSFS_ONLY_FIELDS``. Dax devices come from sysfs (libdaxctl is not
-bound).
+bound). One of two backends with one function, ``read_topology``; code above them calls
+``pycxl.cxl.read.read_cxl``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from .._lib.libs import LIBCXL
 from .._lib.loader import cstr, has_symbol
 from ..errors import OperationError
 from ..sysfs import Sysfs
+from ..values import PMEM, RAM
+from .dax import read_dax_devices
 from .model import Bus, Decoder, Dport, Mapping, Memdev, Port, Region
-from .sysfs_backend import read_dax_devices
+from .read import CXL_DEVICES
 from .topology import CxlTopology
 
 ULLONG_MAX = 2**64 - 1
 UINT_MAX = 2**32 - 1
-_MODES = {0: "none", 1: "mixed", 2: "pmem", 3: "ram"}
+_MODES = {0: "none", 1: "mixed", 2: PMEM, 3: RAM}
 _TARGET_TYPES = {1: "expander", 2: "accelerator"}
 
 # Fields libcxl 76.x has no getter for; the libcxl backend leaves them at their default.
@@ -71,7 +74,7 @@ class _Reader:
     def read(self, ctx: Any) -> CxlTopology:
         ffi, lib = self.ffi, self.lib
         buses = _iterate(lib.cxl_bus_get_first(ctx), lib.cxl_bus_get_next, ffi)
-        if not buses and not self.fs.is_dir("/sys/bus/cxl/devices"):
+        if not buses and not self.fs.is_dir(CXL_DEVICES):
             return CxlTopology(present=False, dax_devices=tuple(read_dax_devices(self.fs)))
         for bus in buses:
             root = lib.cxl_bus_get_port(bus)
@@ -202,10 +205,10 @@ class _Reader:
                     else self.s(lib.cxl_memdev_get_devname(memdev)),
                 )
             )
-        if has_symbol(lib, "cxl_region_get_mode"):
-            rtype = _MODES.get(int(lib.cxl_region_get_mode(reg)), "none")
-        else:  # libcxl 76.x: the region's type is its endpoint decoders' mode
-            rtype = "pmem" if "pmem" in modes else "ram"
+        # libcxl 76.x has no region mode: the region's type is its endpoint decoders'
+        mode = (_MODES.get(int(lib.cxl_region_get_mode(reg)))
+                if has_symbol(lib, "cxl_region_get_mode") else None)  # fmt: skip
+        rtype = RAM if mode == RAM else PMEM if mode == PMEM or PMEM in modes else RAM
         uu = ffi.new("unsigned char[16]")
         lib.cxl_region_get_uuid(reg, uu)
         raw = bytes(ffi.buffer(uu, 16))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..numa.access import AccessFigures
+from ..values import PMEM, RAM, PartitionMode
 
 if TYPE_CHECKING:
     from .topology import CxlTopology
@@ -163,6 +164,10 @@ class Decoder(_Linked):
         """For a root decoder: the regions carved from its window."""
         return [r for r in self._topo().regions if r.decoder == self.name]
 
+    def can_map(self, mode: PartitionMode) -> bool:
+        """Whether this root decoder can map memory of ``mode``."""
+        return {RAM: self.volatile_capable, PMEM: self.pmem_capable}[mode]
+
     @property
     def max_available_extent(self) -> int | None:
         """For a root decoder: the largest free contiguous span left in its window."""
@@ -197,6 +202,10 @@ class Memdev(_Linked):
     pmem_qos_class: int | None = None
     enabled: bool = True
 
+    def partition_size(self, mode: PartitionMode) -> int:
+        """The device's capacity of ``mode``."""
+        return {RAM: self.ram_size, PMEM: self.pmem_size}[mode]
+
     @property
     def endpoint(self) -> Port | None:
         """The memdev's endpoint port (None if not enumerated)."""
@@ -228,7 +237,7 @@ class Region(_Linked):
     """A CXL region: host physical address space decoded across memdevs."""
 
     name: str
-    type: str  # 'ram' or 'pmem'
+    type: PartitionMode
     decoder: str  # root decoder the region is carved from
     resource: int | None
     size: int

@@ -17,17 +17,14 @@ import itertools
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
 from ..units import format_size, parse_size
-from ..values import count
+from ..values import PARTITION_MODES, PMEM, RAM, PartitionMode, count, word
 from .dax import check_mode
 from .memory_blocks import Zone, check_zone
 from .model import Decoder, Memdev
 from .topology import CxlTopology
-
-RegionType = Literal["ram", "pmem"]
 
 VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_GRANULARITY, MAX_GRANULARITY = 256, 16384
@@ -43,7 +40,7 @@ class RegionRequest:
     ways: int | None = None
     granularity: int | str | None = None  # bytes, or a string such as "4k"
     size: int | str | None = None  # bytes, or a string such as "512M"
-    type: RegionType | None = None
+    type: PartitionMode | None = None
     decoder: str | None = None  # root decoder
     bus: str | None = None  # only root decoders of this bus (name, id or provider)
     uuid: str | None = None  # pmem only
@@ -55,8 +52,8 @@ class RegionRequest:
     mode: str = "system-ram"
 
     def __post_init__(self) -> None:
-        if self.type not in (None, "ram", "pmem"):
-            raise InvalidRequestError(f"type {self.type!r}: use 'ram' or 'pmem'")
+        if self.type is not None:
+            word(self.type, "type", PARTITION_MODES)
         check_zone(self.zone)
         check_mode(self.mode)
         if isinstance(self.memdevs, str):  # one name, not its letters
@@ -102,7 +99,7 @@ class RegionLayout:
     """A fully decided region: everything the plan writes."""
 
     root: Decoder
-    type: RegionType
+    type: PartitionMode
     ways: int
     granularity: int
     size: int
@@ -131,7 +128,7 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
             f"or change --interleave"
         )
     roots = _candidate_roots(topo, req.decoder, req.bus)
-    rtype: RegionType = req.type or _default_type(roots, req.decoder)
+    rtype: PartitionMode = req.type or _default_type(roots, req.decoder)
     _check_uuid(req.uuid, rtype)
     for m in memdevs:
         _check_memdev(m, rtype, req.size_bytes // ways if req.size_bytes else DPA_ALIGN)
@@ -176,10 +173,10 @@ def _check_size_alignment(size: int, ways: int) -> None:
         )
 
 
-def _check_uuid(value: str | None, rtype: RegionType) -> None:
+def _check_uuid(value: str | None, rtype: PartitionMode) -> None:
     if value is None:
         return
-    if rtype != "pmem":
+    if rtype != PMEM:
         raise InvalidRequestError("--uuid applies to pmem regions only")
     try:
         uuidlib.UUID(value)
@@ -200,9 +197,9 @@ def _resolve_memdevs(topo: CxlTopology, idents: Sequence[str]) -> list[Memdev]:
     return memdevs
 
 
-def free_capacity(memdev: Memdev, rtype: RegionType) -> int:
+def free_capacity(memdev: Memdev, rtype: PartitionMode) -> int:
     """Capacity of that type not yet allocated to any endpoint decoder."""
-    total = memdev.ram_size if rtype == "ram" else memdev.pmem_size
+    total = memdev.partition_size(rtype)
     used = sum(d.dpa_size or 0 for d in memdev.decoders if d.mode == rtype)
     return max(0, total - used)
 
@@ -218,7 +215,7 @@ def next_free_decoder(memdev: Memdev) -> Decoder | None:
     return decoders[nxt]
 
 
-def _check_memdev(m: Memdev, rtype: RegionType, needed: int) -> None:
+def _check_memdev(m: Memdev, rtype: PartitionMode, needed: int) -> None:
     if not m.enabled or m.endpoint is None:
         raise InvalidRequestError(
             f"memdev {m.name} is disabled (no driver or no endpoint port); enable it first "
@@ -262,10 +259,10 @@ def _candidate_roots(topo: CxlTopology, name: str | None, bus: str | None) -> li
     return [dec]
 
 
-def _default_type(roots: Sequence[Decoder], named: str | None) -> RegionType:
-    if named is not None and not roots[0].volatile_capable and roots[0].pmem_capable:
-        return "pmem"
-    return "ram"
+def _default_type(roots: Sequence[Decoder], named: str | None) -> PartitionMode:
+    if named is not None and not roots[0].can_map(RAM) and roots[0].can_map(PMEM):
+        return PMEM
+    return RAM
 
 
 # --- one root decoder ----------------------------------------------------------------
@@ -273,12 +270,11 @@ def _layout_on_root(
     topo: CxlTopology,
     root: Decoder,
     req: RegionRequest,
-    rtype: RegionType,
+    rtype: PartitionMode,
     ways: int,
     memdevs: list[Memdev],
 ) -> RegionLayout:
-    capable = root.volatile_capable if rtype == "ram" else root.pmem_capable
-    if not capable:
+    if not root.can_map(rtype):
         raise InvalidRequestError(f"root decoder {root.name} cannot map {rtype} memory")
     root_ways = root.interleave_ways or 1
     if ways % root_ways:
@@ -298,7 +294,7 @@ def _layout_on_root(
         RegionTarget(position=i, memdev=m, decoder=_must(next_free_decoder(m)))
         for i, m in enumerate(ordered)
     )
-    region_uuid = req.uuid or (str(uuidlib.uuid4()) if rtype == "pmem" else None)
+    region_uuid = req.uuid or (str(uuidlib.uuid4()) if rtype == PMEM else None)
     return RegionLayout(root, rtype, ways, granularity, size, targets, region_uuid)
 
 
@@ -382,7 +378,7 @@ def _interleave(
     return [sub[p % n][p // n] for p in range(n * len(sub[0]))]
 
 
-def _usable(m: Memdev, rtype: RegionType, needed: int) -> bool:
+def _usable(m: Memdev, rtype: PartitionMode, needed: int) -> bool:
     return (
         m.enabled
         and m.endpoint is not None
@@ -392,7 +388,7 @@ def _usable(m: Memdev, rtype: RegionType, needed: int) -> bool:
 
 
 def _pick_memdevs(
-    topo: CxlTopology, root: Decoder, rtype: RegionType, ways: int, size: int | None
+    topo: CxlTopology, root: Decoder, rtype: PartitionMode, ways: int, size: int | None
 ) -> list[Memdev]:
     """The first set of ``ways`` usable memdevs (largest free capacity first) that the
     root decoder can interleave."""
@@ -419,7 +415,7 @@ def _pick_memdevs(
     )
 
 
-def _why_unusable(m: Memdev, rtype: RegionType) -> str:
+def _why_unusable(m: Memdev, rtype: PartitionMode) -> str:
     if not m.enabled or m.endpoint is None:
         return "disabled"
     if next_free_decoder(m) is None:
@@ -471,7 +467,7 @@ def _check_address_order(root: Decoder, memdevs: Sequence[Memdev]) -> None:
 
 
 def _size(
-    root: Decoder, memdevs: Sequence[Memdev], rtype: RegionType, ways: int, asked: int | None
+    root: Decoder, memdevs: Sequence[Memdev], rtype: PartitionMode, ways: int, asked: int | None
 ) -> int:
     unit = DPA_ALIGN * ways
     extent = root.max_available_extent or 0

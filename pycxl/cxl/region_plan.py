@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable
 from ..errors import OperationError, SysfsError
 from ..plan import Plan, Step, Undo, action, write
 from ..sysfs import Sysfs
+from ..values import PARTITION_MODES, VOLATILE_MODES
 from ..waiting import wait_until
 from . import dax, memory_blocks
+from .dax import read_dax_devices
 from .memory_blocks import ONLINE_STATE, Zone
 from .model import DaxDevice, Region
-from .paths import CXL_DEVICES
+from .read import CXL_DEVICES
 from .region_layout import RegionLayout
-from .sysfs_backend import read_dax_devices
 
 REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
 # Offlining a block whose pages cannot move (long-term pinned) retries in the kernel
@@ -78,7 +79,7 @@ def create_plan(
         ep = _dev(t.decoder.name)
         undo_mode = (
             ((f"{ep}/mode", t.decoder.mode),)
-            if t.decoder.mode in ("ram", "pmem") and t.decoder.mode != layout.type
+            if t.decoder.mode in PARTITION_MODES and t.decoder.mode != layout.type
             else ()
         )
         steps += [
@@ -93,9 +94,9 @@ def create_plan(
         write("commit the decoders", f"{reg}/commit", "1", (f"{reg}/commit", "0")),
         bind_step(name),
     ]
-    if layout.type == "ram" and mode == "devdax":
+    if layout.type in VOLATILE_MODES and mode == "devdax":
         steps += devdax_steps(name)
-    elif layout.type == "ram" and online:
+    elif layout.type in VOLATILE_MODES and online:
         steps += online_steps(fs, name, zone)
     return Plan(f"create {name}", tuple(steps))
 

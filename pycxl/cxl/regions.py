@@ -11,7 +11,7 @@ import errno
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._log import get_logger
 from ..errors import (
@@ -23,13 +23,13 @@ from ..errors import (
 )
 from ..plan import Plan, PlanFailed, StepHook
 from ..sysfs import Sysfs
+from ..values import PMEM, VOLATILE_MODES
 from . import region_plan
 from .dax import check_mode
 from .memory_blocks import Zone, combine_zones
 from .model import Region
-from .paths import bus_present
+from .read import bus_present, read_cxl
 from .region_layout import RegionLayout, RegionRequest, layout_region
-from .sysfs_backend import read_topology
 from .topology import CxlTopology
 
 log = get_logger(__name__)
@@ -57,6 +57,8 @@ class RegionResult:
     zone: str | None = None  # the zone it is online in: normal, movable or mixed
     tier: str | None = None  # that node's tier name (cxl0...), where names were resolved
     warnings: tuple[str, ...] = ()
+    # the CXL objects as read back afterwards, for naming the tier without a third read
+    topology: CxlTopology | None = field(default=None, repr=False, compare=False)
 
 
 def create_region(
@@ -73,7 +75,7 @@ def create_region(
     if not dry_run:
         _require_root(fs, "creating a region")
     for attempt in range(RACE_RETRIES):
-        layout = layout_region(read_topology(fs), request)
+        layout = layout_region(read_cxl(fs), request)
         name = region_plan.next_region_name(fs, layout)
         plan = region_plan.create_plan(
             fs, layout, name, online=request.online, zone=request.zone, mode=request.mode
@@ -102,8 +104,8 @@ def destroy_region(
 ) -> RegionResult:
     """Offline, disable and tear down a region; pmem needs ``force``."""
     fs = Sysfs(sysroot)
-    region = read_topology(fs).require().region(name)
-    if region.type == "pmem" and not force:
+    region = read_cxl(fs).require().region(name)
+    if region.type == PMEM and not force:
         raise InvalidRequestError(
             f"{name} is a pmem region: destroying it discards its data and labels; "
             "pass --force if that is intended"
@@ -121,7 +123,7 @@ def disable_region(
 ) -> RegionResult:
     """Offline the region's memory and unbind its driver; the decode stays committed."""
     fs = Sysfs(sysroot)
-    region = read_topology(fs).require().region(name)
+    region = read_cxl(fs).require().region(name)
     return _teardown(fs, region, delete=False, force=force, dry_run=dry_run, hook=before_step)
 
 
@@ -141,7 +143,7 @@ def enable_region(
     ``mode`` switches its dax devices between system-ram and devdax (daxctl
     reconfigure-device), also as one plan."""
     fs = Sysfs(sysroot)
-    region = read_topology(fs).require().region(name)
+    region = read_cxl(fs).require().region(name)
     if not region.committed:
         raise InvalidRequestError(
             f"{name} is not committed (decode reset); it has no memory to enable. "
@@ -153,15 +155,16 @@ def enable_region(
     offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
     current = {d.zone for d in region.dax_devices if d.zone is not None}
     modes = {d.mode for d in region.dax_devices}
-    if region.type == "ram" and mode == "devdax" and (modes != {"devdax"} or not region.enabled):
+    volatile = region.type in VOLATILE_MODES  # its memory can go online
+    if volatile and mode == "devdax" and (modes != {"devdax"} or not region.enabled):
         steps += region_plan.devdax_steps(name)
-    elif region.type == "ram" and mode == "system-ram" and "devdax" in modes:
+    elif volatile and mode == "system-ram" and "devdax" in modes:
         steps += region_plan.system_ram_steps(name, zone or "normal")
-    elif region.type == "ram" and "devdax" in modes and mode is None:
+    elif volatile and "devdax" in modes and mode is None:
         pass  # a devdax region stays so unless a mode is asked for
-    elif region.type == "ram" and online and zone is not None and current - {zone}:
+    elif volatile and online and zone is not None and current - {zone}:
         steps += region_plan.rezone_steps(region, zone)
-    elif region.type == "ram" and online and (not region.enabled or offline):
+    elif volatile and online and (not region.enabled or offline):
         steps += region_plan.online_steps(fs, name, zone or "normal")
     plan = Plan(f"enable {name}", tuple(steps))
     if dry_run:
@@ -195,7 +198,8 @@ def _result(
     layout: RegionLayout | None = None,
     warnings: list[str] | None = None,
 ) -> RegionResult:
-    region = read_topology(fs).require().region(name)
+    topology = read_cxl(fs)
+    region = topology.require().region(name)
     # The region's memory is a node's only once some of it is online.
     online = [d for d in region.dax_devices if d.online_memblocks]
     return RegionResult(
@@ -207,6 +211,7 @@ def _result(
         numa_node=online[0].target_node if online else None,
         zone=combine_zones([d.zone for d in online]),
         warnings=tuple(warnings or ()),
+        topology=topology,
     )
 
 

@@ -1,30 +1,33 @@
 """Build the CXL model from the kernel's sysfs ABI (Documentation/ABI/testing/sysfs-bus-cxl).
 
 Works on any kernel with the CXL drivers, needs no library, and takes a sysroot so the
-same code reads recorded trees in tests.
+same code reads recorded trees in tests. One of two backends with one function,
+``read_topology``; code above them calls ``pycxl.cxl.read.read_cxl``.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 
 from ..numa.access import read_region_access
 from ..sysfs import Sysfs
-from . import memory_blocks
-from .model import Bus, DaxDevice, Decoder, Dport, Mapping, Memdev, Port, PortKind, Region
-from .paths import CXL_DEVICES, DAX_DEVICES, bus_present
+from ..values import PARTITION_MODES, PMEM, RAM
+from .dax import read_dax_devices
+from .model import (
+    Bus,
+    Decoder,
+    Dport,
+    Mapping,
+    Memdev,
+    Port,
+    PortKind,
+    Region,
+)
+from .read import CXL_DEVICES, DECODER_NAME, MEMDEV_NAME, PORT_NAME, REGION_NAME, bus_present
 from .topology import CxlTopology
 
-_PORT_RE = re.compile(r"^(root|port|endpoint)\d+$")
-_DECODER_RE = re.compile(r"^decoder\d+\.\d+$")
 _DPORT_RE = re.compile(r"^dport(\d+)$")
-_REGION_RE = re.compile(r"^region\d+$")
-_MEMDEV_RE = re.compile(r"^mem\d+$")
-
-# Names the kernel gives a dax device's driver, and the mode daxctl reports for each.
-DAX_DRIVER_MODES = {"kmem": "system-ram", "device_dax": "devdax"}
 
 
 def bus_provider(host: str) -> str:
@@ -43,13 +46,13 @@ def read_topology(sysfs: Sysfs | None = None) -> CxlTopology:
         dax = read_dax_devices(fs)
         return CxlTopology(present=False, dax_devices=tuple(dax))
     names = fs.listdir(CXL_DEVICES)
-    ports = [_read_port(fs, n) for n in names if _PORT_RE.match(n)]
-    decoders = [_read_decoder(fs, n) for n in names if _DECODER_RE.match(n)]
-    memdevs = [_read_memdev(fs, n) for n in names if _MEMDEV_RE.match(n)]
+    ports = [_read_port(fs, n) for n in names if PORT_NAME.match(n)]
+    decoders = [_read_decoder(fs, n) for n in names if DECODER_NAME.match(n)]
+    memdevs = [_read_memdev(fs, n) for n in names if MEMDEV_NAME.match(n)]
     endpoint_memdev = {p.name: p.host for p in ports if p.kind == "endpoint"}
     decoder_port = {d.name: d.port for d in decoders}
     regions = [
-        _read_region(fs, n, decoder_port, endpoint_memdev) for n in names if _REGION_RE.match(n)
+        _read_region(fs, n, decoder_port, endpoint_memdev) for n in names if REGION_NAME.match(n)
     ]
     buses = [
         Bus(name=p.name, provider=bus_provider(p.host), port=p.name)
@@ -74,7 +77,7 @@ def _dev(name: str) -> str:
 
 def _parent_port(fs: Sysfs, dev: str) -> str | None:
     parent = os.path.basename(os.path.dirname(fs.realpath(dev)))
-    return parent if _PORT_RE.match(parent) else None
+    return parent if PORT_NAME.match(parent) else None
 
 
 def _read_port(fs: Sysfs, name: str) -> Port:
@@ -90,7 +93,7 @@ def _read_port(fs: Sysfs, name: str) -> Port:
             dports.append(Dport(name=target, id=int(m.group(1)), alias=alias))
     dports.sort(key=lambda d: d.id)
     # Depth is the number of ports above this one: root 0, host bridge 1, ...
-    depth = sum(1 for part in fs.realpath(dev).split("/")[:-1] if _PORT_RE.match(part))
+    depth = sum(1 for part in fs.realpath(dev).split("/")[:-1] if PORT_NAME.match(part))
     return Port(
         name=name,
         kind=kind,
@@ -193,10 +196,11 @@ def _read_region(
     uuid = fs.read(f"{dev}/uuid") or None
     if uuid is not None and set(uuid.replace("-", "")) <= {"0"}:
         uuid = None
-    mode = fs.read(f"{dev}/mode")
-    if mode not in ("ram", "pmem"):
-        # Kernels before the 'mode' attribute show 'uuid' on pmem regions only.
-        mode = "pmem" if fs.exists(f"{dev}/uuid") else "ram"
+    text = fs.read(f"{dev}/mode")
+    # Kernels before the 'mode' attribute show 'uuid' on pmem regions only.
+    mode = next((m for m in PARTITION_MODES if m == text), None) or (
+        PMEM if fs.exists(f"{dev}/uuid") else RAM
+    )
     resource = _address(fs.read_int(f"{dev}/resource", root_only=True))
     return Region(
         name=name,
@@ -212,45 +216,3 @@ def _read_region(
         mappings=tuple(mappings),
         access=read_region_access(fs, dev),
     )
-
-
-def read_dax_devices(fs: Sysfs) -> list[DaxDevice]:
-    """Device-dax instances, with the CXL region that feeds each (if any)."""
-    out = []
-    for name in fs.listdir(DAX_DEVICES):
-        dev = f"{DAX_DEVICES}/{name}"
-        parts = fs.realpath(dev).split("/")
-        region = None
-        for parent, part in itertools.pairwise(parts):
-            if _REGION_RE.match(part) and _DECODER_RE.match(parent):
-                region = part
-        size = fs.read_int(f"{dev}/size") or 0
-        resource = fs.read_int(f"{dev}/resource", root_only=True)
-        driver = fs.link_target_name(f"{dev}/driver")
-        mode = DAX_DRIVER_MODES.get(driver or "", "unbound" if driver is None else driver)
-        online = total = 0
-        movable: bool | None = None
-        zone = None
-        if mode == "system-ram" and resource is not None:
-            blocks = memory_blocks.blocks_in_range(fs, resource, size)
-            total = len(blocks)
-            online = sum(b.online for b in blocks)
-            movable = all(b.movable for b in blocks if b.online) if online else None
-            zone = memory_blocks.zone_of(blocks)
-        target = fs.read_int(f"{dev}/target_node")
-        out.append(
-            DaxDevice(
-                name=name,
-                region=region,
-                size=size,
-                resource=resource,
-                target_node=target if target is not None and target >= 0 else None,
-                mode=mode,
-                online_memblocks=online,
-                total_memblocks=total,
-                movable=movable,
-                zone=zone,
-                align=fs.read_int(f"{dev}/align"),
-            )
-        )
-    return out

@@ -10,19 +10,19 @@ stream): this thread only opens chunks whose buffers are free and hands finished
 to the engine, so a preempted copy thread on a busy host delays one slice, not all.
 
     with StagedCopier(ctx, node=gpu.numa_node) as copier:
-        copier.to_device(device_memory.ptr, numpy_array)
-        copier.to_host(numpy_array, device_memory.ptr)
+        copier.to_device(device_memory, numpy_array)
+        copier.to_host(numpy_array, device_memory)
 """
 
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
-from .._lib.compiled import kernels
-from ..errors import InvalidRequestError, OperationError
+from .._lib.compiled import CopyPool, CopyStream
+from ..errors import InvalidRequestError
 from ..numa import pages
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
@@ -77,19 +77,17 @@ class StagedCopier:
         self._buffers = [NumaBuffer(chunk, policy) for _ in range(depth)]
         self._pinned = [HostMemory(ctx, b) for b in self._buffers]
         self._events = [Event() for _ in range(depth)]
-        ffi, lib = kernels()
-        self._stage = [ffi.cast("void *", b.address) for b in self._buffers]
+        ffi, _ = drv.driver()
+        self._stage = [ffi.cast("void *", b.address) for b in self._buffers]  # for the driver
         self.stream = Stream(ctx)
-        pool = lib.copy_pool_create(len(cpus), ffi.new("int[]", cpus))
-        if pool == ffi.NULL:
-            raise OperationError(f"cannot start {len(cpus)} copy threads")
-        self._pool = pool
-        self._stop_pool = weakref.finalize(self, lib.copy_pool_destroy, pool)
+        self._pool = CopyPool(cpus)
         self.threads = len(cpus)
 
-    def to_device(self, dptr: int, src: Any) -> None:
-        """Copy all of ``src`` (any buffer or array) to the GPU at ``dptr``."""
+    def to_device(self, dst: Any, src: Any) -> None:
+        """Copy all of ``src`` (any buffer or array) into the GPU memory ``dst``
+        (DeviceMemory, or any CUDA array at least as large)."""
         address, size = pages.buffer_span(src)
+        dptr = _device_start(dst, size)
         _, cu = drv.driver()
         self.ctx.activate()
         depth, chunks = len(self._buffers), -(-size // self.chunk)
@@ -108,9 +106,11 @@ class StagedCopier:
                     copy.open(i + depth)
             self.stream.synchronize()
 
-    def to_host(self, dst: Any, dptr: int) -> None:
-        """Copy ``len(dst)`` bytes from the GPU at ``dptr`` into ``dst`` (writable)."""
+    def to_host(self, dst: Any, src: Any) -> None:
+        """Copy ``len(dst)`` bytes from the GPU memory ``src`` (DeviceMemory, or any CUDA
+        array at least as large) into ``dst`` (writable)."""
         address, size = pages.buffer_span(dst)
+        dptr = _device_start(src, size)
         _, cu = drv.driver()
         self.ctx.activate()
         depth, chunks = len(self._buffers), -(-size // self.chunk)
@@ -135,13 +135,15 @@ class StagedCopier:
                     fetch(i - 1 + depth)
         self.stream.synchronize()
 
-    def _stream(self, address: int, size: int, *, to_host: bool, opened: int) -> _CopyStream:
+    def _stream(self, address: int, size: int, *, to_host: bool,
+                opened: int) -> AbstractContextManager[CopyStream]:  # fmt: skip
         nt = self.nt_to_host if to_host else self.nt_to_device
-        return _CopyStream(self._pool, address, self._stage, size, self.chunk, to_host, nt, opened)
+        return self._pool.stream(address, [b.address for b in self._buffers], size, self.chunk,
+                                 to_host=to_host, nt=nt, opened=opened)  # fmt: skip
 
     def close(self) -> None:
         """Stop the copy threads, unregister and free the staging buffers."""
-        self._stop_pool()
+        self._pool.close()
         self.stream.close()
         for e in self._events:
             e.close()
@@ -157,30 +159,11 @@ class StagedCopier:
         self.close()
 
 
-class _CopyStream:
-    """One transfer through the copy threads (native/copy.c, copy_stream_*): the threads
-    run from chunk to chunk on their own; ``open(n)`` lets them copy chunks below ``n``,
-    ``wait(i)`` returns when chunk ``i`` is copied. Leaving the block waits for the
-    threads, or on an error stops them before they start anything more."""
+def _device_start(memory: Any, size: int) -> int:
+    """The device address of ``memory``, which must hold ``size`` bytes."""
+    from .prefetch import device_span
 
-    def __init__(self, pool: Any, address: int, stage: Sequence[Any], size: int, chunk: int,
-                 to_host: bool, nt: bool, opened: int) -> None:  # fmt: skip
-        ffi, self._lib = kernels()
-        self._pool = pool
-        bufs = ffi.new("char *[]", [ffi.cast("char *", b) for b in stage])
-        rc = self._lib.copy_stream_start(pool, ffi.cast("char *", address), bufs, len(stage),
-                                         size, chunk, int(to_host), int(nt), opened)  # fmt: skip
-        if rc:
-            raise OperationError("cannot start the copy threads' stream: out of memory")
-
-    def open(self, chunks: int) -> None:
-        self._lib.copy_stream_open(self._pool, chunks)
-
-    def wait(self, chunk: int) -> None:
-        self._lib.copy_stream_wait(self._pool, chunk)
-
-    def __enter__(self) -> _CopyStream:
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        self._lib.copy_stream_end(self._pool, int(exc_type is not None))
+    address, n = device_span(memory)
+    if n < size:
+        raise InvalidRequestError(f"{size} bytes do not fit in {n} bytes of GPU memory")
+    return address

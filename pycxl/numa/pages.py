@@ -10,10 +10,10 @@ import re
 from collections import Counter
 from typing import Any
 
-from .._lib.libs import LIBNUMA
 from ..errors import InvalidRequestError, NotFoundError, OperationError, SysfsError
 from ..sysfs import Sysfs
 from ..values import pid as check_pid
+from . import libnuma
 from .policy import MPOL_MF_MOVE
 
 PAGE = mmap.PAGESIZE
@@ -62,15 +62,7 @@ def _pages(address: int, length: int) -> list[int]:
 
 
 def _move_pages(pages: list[int], node: int | None) -> list[int]:
-    ffi, lib = LIBNUMA.load()
-    n = len(pages)
-    addrs = ffi.new("void *[]", [ffi.cast("void *", p) for p in pages])
-    status = ffi.new("int[]", n)
-    nodes = ffi.new("int[]", [node] * n) if node is not None else ffi.NULL
-    rc = lib.move_pages(0, n, addrs, nodes, status, MPOL_MF_MOVE if node is not None else 0)
-    if rc < 0:
-        raise OperationError(f"move_pages failed: {os.strerror(ffi.errno)}")
-    return list(status)
+    return libnuma.move_pages(pages, node, MPOL_MF_MOVE if node is not None else 0)
 
 
 def page_nodes(obj: Any) -> list[int]:

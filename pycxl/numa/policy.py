@@ -1,4 +1,4 @@
-"""Memory policies (set_mempolicy / mbind / get_mempolicy through libnuma's wrappers).
+"""Memory policies (set_mempolicy / mbind / get_mempolicy through ``numa.libnuma``).
 
 A ``Policy`` says where pages of new allocations go: ``bind`` (only these nodes),
 ``preferred`` (this node first), ``interleave`` (round robin), ``weighted_interleave``
@@ -16,15 +16,12 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from .._lib.libs import LIBNUMA
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..plan import Plan, Step, write
 from ..sysfs import Sysfs
+from . import libnuma
 
-# Bits in the node masks pycxl passes (the kernel's MAX_NUMNODES is at most 1024).
-MASK_BITS = 1024
 WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
 # Linux 6.16+: 'true' while the kernel derives the weights from the platform's bandwidth
 # figures (HMAT, CDAT); writing a node's weight turns it to 'false'. Linux 6.18.44 shows
@@ -103,23 +100,6 @@ def _nodes(nodes: Sequence[int], what: str) -> tuple[int, ...]:
     return tuple(nodes)
 
 
-def _lib() -> tuple[Any, Any]:
-    return LIBNUMA.load()
-
-
-def _mask(ffi: Any, nodes: Sequence[int]) -> Any:
-    words = ffi.new("unsigned long[]", MASK_BITS // 64)
-    for n in nodes:
-        if not 0 <= n < MASK_BITS:
-            raise InvalidRequestError(f"node {n} is out of range")
-        words[n // 64] |= 1 << (n % 64)
-    return words
-
-
-def _unmask(words: Any) -> tuple[int, ...]:
-    return tuple(i for i in range(MASK_BITS) if words[i // 64] >> (i % 64) & 1)
-
-
 def _refused(call: str, policy: Policy, err: int) -> OperationError:
     why = os.strerror(err)
     hint = ""
@@ -134,21 +114,15 @@ def _refused(call: str, policy: Policy, err: int) -> OperationError:
 
 def set_thread_policy(policy: Policy) -> None:
     """Set the calling thread's policy (inherited by threads and processes it starts)."""
-    ffi, lib = _lib()
-    mask = _mask(ffi, policy.nodes)
-    if lib.set_mempolicy(int(policy.mode), mask if policy.nodes else ffi.NULL,
-                         MASK_BITS + 1 if policy.nodes else 0) != 0:  # fmt: skip
-        raise _refused("set_mempolicy", policy, ffi.errno)
+    err = libnuma.set_mempolicy(int(policy.mode), policy.nodes)
+    if err:
+        raise _refused("set_mempolicy", policy, err)
 
 
 def get_thread_policy() -> Policy:
     """The calling thread's memory policy."""
-    ffi, lib = _lib()
-    mode = ffi.new("int *")
-    mask = ffi.new("unsigned long[]", MASK_BITS // 64)
-    if lib.get_mempolicy(mode, mask, MASK_BITS + 1, ffi.NULL, 0) != 0:
-        raise OperationError(f"get_mempolicy failed: {os.strerror(ffi.errno)}")
-    return Policy(Mode(mode[0] & 0xFFFF), _unmask(mask))  # high bits: mode flags
+    mode, nodes = libnuma.get_mempolicy()
+    return Policy(Mode(mode & 0xFFFF), nodes)  # high bits: mode flags
 
 
 @contextmanager
@@ -165,14 +139,10 @@ def thread_policy(policy: Policy) -> Iterator[Policy]:
 def bind_range(address: int, length: int, policy: Policy, *, move: bool = False) -> None:
     """Apply ``policy`` to [address, address+length) (page aligned); with ``move``,
     pages already there are migrated to follow it."""
-    ffi, lib = _lib()
-    mask = _mask(ffi, policy.nodes)
     flags = MPOL_MF_MOVE | MPOL_MF_STRICT if move else 0
-    rc = lib.mbind(ffi.cast("void *", address), length, int(policy.mode),
-                   mask if policy.nodes else ffi.NULL,
-                   MASK_BITS + 1 if policy.nodes else 0, flags)  # fmt: skip
-    if rc != 0:
-        raise _refused("mbind", policy, ffi.errno)
+    err = libnuma.mbind(address, length, int(policy.mode), policy.nodes, flags)
+    if err:
+        raise _refused("mbind", policy, err)
 
 
 # --- weighted interleave weights (system-wide) -----------------------------------------

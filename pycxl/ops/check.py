@@ -650,6 +650,7 @@ def _event_findings(
 ) -> list[Finding]:
     """The latest memory-module event per device (by serial: names can change across
     boots) in the monitor's log; where the mailbox answered health itself, it wins."""
+    from ..cxl.health import event_health
     from ..cxl.mailbox import Unsupported
 
     latest: dict[int, dict[str, Any]] = {}
@@ -668,53 +669,3 @@ def _event_findings(
             )
         )
     return out
-
-
-# kernel's trace flag names -> bits of the health status; media status names -> codes
-_STATUS_BITS = {"MAINTENANCE_NEEDED": 0x1, "PERFORMANCE_DEGRADED": 0x2, "REPLACEMENT_NEEDED": 0x4}
-_MEDIA = {
-    "NORMAL": 0,
-    "NOT_READY": 1,
-    "PERSISTENCE_LOST": 2,
-    "DATA_LOST": 3,
-    "POWERLOSS_PERSISTENCE_LOSS": 4,
-    "SHUTDOWN_PERSISTENCE_LOSS": 5,
-    "PERSISTENCE_LOSS_IMMINENT": 6,
-    "POWERLOSS_DATA_LOSS": 7,
-    "SHUTDOWN_DATA_LOSS": 8,
-    "DATA_LOSS_IMMINENT": 9,
-}
-_LEVEL = {"NORMAL": 0, "WARNING": 1, "CRITICAL": 2}
-
-
-def event_health(ev: dict[str, Any]) -> Health:
-    """The device health a memory-module event reports (the kernel's trace fields)."""
-    from ..cxl.health import Health
-
-    f = ev.get("fields", {})
-    status = 0
-    for flag in str(f.get("health_status", "")).split("|"):
-        status |= _STATUS_BITS.get(flag.strip(), 0)
-    additional = (
-        _LEVEL.get(str(f.get("as_life_used", "")).upper(), 0)
-        | _LEVEL.get(str(f.get("as_dev_temp", "")).upper(), 0) << 2
-        | (str(f.get("as_cor_vol_err_cnt", "")).upper() == "WARNING") << 4
-        | (str(f.get("as_cor_per_err_cnt", "")).upper() == "WARNING") << 5
-    )
-    return Health(
-        health_status=status,
-        media_status=_MEDIA.get(str(f.get("media_status", "NORMAL")).upper(), 0),
-        additional_status=additional,
-        life_used=_int(f.get("life_used"), 0xFF),
-        temperature=_int(f.get("device_temp"), -1),
-        dirty_shutdowns=_int(f.get("dirty_shutdown_cnt"), 0),
-        volatile_errors=_int(f.get("cor_vol_err_cnt"), 0),
-        pmem_errors=_int(f.get("cor_per_err_cnt"), 0),
-    )
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(str(value), 0)
-    except (TypeError, ValueError):
-        return default

@@ -1,5 +1,5 @@
 """``pycxl monitor``: the kernel's CXL events and CXL/dax/memory hotplug as one stream
-of dicts (JSON lines in the CLI), each placed on the host: memdev, serial, region, NUMA
+of dicts (JSON lines in the CLI), each located on the host: memdev, serial, region, NUMA
 node and tier name, host physical address.
 
 Trace events come from a private tracefs instance (``pycxl.trace``), so the global
@@ -53,8 +53,8 @@ def _address(value: str | None) -> int | None:
     return None if n == NO_ADDRESS else n
 
 
-class Placer:
-    """Places events on the host: HPA or region -> region, node, tier name. Re-reads
+class Locator:
+    """Locates events on the host: HPA or region -> region, node, tier name. Re-reads
     the topology after hotplug, so regions made while monitoring are known."""
 
     def __init__(self, sysroot: str | None) -> None:
@@ -65,7 +65,7 @@ class Placer:
         """Read the topology again (after a hotplug event)."""
         self.system = snapshot(self.sysroot, gpus=False)
 
-    def place(self, out: dict[str, Any], region: str | None, hpa: int | None) -> None:
+    def locate(self, out: dict[str, Any], region: str | None, hpa: int | None) -> None:
         """Fill region, node and target of ``out`` from a region name or an address."""
         regions = self.system.cxl.regions
         r = next((x for x in regions if x.name == region), None) if region else None
@@ -84,7 +84,7 @@ class Placer:
         out["target"] = self.system.tier_name(node) if node is not None else None
 
 
-def trace_record(event: TraceEvent, placer: Placer) -> dict[str, Any]:
+def trace_record(event: TraceEvent, locator: Locator) -> dict[str, Any]:
     """One trace event as a monitor record."""
     f = event.fields
     serial = f.get("serial", "").rstrip(":")
@@ -99,13 +99,13 @@ def trace_record(event: TraceEvent, placer: Placer) -> dict[str, Any]:
         "hpa": _address(f.get("hpa")),
         "dpa": _address(f.get("dpa")),
     }
-    placer.place(out, f.get("region") or None, out["hpa"])
+    locator.locate(out, f.get("region") or None, out["hpa"])
     out["fields"] = dict(f)
     return out
 
 
-def uevent_record(action: str, subsystem: str, name: str, placer: Placer) -> dict[str, Any]:
-    """One hotplug uevent as a monitor record (memory blocks placed by address)."""
+def uevent_record(action: str, subsystem: str, name: str, locator: Locator) -> dict[str, Any]:
+    """One hotplug uevent as a monitor record (memory blocks located by address)."""
     out: dict[str, Any] = {
         "time": _now(),
         "source": "uevent",
@@ -116,7 +116,7 @@ def uevent_record(action: str, subsystem: str, name: str, placer: Placer) -> dic
     }
     hpa = None
     if subsystem == "memory" and name.startswith("memory") and name[6:].isdigit():
-        fs = Sysfs(placer.sysroot)
+        fs = Sysfs(locator.sysroot)
         block_size = fs.read(f"{MEMORY_DIR}/block_size_bytes")
         if block_size:
             hpa = int(name[6:]) * int(block_size, 16)
@@ -124,7 +124,7 @@ def uevent_record(action: str, subsystem: str, name: str, placer: Placer) -> dic
         if nodes and nodes[0][4:].isdigit():
             out["node"] = int(nodes[0][4:])
     out["hpa"] = hpa
-    placer.place(out, name if name.startswith("region") else None, hpa)
+    locator.locate(out, name if name.startswith("region") else None, hpa)
     return out
 
 
@@ -142,7 +142,7 @@ def monitor(
     lacks (the stream goes on without them): nothing that happens after it is missed."""
     import pyudev  # the monitor is the only user
 
-    placer = Placer(sysroot)
+    locator = Locator(sysroot)
     fs = Sysfs(sysroot)
     context = pyudev.Context()
     try:
@@ -170,9 +170,9 @@ def monitor(
                     if dev.subsystem in UEVENT_SUBSYSTEMS:
                         hotplug.append((dev.action or "change", dev.subsystem, dev.sys_name))
                 if hotplug:
-                    placer.refresh()  # a region or node may have come or gone
-                batch = [uevent_record(a, s, n, placer) for a, s, n in hotplug]
-            batch += [trace_record(ev, placer) for ev in trace.read()]
+                    locator.refresh()  # a region or node may have come or gone
+                batch = [uevent_record(a, s, n, locator) for a, s, n in hotplug]
+            batch += [trace_record(ev, locator) for ev in trace.read()]
             for rec in batch:
                 yield rec
                 sent += 1

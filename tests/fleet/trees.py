@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pycxl.ops.monitor import Placer, append_log, trace_record
+from pycxl.ops.monitor import Locator, append_log, trace_record
 from pycxl.trace import parse_line
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -40,5 +40,5 @@ def health_event_log(path: Path, sysroot: Path = REGION) -> Path:
     REPLACEMENT_NEEDED; serial 2, mem1 in the region tree), as the monitor writes it."""
     (event,) = [e for e in map(parse_line, TRACE.read_text().splitlines())
                 if e is not None and e.name == "cxl_memory_module"]  # fmt: skip
-    append_log(str(path), trace_record(event, Placer(str(sysroot))))
+    append_log(str(path), trace_record(event, Locator(str(sysroot))))
     return path

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from pycxl import bench
-from pycxl.bench.results import TransferResult
 from pycxl.errors import InvalidRequestError
 from pycxl.gpu.memory import DeviceMemory, GpuContext
 from pycxl.gpu.staged import StagedCopier
+from pycxl.measure.results import TransferResult
 from pycxl.system import snapshot
 from tests.kernel.kernel_helpers import pycxl_cli
 
@@ -55,8 +55,8 @@ def test_staged_copier_round_trip(size: int) -> None:
     back = np.zeros_like(data)
     dev = DeviceMemory(ctx, size)
     with StagedCopier(ctx, chunk=MiB, depth=3) as copier:
-        copier.to_device(dev.ptr, data)
-        copier.to_host(back, dev.ptr)
+        copier.to_device(dev, data)
+        copier.to_host(back, dev)
     assert np.array_equal(back, data)
     dev.close()
 

@@ -7,8 +7,8 @@ import pytest
 
 import pycxl
 from pycxl import bench
-from pycxl.bench.results import BandwidthResult
 from pycxl.cxl.region_layout import RegionRequest
+from pycxl.measure.results import BandwidthResult
 
 SIZE = 256 << 10
 

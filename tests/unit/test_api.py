@@ -76,7 +76,7 @@ def test_reprs_say_what_an_object_is(trees: Path) -> None:
         (lambda: pycxl.RegionRequest(type="nvram"), "type 'nvram'"),  # type: ignore[arg-type]
         (lambda: pycxl.RegionRequest(zone="fast"), "zone 'fast'"),  # type: ignore[arg-type]
         (lambda: pycxl.RegionRequest(size="0"), "size must be positive"),
-        (lambda: pycxl.snapshot(backend="magic"), "backend='magic'"),  # type: ignore[arg-type]
+        (lambda: pycxl.snapshot(backend="magic"), "backend 'magic'"),  # type: ignore[arg-type]
         (lambda: pycxl.bench.measure_bandwidth("dram0", kernel="fma"), "kernel 'fma'"),
         (lambda: pycxl.bench.measure_latency("dram0", page="1g"), "page size '1g'"),
         (lambda: pycxl.bench.measure_transfer("gpu0", "dram0", memory="magic"),

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pycxl import bench
-from pycxl.bench.context import last_level_cache
-from pycxl.bench.results import BandwidthResult, LatencyResult
 from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.measure.conditions import last_level_cache
+from pycxl.measure.results import BandwidthResult, LatencyResult
 from pycxl.sysfs import Sysfs
 from tests.kernel.kernel_helpers import pycxl_cli
 

@@ -323,7 +323,7 @@ def test_list_verbose_on_a_host_without_cxl_says_why_it_is_empty(tmp_path: Path)
 
 # --- a working set that fits in the cache -------------------------------------------------
 def test_an_arena_in_the_last_level_cache_is_said_in_the_table_and_json() -> None:
-    from pycxl.bench.context import last_level_cache
+    from pycxl.measure.conditions import last_level_cache
 
     (r,) = pycxl.bench.measure_latency("dram0", size="16K", samples=1, loads=1 << 14)
     assert r.fits_in_cache is True and r.last_level_cache == last_level_cache()

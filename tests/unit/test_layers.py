@@ -13,23 +13,20 @@ ROOT = Path(__file__).resolve().parents[2]
 # module name prefix -> floor; the longest matching prefix decides
 FLOORS = {
     "pycxl.errors": 0, "pycxl.units": 0, "pycxl.sysfs": 0, "pycxl.plan": 0,
-    "pycxl.waiting": 0, "pycxl.kinds": 0, "pycxl._lib": 0, "pycxl.native": 0,
+    "pycxl.waiting": 0, "pycxl.list_kinds": 0, "pycxl._lib": 0, "pycxl.native": 0,
     "pycxl._bench": 0, "pycxl._lazy": 0, "pycxl.trace": 0, "pycxl.outfiles": 0,
     "pycxl._log": 0, "pycxl.values": 0,
-    "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.bench": 1, "pycxl.testbed": 1,
-    "pycxl.pcie": 1,
+    "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.measure": 1, "pycxl.testbed": 1,
+    "pycxl.pcie": 1, "pycxl.targets": 1,
     "pycxl.tiers": 2, "pycxl.system": 2,
-    "pycxl": 3, "pycxl.api": 3, "pycxl.bench.dispatch": 3, "pycxl.listing": 3,
-    "pycxl.to_json": 3,
+    "pycxl": 3, "pycxl.by_name": 3, "pycxl.bench": 3, "pycxl.listing": 3, "pycxl.to_json": 3,
     "pycxl.cli": 4,
 }  # fmt: skip
-# package __init__ modules that export the floor-3 API
-PACKAGE_FLOORS = {"pycxl.bench": 3}
 
 
-def floor(module: str, *, package_init: bool = False) -> int:
-    if package_init and module in PACKAGE_FLOORS:
-        return PACKAGE_FLOORS[module]
+def floor(module: str) -> int:
+    """A module's floor: its longest prefix's, the same for a package and its modules
+    (no exceptions)."""
     best = max((p for p in FLOORS if module == p or module.startswith(p + ".")), key=len)
     return FLOORS[best]
 
@@ -74,22 +71,20 @@ MODULES = modules()
 
 @pytest.mark.parametrize(("module", "path", "is_package"), MODULES, ids=[m for m, _, _ in MODULES])
 def test_no_module_imports_a_higher_floor(module: str, path: Path, is_package: bool) -> None:
-    mine = floor(module, package_init=is_package)
+    mine = floor(module)
     upward = sorted(
-        f"{t} (floor {floor(t, package_init=t in PACKAGE_FLOORS)})"
-        for t in imports(module, path, is_package)
-        if floor(t, package_init=t in PACKAGE_FLOORS) > mine
+        f"{t} (floor {floor(t)})" for t in imports(module, path, is_package) if floor(t) > mine
     )
     assert upward == [], f"{module} (floor {mine}) imports {upward}"
 
 
 def test_the_rule_is_checked_on_every_floor() -> None:
-    floors = {floor(m, package_init=p) for m, _, p in MODULES}
+    floors = {floor(m) for m, _, _ in MODULES}
     assert floors == {0, 1, 2, 3, 4}
     # it sees relative, aliased and function-level imports
     found = {m: imports(m, path, p) for m, path, p in MODULES}
-    assert {"pycxl.bench.context", "pycxl.numa.launch", "pycxl.tiers"} <= found["pycxl.system"]
-    assert "pycxl.cxl.regions" in found["pycxl.api"]
+    assert {"pycxl.targets", "pycxl.numa.launch", "pycxl.tiers"} <= found["pycxl.system"]
+    assert "pycxl.cxl.regions" in found["pycxl.by_name"]
     assert "pycxl.numa.placement" in found["pycxl.gpu.memory"]  # inside a method
     # and it would catch the kind of import it exists for
     assert floor("pycxl.system") > floor("pycxl.numa.placement")
@@ -98,6 +93,6 @@ def test_the_rule_is_checked_on_every_floor() -> None:
 def test_names_are_parsed_on_the_resolver_floor_only() -> None:
     """tiers' name grammar is used from the resolver and above, never below."""
     for module, path, is_package in MODULES:
-        if floor(module, package_init=is_package) < 2:
+        if floor(module) < 2:
             assert "pycxl.tiers" not in imports(module, path, is_package), module
             assert "pycxl.system" not in imports(module, path, is_package), module

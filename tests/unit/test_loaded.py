@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from pycxl.bench import dispatch, loaded
-from pycxl.bench.results import LoadedPoint
+from pycxl.bench import dispatch
 from pycxl.errors import InvalidRequestError, NotAvailableError
+from pycxl.measure import loaded
+from pycxl.measure.results import LoadedPoint
 
 QUICK = dict(size="1M", load_size="8M", seconds=0.1, steps=3)
 

@@ -1,4 +1,4 @@
-"""The GPU code that can be proven without a GPU: the PTX kernels assemble (NVIDIA's
+"""The GPU code that can be proven without a GPU: the PTX modules assemble (NVIDIA's
 ptxas, from the nvidia-cuda-nvcc wheel) for the oldest and newest targets pycxl names,
 the committed STREAM PTX is its generator's output, and the copy threads of the staged
 transfer copy every byte."""
@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycxl._lib.compiled import kernels
-from pycxl.gpu.staged import _CopyStream
+from pycxl._lib.compiled import CopyPool
 
 ROOT = Path(__file__).resolve().parents[2]
 PTX = ("stream.ptx", "chase.ptx")
@@ -61,20 +60,18 @@ def test_stream_ptx_is_the_generators_output() -> None:
 def test_copy_threads_copy_every_byte(size: int, nt: int) -> None:
     """One chunk from an unaligned staging buffer into 16-aligned pageable memory (the
     side non-temporal stores write), with the same threads stream after stream."""
-    ffi, lib = kernels()
     src = np.random.default_rng(size).integers(0, 255, size + 8, dtype=np.uint8)[8:]
     dst = np.zeros(size + 24, dtype=np.uint8)[16:-8]  # 16-aligned start, an unaligned source
-    pool = lib.copy_pool_create(2, ffi.new("int[]", [0, 0]))
-    assert pool != ffi.NULL
+    pool = CopyPool([0, 0])
     try:
         for _ in range(3):
             dst[:] = 0
-            with _CopyStream(pool, dst.ctypes.data, [ffi.cast("void *", src.ctypes.data)], size,
-                             size, True, bool(nt), 1):  # fmt: skip
+            with pool.stream(dst.ctypes.data, [src.ctypes.data], size, size, to_host=True,
+                             nt=bool(nt), opened=1):  # fmt: skip
                 pass
             assert np.array_equal(dst, src)
     finally:
-        lib.copy_pool_destroy(pool)
+        pool.close()
 
 
 @pytest.mark.parametrize("to_host", [False, True])
@@ -88,7 +85,6 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
     arrives, a chunk is complete when `wait` returns, and the threads never write a
     staging buffer before it is opened again (that would corrupt the chunk not yet
     moved out of it)."""
-    ffi, lib = kernels()
     rng = np.random.default_rng(size + chunk)
     source = rng.integers(0, 255, size, dtype=np.uint8)
     host = source.copy() if not to_host else np.zeros(size, dtype=np.uint8)
@@ -96,16 +92,16 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
     stage = [np.zeros(chunk, dtype=np.uint8) for _ in range(depth)]
     chunks = -(-size // chunk)
     cpus = sorted(os.sched_getaffinity(0))
-    pool = lib.copy_pool_create(3, ffi.new("int[]", [cpus[i % len(cpus)] for i in range(3)]))
+    pool = CopyPool([cpus[i % len(cpus)] for i in range(3)])
     try:
         for _ in range(2):  # the same threads, stream after stream
             host[:] = 0 if to_host else source
             device[:] = source if to_host else 0
-            stage_ptrs = [ffi.cast("void *", ffi.from_buffer(b)) for b in stage]
+            stage_ptrs = [b.ctypes.data for b in stage]
             span = lambda i: slice(i * chunk, min(size, (i + 1) * chunk))  # noqa: E731
             if not to_host:
-                with _CopyStream(pool, host.ctypes.data, stage_ptrs, size, chunk, False, False,
-                                 depth) as copy:  # fmt: skip
+                with pool.stream(host.ctypes.data, stage_ptrs, size, chunk, to_host=False,
+                                 nt=False, opened=depth) as copy:  # fmt: skip
                     for i in range(chunks):
                         copy.wait(i)
                         part = span(i)
@@ -117,8 +113,8 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
                 for i in range(min(depth, chunks)):
                     part = span(i)
                     stage[i][: part.stop - part.start] = device[part]
-                with _CopyStream(pool, host.ctypes.data, stage_ptrs, size, chunk, True, True,
-                                 0) as copy:  # fmt: skip
+                with pool.stream(host.ctypes.data, stage_ptrs, size, chunk, to_host=True,
+                                 nt=True, opened=0) as copy:  # fmt: skip
                     for i in range(chunks):
                         copy.open(i + 1)
                         copy.wait(i)
@@ -127,27 +123,28 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
                             stage[i % depth][: part.stop - part.start] = device[part]
                 assert np.array_equal(host, source)
     finally:
-        lib.copy_pool_destroy(pool)
+        pool.close()
 
 
 def test_copy_stream_stops_on_an_error() -> None:
     """An error inside the stream stops the threads before chunks never opened, and the
     pool streams normally after."""
-    ffi, lib = kernels()
     size, chunk = 4 << 20, 1 << 20
     host = np.full(size, 7, dtype=np.uint8)
     stage = [np.zeros(chunk, dtype=np.uint8) for _ in range(2)]
-    pool = lib.copy_pool_create(2, ffi.new("int[]", [0, 0]))
+    pool = CopyPool([0, 0])
     try:
-        ptrs = [ffi.cast("void *", ffi.from_buffer(b)) for b in stage]
-        with pytest.raises(RuntimeError), _CopyStream(pool, host.ctypes.data, ptrs, size, chunk,
-                                                      False, False, 1) as copy:  # fmt: skip
+        ptrs = [b.ctypes.data for b in stage]
+        with pytest.raises(RuntimeError), pool.stream(host.ctypes.data, ptrs, size, chunk,
+                                                      to_host=False, nt=False,
+                                                      opened=1) as copy:  # fmt: skip
             copy.wait(0)
             raise RuntimeError("the engine failed")
         assert stage[0].min() == 7 and stage[1].max() == 0  # chunk 1 was never opened
         stage[1][:] = 0
-        with _CopyStream(pool, host.ctypes.data, ptrs, size, chunk, False, False, 4) as copy:
+        with pool.stream(host.ctypes.data, ptrs, size, chunk, to_host=False, nt=False,
+                         opened=4) as copy:  # fmt: skip
             copy.wait(3)  # the last chunk went through buffer 1
         assert stage[1].min() == 7
     finally:
-        lib.copy_pool_destroy(pool)
+        pool.close()

@@ -19,9 +19,10 @@ from pycxl.cxl.health import (
     decode_alert_config,
     decode_fw_info,
     decode_health,
+    event_health,
 )
 from pycxl.errors import InvalidRequestError
-from pycxl.ops.check import event_health, parse_expectations, run_check
+from pycxl.ops.check import parse_expectations, run_check
 from pycxl.ops.metrics import check_metrics, stat_metrics
 from pycxl.ops.prometheus import Metric, check_textfile_path, render, write_textfile
 from pycxl.ops.stat import stat

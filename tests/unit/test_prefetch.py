@@ -257,7 +257,7 @@ def test_the_host_engine_streams_bytes_into_host_buffers() -> None:
 @pytest.mark.parametrize("layers", [1, 2, 3, 6])
 @pytest.mark.parametrize("backward", [False, True])
 def test_the_offload_bound_counts_the_copies_the_ring_makes(layers: int, backward: bool) -> None:
-    from pycxl.bench.offload import stream_copies
+    from pycxl.measure.offload import stream_copies
 
     order = list(range(layers)) + (list(range(layers))[::-1] if backward else [])
     engine = SimEngine()
@@ -271,8 +271,8 @@ def test_the_offload_bound_counts_the_copies_the_ring_makes(layers: int, backwar
 def test_offload_results_are_built_whole_from_what_a_run_measures() -> None:
     """The result a run assembles (no GPU here: its figures given) has every field, and
     the bound follows link_time: one way forward, both ways at once backward."""
-    from pycxl.bench.context import Placement
-    from pycxl.bench.offload import _result, link_time
+    from pycxl.measure.offload import _result, link_time
+    from pycxl.targets import Pair, Target
 
     lb = 128 << 20
     fwd = link_time(16 * lb, 0, 50e9, 50e9, 90e9)
@@ -283,7 +283,8 @@ def test_offload_results_are_built_whole_from_what_a_run_measures() -> None:
                    pinned_bidir_bytes_per_s=90e9, bound_s=back)  # fmt: skip
     common = dict(initiator="gpu0", gpu="GPU", layers=16, width=8192, tokens=1024,
                   layer_bytes=lb, backward=True, samples=3)  # fmt: skip
-    p = Placement(target="dram0", node=0, initiator="dram0", cpus=(0,), free=1 << 40)
+    dram0 = Target("dram0", "node", node=0, tier="dram")
+    p = Pair(dram0, dram0, cpus=(0,), free=1 << 40)
     r = _result("pycxl", [0.09, 0.08, 0.1], p, figures, common, bytes_=(28 * lb, 16 * lb),
                 pages=(10, 10), hidden=0.1, lookahead=1)  # fmt: skip
     assert r.step_s == 0.09 and r.vs_bound == pytest.approx(0.09 / back)

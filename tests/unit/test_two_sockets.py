@@ -65,7 +65,7 @@ def test_cxl_nodes_belong_to_the_socket_their_memdevs_hang_off(trees: Path) -> N
     assert (cxl0.memdev_nodes, cxl0.near, cxl0.near_by) == ((0,), 0, "memdevs")
     assert (cxl1.memdev_nodes, cxl1.near, cxl1.near_by) == ((1,), 1, "memdevs")
     assert s.nearest_cpu_node(cxl1.node.id).name == "dram1"
-    assert s.placement("cxl1").initiator == "dram1"
+    assert s.pair("cxl1").initiator.name == "dram1"
     assert [x.name for x in s.near_tiers(1)] == ["dram1", "cxl1"]
     # a CXL node's figures are its region's, with no initiator named: they are for the
     # socket of its host bridges

@@ -40,7 +40,8 @@ from ..gpu.devices import GpuDevice
 from ..gpu.memory import GpuContext, HostMemory
 from ..gpu.torch_offload import import_torch
 from ..numa.placement import allocate
-from .context import Placement, check_fits, default
+from ..targets import Pair
+from .conditions import default
 from .results import OffloadResult
 
 MODES = ("hbm", "pycxl", "to", "pinned")
@@ -73,7 +74,7 @@ def check_offload(modes: Sequence[str], layers: int, width: int, tokens: int,
 
 def offload_steps(
     gpu: GpuDevice,
-    placements: Sequence[Placement],
+    pairs: Sequence[Pair],
     *,
     modes: Sequence[str] = MODES,
     layers: int = LAYERS,
@@ -83,14 +84,14 @@ def offload_steps(
     backward: bool = False,
     samples: int | None = None,
 ) -> list[OffloadResult]:
-    """The stack from each placement's tier, every mode; the hbm result first."""
+    """The stack from each pair's tier, every mode; the hbm result first."""
     samples = samples or default(SAMPLES, 2)
     run = check_offload(modes, layers, width, tokens, lookahead, samples)
     torch = import_torch("bench offload")
     layer_bytes = 2 * width * width
-    for p in placements:
+    for p in pairs:
         copies = layers * layer_bytes * (2 if "pinned" in run or "to" in run else 1)
-        check_fits(copies + layer_bytes, p)
+        p.check_fits(copies + layer_bytes)
     ordinal = ordinal_of(gpu.pci_bus_id)  # CUDA's number for it, as torch's
     dev = torch.device("cuda", ordinal)
     torch.cuda.set_device(dev)
@@ -108,7 +109,7 @@ def offload_steps(
                   tokens=tokens, layer_bytes=layer_bytes, backward=backward,
                   samples=samples)  # fmt: skip
     compute_s = statistics.median(hbm_times)
-    for p in placements:
+    for p in pairs:
         h2d, d2h, bidir = stack.pinned_bandwidth(ctx, p.node)
         grads = layers * layer_bytes if backward else 0
         moved = {"to": (layers * layer_bytes, grads), "pinned": (layers * layer_bytes, grads)}
@@ -118,7 +119,7 @@ def offload_steps(
             compute_s=compute_s, pinned_h2d_bytes_per_s=h2d, pinned_d2h_bytes_per_s=d2h,
             pinned_bidir_bytes_per_s=bidir, bound_s=bound,
         )  # fmt: skip
-        if p is placements[0]:
+        if p is pairs[0]:
             out.append(_result("hbm", hbm_times, None, figures, common, bytes_=(0, 0)))
         for mode in run[1:]:
             times, pages, extra = stack.host_mode(mode, ctx, p.node, backward, lookahead, samples)
@@ -134,7 +135,7 @@ def offload_steps(
 
 def offload_together(
     gpus: Sequence[GpuDevice],
-    placements: Sequence[Placement],
+    pairs: Sequence[Pair],
     *,
     layers: int = LAYERS,
     width: int = WIDTH,
@@ -151,7 +152,7 @@ def offload_together(
     samples = samples or default(SAMPLES, 2)
     check_offload(("pycxl",), layers, width, tokens, lookahead, samples)
     out: list[OffloadResult] = []
-    for p in placements:
+    for p in pairs:
         alone = {g.index: offload_steps(g, [p], modes=("pycxl",), layers=layers, width=width,
                                         tokens=tokens, lookahead=lookahead, backward=backward,
                                         samples=samples) for g in gpus}  # fmt: skip
@@ -173,7 +174,7 @@ def offload_together(
     return out
 
 
-def _at_once(gpus: Sequence[GpuDevice], p: Placement, layers: int, width: int, tokens: int,
+def _at_once(gpus: Sequence[GpuDevice], p: Pair, layers: int, width: int, tokens: int,
              lookahead: int, backward: bool, samples: int) -> dict[int, Timing]:  # fmt: skip
     """Each GPU's pycxl Timing, all streaming from ``p`` together (a thread each; the
     timed steps start at one barrier)."""
@@ -231,14 +232,14 @@ def link_time(to_device: int, to_host: int, h2d: float, d2h: float, bidir: float
     return half / h2d + max(half / h2d, to_host / d2h, (half + to_host) / bidir)
 
 
-def _result(mode: str, times: list[float], p: Placement | None, figures: dict[str, Any],
+def _result(mode: str, times: list[float], p: Pair | None, figures: dict[str, Any],
             common: dict[str, Any], *, bytes_: tuple[int, int],
             pages: tuple[int, int] | None = None, hidden: float | None = None,
             lookahead: int | None = None) -> OffloadResult:  # fmt: skip
     step = statistics.median(times)
     on_host = p is not None
     return OffloadResult(
-        target=p.target if p else common["initiator"], node=p.node if p else None,
+        target=p.target.name if p else common["initiator"], node=p.node if p else None,
         cpus=(), size=common["layers"] * common["layer_bytes"], page_size=4096 if on_host else 0,
         pages_on_node=pages[0] if pages else None, pages=pages[1] if pages else None,
         mode=mode, lookahead=lookahead, step_s=step, step_s_best=min(times),

@@ -293,8 +293,8 @@ def offload_layers(
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:
     if result.numa_node is None:
         return result
-    tier = snapshot(sysroot, gpus=False).tier_name(result.numa_node)
-    return dataclasses.replace(result, tier=tier)
+    system = snapshot(sysroot, gpus=False, cxl=result.topology)  # the read-back, not a third read
+    return dataclasses.replace(result, tier=system.tier_name(result.numa_node))
 
 
 def create_region(
@@ -332,8 +332,7 @@ def map_dax(name: str, size: int | str | None = None, *, sysroot: str | None = N
     process: its memory, directly, as a buffer with a numpy view that
     ``pycxl.gpu.memory.HostMemory`` can register. ``size``: all of it by default, else a
     multiple of the device's alignment."""
-    from .cxl.dax import DaxMapping
-    from .cxl.sysfs_backend import read_dax_devices
+    from .cxl.dax import DaxMapping, read_dax_devices
     from .errors import NotFoundError
     from .sysfs import Sysfs
 

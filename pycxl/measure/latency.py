@@ -13,21 +13,12 @@ from __future__ import annotations
 import statistics
 import time
 
-from .._lib.compiled import kernels
+from .._lib import compiled
 from ..errors import InvalidRequestError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import (
-    Placement,
-    cache_fit,
-    check_fits,
-    default,
-    huge_pages,
-    last_level_cache,
-    page_size,
-    pinned,
-    require_placed,
-)
+from ..targets import Pair
+from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size, pinned
 from .results import LatencyResult
 
 STRIDE = 256  # bytes between chased lines
@@ -46,7 +37,7 @@ def default_size() -> int:
 
 
 def chase_latency(
-    p: Placement,
+    p: Pair,
     *,
     size: int | None = None,
     page: str = "4k",
@@ -63,8 +54,7 @@ def chase_latency(
     size = size or default_size()
     group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
     size = size // group * group
-    check_fits(size, p)
-    ffi, lib = kernels()
+    p.check_fits(size)
     n_lines = size // STRIDE
     loads = loads or default(max(n_lines, 1 << 22), QUICK_LOADS)
     loads = max(16, loads - loads % 16)
@@ -72,24 +62,15 @@ def chase_latency(
         NumaBuffer(size, Policy.bind(p.node), huge=huge_pages(psize), populate=False) as buf,
         pinned(p.cpus[0]),
     ):
-        start = ffi.cast("char *", buf.address)
-        if lib.chase_build(start, n_lines, STRIDE, group, 0) != 0:
-            raise InvalidRequestError(
-                f"cannot build a chase over {size} bytes in groups of {group}"
-            )
-        lib.chase_run(start, max(16, n_lines - n_lines % 16))  # warm TLB and caches
-        ns = [lib.chase_run(start, loads) / loads for _ in range(samples)]
+        compiled.chase_build(buf.address, size, STRIDE, group)
+        compiled.chase_run(buf.address, max(16, n_lines - n_lines % 16))  # warm TLB and caches
+        ns = [compiled.chase_run(buf.address, loads) / loads for _ in range(samples)]
         pages = buf.pages_by_node()
-    require_placed(pages, p, "chase arena")
+    p.require_placed(pages, "chase arena")
     return LatencyResult(
-        target=p.target,
-        node=p.node,
-        initiator=p.initiator,
-        cpus=(p.cpus[0],),
+        **p.result_fields(pages, cpus=p.cpus[:1]),
         size=size,
         page_size=psize,
-        pages_on_node=pages.get(p.node, 0),
-        pages=sum(pages.values()),
         latency_ns=min(ns),
         latency_ns_median=statistics.median(ns),
         loads=loads,

@@ -191,7 +191,7 @@ class OffloadResult(BenchResult):
 
     ``bound_s`` is what the link and the GPU allow: max(the hbm step, the least time the
     link needs for the step's copies at its pinned bandwidth, one way and both ways at
-    once), all measured in the same run (``pycxl.bench.offload``); ``hidden`` is the
+    once), all measured in the same run (``pycxl.measure.offload``); ``hidden`` is the
     share of the copy time the step hid behind compute."""
 
     benchmark: ClassVar[str] = "offload"

@@ -1,7 +1,8 @@
-"""What every benchmark needs first: a resolved placement (the target's node, the
-initiator's CPUs), sizes from the caches, page sizes, and a pinned calling thread.
+"""The conditions a measurement runs under: quick mode and default sizes, the caches a
+working set must exceed, page sizes, and the calling thread pinned to one CPU.
 
-Names are resolved above this floor (``System.placement``); benchmarks take the result.
+What is measured comes resolved from above (a ``pycxl.targets.Pair``: the target's
+node, the initiator's CPUs or GPU); this module never sees a name.
 """
 
 from __future__ import annotations
@@ -9,13 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TypedDict
 
-from ..errors import InvalidRequestError, NotAvailableError, PlacementError
+from ..errors import NotAvailableError
 from ..numa.placement import HugePages
 from ..sysfs import Sysfs
-from ..units import format_size
 from ..values import word
 
 QUICK_ENV = "PYCXL_BENCH_QUICK"
@@ -35,17 +34,6 @@ def quick() -> bool:
 def default(normal: int, quick_value: int) -> int:
     """A default size or count: ``normal``, or ``quick_value`` in quick mode."""
     return quick_value if quick() else normal
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Host memory on one node, and the CPUs that access it."""
-
-    target: str  # the name it was resolved from (cxl0, dram0, node1)
-    node: int
-    initiator: str  # dram0, cpu3...
-    cpus: tuple[int, ...]
-    free: int  # target node's available memory (free + reclaimable), bytes
 
 
 def huge_pages(page_bytes: int) -> HugePages:
@@ -128,27 +116,6 @@ def page_size(name: str, fs: Sysfs | None = None) -> int:
                 f"echo madvise > {THP} (now: {mode or 'absent'})"
             )
     return PAGE_SIZES[name]
-
-
-def require_placed(placed: dict[int, int], p: Placement, what: str) -> None:
-    """Refuse to report a figure for memory that was not on the target's node."""
-    total = sum(n for node, n in placed.items() if node >= 0)
-    on = placed.get(p.node, 0)
-    if on < total:
-        elsewhere = {n: c for n, c in placed.items() if n >= 0 and n != p.node}
-        raise PlacementError(
-            f"{total - on} of {total} pages of the {what} were not on {p.target} (node "
-            f"{p.node}) but on {elsewhere}; no figure is reported for {p.target}"
-        )
-
-
-def check_fits(size: int, p: Placement) -> None:
-    """Refuse a working set the target node cannot hold (its available memory)."""
-    if size > p.free:
-        raise InvalidRequestError(
-            f"{format_size(size)} does not fit on {p.target} (node {p.node}): "
-            f"{format_size(p.free)} available; pass a smaller --size"
-        )
 
 
 def smt_siblings(cpu: int, fs: Sysfs | None = None) -> tuple[int, ...]:

@@ -26,8 +26,9 @@ from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
 from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer, allocate
+from ..targets import Pair
 from ..values import word
-from .context import Placement, check_fits, default
+from .conditions import default
 from .results import Lane, TransferResult
 
 DIRECTIONS = ("h2d", "d2h", "both", "bidir")
@@ -56,7 +57,7 @@ def check_transfer(direction: str, memory: str, lanes_at_once: int) -> None:
 
 def copy_bandwidth(
     gpus: Sequence[GpuDevice],
-    p: Placement,
+    p: Pair,
     *,
     direction: str = "both",
     size: int | None = None,
@@ -65,7 +66,7 @@ def copy_bandwidth(
     copy_cpus: Mapping[int, Sequence[int]] | None = None,
     every_gpu: bool = False,
 ) -> list[TransferResult]:
-    """Copies between each GPU of ``gpus`` (at once) and host memory placed by ``p``.
+    """Copies between each GPU of ``gpus`` (at once) and host memory on ``p.node``.
     ``memory``: pinned, pageable (the driver's copy) or staged (pycxl's pipelined copy,
     its threads on ``copy_cpus[gpu.index]``). One result per phase of ``direction``."""
     check_transfer(direction, memory, len(gpus))
@@ -76,7 +77,7 @@ def copy_bandwidth(
     if size <= 0:
         raise InvalidRequestError(f"size must be positive, not {size}")
     lanes_per_phase = max(len(ph) for ph in PHASES[direction]) * len(gpus)
-    check_fits(size * lanes_per_phase, p)
+    p.check_fits(size * lanes_per_phase)
     cpus = copy_cpus or {}
     results = []
     for phase in PHASES[direction]:
@@ -92,7 +93,7 @@ def copy_bandwidth(
 class _Lane:
     """One GPU copying in one direction: its buffers, stream and events."""
 
-    def __init__(self, g: GpuDevice, direction: str, p: Placement, size: int, memory: str,
+    def __init__(self, g: GpuDevice, direction: str, p: Pair, size: int, memory: str,
                  copy_cpus: Sequence[int] | None) -> None:  # fmt: skip
         self.gpu, self.direction, self.size, self.memory = g, direction, size, memory
         self.ctx = GpuContext.of(g)
@@ -121,9 +122,9 @@ class _Lane:
         if self.copier is not None:
             t0 = time.perf_counter()
             if self.direction == "h2d":
-                self.copier.to_device(self.dev.ptr, self.host)
+                self.copier.to_device(self.dev, self.host)
             else:
-                self.copier.to_host(self.host, self.dev.ptr)
+                self.copier.to_host(self.host, self.dev)
             self.staged_ms = (time.perf_counter() - t0) * 1e3
             return
         self.start.record(self.stream)
@@ -145,7 +146,7 @@ class _Lane:
             obj.close()
 
 
-def _measure(lanes: list[_Lane], p: Placement, size: int, samples: int, every_gpu: bool,
+def _measure(lanes: list[_Lane], p: Pair, size: int, samples: int, every_gpu: bool,
              phase: tuple[str, ...], memory: str) -> TransferResult:  # fmt: skip
     own: list[list[float]] = [[] for _ in lanes]
     wall: list[float] = []
@@ -171,14 +172,15 @@ def _measure(lanes: list[_Lane], p: Placement, size: int, samples: int, every_gp
         )
         for lane, t in zip(lanes, own, strict=True)
     )
-    placed = [lane.host.pages_by_node() for lane in lanes]
+    pages: dict[int, int] = {}
+    for lane in lanes:
+        for node, count in lane.host.pages_by_node().items():
+            pages[node] = pages.get(node, 0) + count
     first = lanes[0]
     return TransferResult(
-        target=p.target, node=p.node,
-        initiator="all" if every_gpu else first.gpu.target_name, cpus=(),
+        **{**p.result_fields(pages, cpus=()),
+           "initiator": "all" if every_gpu else first.gpu.target_name},
         size=size, page_size=4096,
-        pages_on_node=sum(pl.get(p.node, 0) for pl in placed),
-        pages=sum(sum(pl.values()) for pl in placed),
         direction="bidir" if len(phase) > 1 else phase[0], memory=memory,
         bytes_per_s=total / min(times), bytes_per_s_median=total / statistics.median(times),
         samples=samples, gpu="all" if every_gpu else first.gpu.name, lanes=per_lane,

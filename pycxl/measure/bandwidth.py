@@ -11,21 +11,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
-from .._lib.compiled import kernels
+from .._lib import compiled
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
+from ..targets import Pair
 from ..values import word
-from .context import (
-    Placement,
-    cache_fit,
-    check_fits,
-    default,
-    last_level_cache,
-    require_placed,
-)
+from .conditions import cache_fit, default, last_level_cache
 from .results import BandwidthResult
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
@@ -48,7 +41,7 @@ def kernel_names(kernel: str) -> list[str]:
 
 
 def stream_bandwidth(
-    p: Placement,
+    p: Pair,
     *,
     threads: int | None = None,
     kernel: str = "all",
@@ -62,36 +55,36 @@ def stream_bandwidth(
     nthreads = threads or len(p.cpus)
     if not 1 <= nthreads <= len(p.cpus):
         raise InvalidRequestError(
-            f"{nthreads} threads but initiator {p.initiator} has {len(p.cpus)} CPUs"
+            f"{nthreads} threads but initiator {p.initiator.name} has {len(p.cpus)} CPUs"
         )
     samples = samples or default(SAMPLES, 2)
     if samples < 1:
         raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     ntimes = samples + 1
-    ffi, lib = kernels()
-    if nt_stores and not lib.stream_has_nt():
+    if nt_stores and not compiled.stream_has_nt():
         raise NotAvailableError("non-temporal stores need a CPU with AVX")
     array = max(4096, (size or default_array_size()) // 4096 * 4096)
-    check_fits(3 * array, p)
+    p.check_fits(3 * array)
     n = array // 8
-    cpus = ffi.new("int[]", list(p.cpus[:nthreads]))
+    cpus = p.cpus[:nthreads]
     seq = [KERNELS[k] for k in names]
-    times = ffi.new("uint64_t[]", ntimes * len(seq))
     policy = Policy.bind(p.node)
     with (
         NumaBuffer(array, policy, populate=False) as a,
         NumaBuffer(array, policy, populate=False) as b,
         NumaBuffer(array, policy, populate=False) as c,
     ):
-        pa, pb, pc = (ffi.cast("double *", x.address) for x in (a, b, c))
-        _run(ffi, lib, [INIT], (pa, pb, pc), n, nthreads, cpus, 1, 0, times)
-        _run(ffi, lib, seq, (pa, pb, pc), n, nthreads, cpus, ntimes, int(bool(nt_stores)), times)
+        arrays = (a.address, b.address, c.address)
+        compiled.stream_run([INIT], arrays, n, SCALAR, cpus, 1, False)  # touched by the threads
+        times = compiled.stream_run(seq, arrays, n, SCALAR, cpus, ntimes, nt_stores)
         _validate((a, b, c), expected_values(names, ntimes))
         placed = [x.pages_by_node() for x in (a, b, c)]
     for name, pl in zip("abc", placed, strict=True):
-        require_placed(pl, p, f"STREAM array {name}")
-    on_node = sum(pl.get(p.node, 0) for pl in placed)
-    total_pages = sum(sum(pl.values()) for pl in placed)
+        p.require_placed(pl, f"STREAM array {name}")
+    pages: dict[int, int] = {}
+    for pl in placed:
+        for node, count in pl.items():
+            pages[node] = pages.get(node, 0) + count
     per_kernel = {
         k: [int(times[t * len(seq) + q]) for t in range(ntimes)] for q, k in enumerate(names)
     }
@@ -101,14 +94,9 @@ def stream_bandwidth(
         nbytes = BYTES_PER_ELEMENT[k] * n
         results.append(
             BandwidthResult(
-                target=p.target,
-                node=p.node,
-                initiator=p.initiator,
-                cpus=tuple(p.cpus[:nthreads]),
+                **p.result_fields(pages, cpus=cpus),
                 size=array,
                 page_size=4096,
-                pages_on_node=on_node,
-                pages=total_pages,
                 kernel=k,
                 bytes_per_s=nbytes / (min(kept) / 1e9),
                 bytes_per_s_median=nbytes / (statistics.median(kept) / 1e9),
@@ -119,24 +107,6 @@ def stream_bandwidth(
             )
         )
     return results
-
-
-def _run(
-    ffi: Any,
-    lib: Any,
-    seq: list[int],
-    arrays: tuple[Any, Any, Any],
-    n: int,
-    nthreads: int,
-    cpus: Any,
-    ntimes: int,
-    nt: int,
-    times: Any,
-) -> None:
-    kernels = ffi.new("int[]", seq)
-    rc = lib.stream_run(kernels, len(seq), *arrays, n, SCALAR, nthreads, cpus, ntimes, nt, times)
-    if rc:
-        raise OperationError(f"stream worker threads could not start (error {rc})")
 
 
 INITIAL = (1.0, 2.0, 0.0)  # a, b, c as STREAM initialises them (K_INIT in bench.c)

@@ -25,20 +25,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .._lib.compiled import kernels
+from .._lib import compiled
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from .context import (
-    Placement,
-    cache_fit,
-    check_fits,
-    default,
-    huge_pages,
-    last_level_cache,
-    page_size,
-    require_placed,
-)
+from ..targets import Pair
+from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size
 from .latency import STRIDE, TLB_PAGES, check_size
 from .latency import default_size as chase_default_size
 from .results import BandwidthResult, LoadedLatencyResult, LoadedPoint
@@ -74,8 +66,7 @@ def mix_names(spec: str) -> list[str]:
 
 def check_nt(mix: str) -> None:
     """Non-temporal mixes need AVX (x86-64); say so before anything runs."""
-    _, lib = kernels()
-    if mix in NT_MIXES and not lib.load_has_nt():
+    if mix in NT_MIXES and not compiled.load_has_nt():
         raise NotAvailableError(f"mix {mix} needs non-temporal stores: a CPU with AVX")
 
 
@@ -100,34 +91,27 @@ class CpuLoad:
 
     def __init__(self, node: int, cpus: Sequence[int], mix: str, size: int) -> None:
         check_nt(mix)
-        self.ffi, self.lib = kernels()
         self.mix, self.cpus = mix, tuple(cpus)
-        grain = len(self.cpus) * self.lib.load_mix_streams(MIXES.index(mix)) * STEP
+        grain = len(self.cpus) * compiled.load_mix_streams(MIXES.index(mix)) * STEP
         self.size = max(grain, size // grain * grain)
         self.slice = self.size // len(self.cpus)
         self.buf = NumaBuffer(self.size, Policy.bind(node), populate=True)
-        self._cpus = self.ffi.new("int[]", list(self.cpus))
-        self._run: Any = None
+        self._threads: compiled.LoadThreads | None = None
 
     def start(self, bytes_per_s: float | None) -> None:
         """Start the threads at ``bytes_per_s`` in all (None: unpaced)."""
-        err = self.ffi.new("int *")
-        self._run = self.lib.load_start(
-            self.ffi.cast("char *", self.buf.address), self.slice, len(self.cpus), self._cpus,
-            MIXES.index(self.mix), bytes_per_s or 0.0, err,
-        )  # fmt: skip
-        if self._run == self.ffi.NULL:
-            raise OperationError(f"load threads could not start (error {err[0]})")
+        self._threads = compiled.LoadThreads(self.buf.address, self.slice, self.cpus,
+                                             MIXES.index(self.mix), bytes_per_s)  # fmt: skip
 
     def moved(self) -> int:
         """Bytes the threads have moved so far, all of them together."""
-        return int(self.lib.load_moved(self._run))
+        return self._threads.moved() if self._threads is not None else 0
 
     def stop(self) -> None:
         """Stop the threads and wait for them (idempotent)."""
-        if self._run is not None:
-            self.lib.load_stop(self._run)
-            self._run = None
+        if self._threads is not None:
+            self._threads.stop()
+            self._threads = None
 
     def pages_by_node(self) -> dict[int, int]:
         """Pages of the load buffer per node."""
@@ -269,25 +253,19 @@ class CpuChaser:
     window_loads = WINDOW_LOADS
 
     def __init__(self, node: int, size: int, page: str = "4k") -> None:
-        self.ffi, self.lib = kernels()
         psize = page_size(page)
         group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
         self.size = size // group * group
         self.page_size, self.group = psize, group
         self.buf = NumaBuffer(self.size, Policy.bind(node), huge=huge_pages(psize), populate=False)
-        start = self.ffi.cast("char *", self.buf.address)
-        if self.lib.chase_build(start, self.size // STRIDE, STRIDE, group, 0) != 0:
-            raise InvalidRequestError(f"cannot build a chase over {self.size} bytes")
+        compiled.chase_build(self.buf.address, self.size, STRIDE, group)
         lines = self.size // STRIDE
-        self.lib.chase_run(start, max(16, lines - lines % 16))  # warm: the whole cycle once
-        self._cursor = self.ffi.new("void **", start)
+        compiled.chase_run(self.buf.address, max(16, lines - lines % 16))  # warm: the cycle once
+        self._cursor = compiled.ChaseCursor(self.buf.address)
 
     def windows(self, seconds: float) -> list[float]:
         """ns per load of each window of WINDOW_LOADS loads, for ``seconds``."""
-        cap = int(seconds * 1e9 / (WINDOW_LOADS * 10)) + 16  # never below 10 ns a load
-        out = self.ffi.new("uint32_t[]", cap)
-        n = self.lib.chase_windows(self._cursor, WINDOW_LOADS, int(seconds * 1e9), out, cap)
-        return [out[i] / WINDOW_LOADS for i in range(n)]
+        return [ns / WINDOW_LOADS for ns in self._cursor.windows(WINDOW_LOADS, seconds)]
 
     def pages_by_node(self) -> dict[int, int]:
         """Pages of the chase arena per node."""
@@ -419,8 +397,8 @@ def defaults(size: int | None, load_size: int | None) -> tuple[int, int, float, 
 
 
 def loaded_latency(
-    chase: Placement,
-    load_node: Placement,
+    chase: Pair,
+    load_node: Pair,
     load_cpus: Sequence[int],
     *,
     mix: str = "read",
@@ -437,7 +415,7 @@ def loaded_latency(
     """The latency of ``chase.node`` from ``chase.cpus[0]`` (or from ``gpu_chaser``, a GPU
     chase over that memory) while CPUs ``load_cpus`` (or ``gpu``'s copy engines) load
     ``load_node.node`` with ``mix``, at ``rates`` bytes/s or a sweep of ``steps``."""
-    from .context import pinned
+    from .conditions import pinned
 
     began = time.perf_counter()
     chase_size, lsize, point_s, warm_s, n_steps = defaults(size, load_size)
@@ -445,7 +423,7 @@ def loaded_latency(
     steps = steps or n_steps
     if knee_factor <= 1:
         raise InvalidRequestError(f"the knee factor must be above 1, not {knee_factor}")
-    check_fits(chase_size if gpu_chaser is None else 0, chase)
+    chase.check_fits(chase_size if gpu_chaser is None else 0)
     load: CpuLoad | GpuLoad
     if gpu is not None:
         load = GpuLoad(gpu, load_node.node, mix, lsize, load_cpus)
@@ -453,13 +431,13 @@ def loaded_latency(
     else:
         if not load_cpus:
             raise InvalidRequestError("no CPU is left for load threads")
-        check_fits(lsize, load_node)
+        load_node.check_fits(lsize)
         load = CpuLoad(load_node.node, load_cpus, mix, lsize)
-        load_from = chase.initiator
+        load_from = chase.initiator.name
     chaser: Any = None
     try:
         chaser = gpu_chaser if gpu_chaser is not None else CpuChaser(chase.node, chase_size)
-        describe = f"the {mix} load on {load_node.target}"
+        describe = f"the {mix} load on {load_node.target.name}"
         if gpu_chaser is not None:
             points, peak = curve(chaser, load, rates=rates, fractions=fractions, steps=steps,
                                  seconds=seconds, warmup=warm_s, describe=describe)  # fmt: skip
@@ -474,20 +452,17 @@ def loaded_latency(
         load.close()
         if chaser is not None and gpu_chaser is None:
             chaser.close()
-    require_placed(chase_pages, chase, "chase arena")
-    require_placed(load_pages, load_node, "load buffer")
+    chase.require_placed(chase_pages, "chase arena")
+    load_node.require_placed(load_pages, "load buffer")
     idle = points[0].latency_ns_p50
     reads, writes = READS_WRITES[mix]
     ordered = sorted(points[1:], key=lambda p: p.achieved_bytes_per_s)
     return LoadedLatencyResult(
-        target=chase.target, node=chase.node,
-        initiator=gpu_chaser.gpu.target_name if gpu_chaser is not None else chase.initiator,
-        cpus=() if gpu_chaser is not None else (chase.cpus[0],),
+        **chase.result_fields(chase_pages, cpus=chase.cpus[:1]),
         size=getattr(chaser, "size", chase_size),
         page_size=getattr(chaser, "page_size", 4096),
-        pages_on_node=chase_pages.get(chase.node, 0), pages=sum(chase_pages.values()),
         mix=mix, reads=reads, writes=writes,
-        load_target=load_node.target, load_node=load_node.node, load_from=load_from,
+        load_target=load_node.target.name, load_node=load_node.node, load_from=load_from,
         load_cpus=tuple(load_cpus), load_size=load.size,
         load_pages_on_node=load_pages.get(load_node.node, 0),
         load_pages=sum(load_pages.values()),
@@ -498,7 +473,7 @@ def loaded_latency(
 
 
 def mix_bandwidth(
-    p: Placement, cpus: Sequence[int], mix: str, *, size: int | None = None,
+    p: Pair, cpus: Sequence[int], mix: str, *, size: int | None = None,
     samples: int | None = None, seconds: float | None = None,
 ) -> BandwidthResult:  # fmt: skip
     """Peak bandwidth of ``mix`` on ``p.node`` from threads on ``cpus``, unpaced (MLC's
@@ -508,7 +483,7 @@ def mix_bandwidth(
     if samples < 1:
         raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     seconds = seconds or point_s / 2
-    check_fits(lsize, p)
+    p.check_fits(lsize)
     load = CpuLoad(p.node, cpus, mix, lsize)
     rates = []
     try:
@@ -523,11 +498,9 @@ def mix_bandwidth(
         size_used = load.size
     finally:
         load.close()
-    require_placed(placed, p, "load buffer")
+    p.require_placed(placed, "load buffer")
     return BandwidthResult(
-        target=p.target, node=p.node, initiator=p.initiator, cpus=tuple(cpus),
-        size=size_used, page_size=4096, pages_on_node=placed.get(p.node, 0),
-        pages=sum(placed.values()), kernel=mix, bytes_per_s=max(rates),
-        bytes_per_s_median=statistics.median(rates), samples=samples, threads=len(cpus),
-        nt_stores=mix in NT_MIXES, mix=mix, **cache_fit(size_used),
+        **p.result_fields(placed, cpus=cpus), size=size_used, page_size=4096, kernel=mix,
+        bytes_per_s=max(rates), bytes_per_s_median=statistics.median(rates), samples=samples,
+        threads=len(cpus), nt_stores=mix in NT_MIXES, mix=mix, **cache_fit(size_used),
     )  # fmt: skip

@@ -1,5 +1,6 @@
-"""GPU kernels shipped as PTX (native/*.ptx), JIT-compiled by the driver for the GPU
-at hand, and launched through the driver API."""
+"""GPU functions shipped as PTX modules (native/*.ptx), JIT-compiled by the driver for
+the GPU at hand, and launched through the driver API. Memory is passed as the objects
+that hold it (``pointer``); its device address is taken here."""
 
 from __future__ import annotations
 
@@ -20,15 +21,23 @@ LOG_BYTES = 8192
 
 @dataclass(frozen=True)
 class Arg:
-    """One kernel argument with its C type (the PTX parameter's)."""
+    """One argument of a GPU function, with its C type (the PTX parameter's)."""
 
     ctype: str  # 'unsigned long long', 'double'
     value: int | float
 
 
 def u64(value: int) -> Arg:
-    """A .u64 parameter: a count, or a device pointer."""
+    """A .u64 parameter: a count."""
     return Arg("unsigned long long", int(value))
+
+
+def pointer(memory: Any) -> Arg:
+    """A .u64 parameter that points at the start of ``memory``: DeviceMemory, host
+    memory mapped for the GPU (HostMemory), or any CUDA array."""
+    from .prefetch import device_span
+
+    return Arg("unsigned long long", device_span(memory)[0])
 
 
 def f64(value: float) -> Arg:
@@ -58,7 +67,7 @@ class Module:
         self._functions: dict[str, Any] = {}
 
     def function(self, name: str) -> Any:
-        """The kernel ``name`` of this module (looked up once)."""
+        """The function ``name`` of this module (looked up once)."""
         if name not in self._functions:
             ffi, lib = drv.driver()
             f = ffi.new("CUfunction *")
@@ -68,7 +77,7 @@ class Module:
         return self._functions[name]
 
     def launch(self, name: str, grid: int, block: int, stream: Stream, args: Sequence[Arg]) -> None:
-        """Enqueue kernel ``name`` on ``stream``: ``grid`` blocks of ``block`` threads."""
+        """Enqueue function ``name`` on ``stream``: ``grid`` blocks of ``block`` threads."""
         ffi, lib = drv.driver()
         values = [ffi.new(f"{a.ctype} *", a.value) for a in args]
         params = ffi.new("void *[]", [ffi.cast("void *", v) for v in values])

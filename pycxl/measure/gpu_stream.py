@@ -8,11 +8,11 @@ import statistics
 
 from ..errors import InvalidRequestError, OperationError
 from ..gpu.devices import GpuDevice, with_cuda_facts
-from ..gpu.kernels import Arg, Module, f64, u64
 from ..gpu.memory import DeviceMemory, GpuContext
+from ..gpu.ptx import Arg, Module, f64, pointer, u64
 from ..gpu.streams import Stream, Timer
 from .bandwidth import BYTES_PER_ELEMENT, INITIAL, SCALAR, expected_values, kernel_names
-from .context import cache_fit, default
+from .conditions import cache_fit, default
 from .results import BandwidthResult
 
 # Launch shape, from benchmarks/gpu_stream_tune.py on an H200: one block per 256 pairs
@@ -51,7 +51,7 @@ def gpu_stream_bandwidth(
     grid = -(-(n // 2) // (block * unroll))  # one grid step covers the arrays
     if blocks_per_sm > 0:  # else: that whole grid, as PyTorch launches
         grid = min(grid, (with_cuda_facts(g).sm_count or 1) * blocks_per_sm)
-    args = [*(u64(a.ptr) for a in arrays), f64(SCALAR), u64(n // 2)]
+    args = [*(pointer(a) for a in arrays), f64(SCALAR), u64(n // 2)]
     try:
         _fill(arrays, n)
         launch = [f"stream_{k}_u{unroll}" for k in names]
@@ -82,7 +82,7 @@ def _fill(arrays: list[DeviceMemory], n: int) -> None:
         a.copy_from_host(np.full(n, v))
 
 
-def _run(ctx: GpuContext, mod: Module, kernels: list[str], grid: int, block: int,
+def _run(ctx: GpuContext, mod: Module, functions: list[str], grid: int, block: int,
          args: list[Arg], ntimes: int) -> list[float]:  # fmt: skip
     stream = Stream(ctx)
     timer = Timer(stream)
@@ -91,7 +91,7 @@ def _run(ctx: GpuContext, mod: Module, kernels: list[str], grid: int, block: int
         def one(name: str) -> float:
             return timer.time(lambda: mod.launch(name, grid, block, stream, args))
 
-        return [one(k) for _ in range(ntimes) for k in kernels]
+        return [one(f) for _ in range(ntimes) for f in functions]
     finally:
         timer.close()
         stream.close()
