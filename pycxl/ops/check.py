@@ -16,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..cxl.model import Memdev, Region
 from ..errors import InvalidRequestError, NeedsRootError, NotFoundError, OperationError
 from ..pcie import Link, nvidia_gpus, read_link
 from ..sysfs import Sysfs
@@ -26,6 +25,7 @@ from ..units import format_size, parse_size
 if TYPE_CHECKING:  # imported where used: a host without CXL memdevs needs none of them
     from ..cxl.health import DeviceHealth, Health
     from ..cxl.mailbox import Unsupported
+    from ..cxl.model import Memdev, Region
     from ..cxl.poison import PoisonRecord
 
 Severity = Literal["ok", "info", "warning", "failure"]
