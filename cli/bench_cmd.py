@@ -121,8 +121,9 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
 @FROM
 @click.option("--load-on", default=None, metavar="TARGET",
               help="Tier the load runs on (default: the target).")  # fmt: skip
-@click.option("--load-from", default=None, metavar="GPU",
-              help="Load from a GPU's copy engines (gpu0) instead of CPUs.")  # fmt: skip
+@click.option("--load-from", default=None, metavar="GPU|all",
+              help="Load from a GPU's copy engines (gpu0), or every GPU's at once (all), "
+                   "instead of CPUs.")  # fmt: skip
 @click.option("--mix", default="read", show_default=True, metavar="MIX[,MIX...]|all",
               help="Load read/write mix: read, 3:1, 2:1, 1:1, nt-write, all.")  # fmt: skip
 @click.option("--rates", type=RatesType(), default=None, metavar="GB/S[,GB/S...]",
@@ -153,7 +154,7 @@ def loaded_latency_command(
     """Latency while the memory is busy (MLC's loaded latency, paced by bandwidth).
 
     One thread chases pointers on TARGET while load threads on the initiator's other
-    CPUs (or a GPU's copy engines, --load-from gpu0) move memory on --load-on at a
+    CPUs (or GPUs' copy engines, --load-from gpu0|all) move memory on --load-on at a
     series of bandwidths: the unpaced peak first, then paced points from idle up. Each
     point: the load bandwidth reached, the chase latency (mean, p50, p99). --from gpu0
     makes the chase the GPU's (zero-copy) while CPUs load the tier.

@@ -355,8 +355,9 @@ def measure_loaded_latency(
     or on a GPU (``initiator="gpu0"``: its zero-copy chase). The load comes from the
     initiator's other CPUs (not the chase CPU's core; for a GPU chaser, the CPUs nearest
     the load tier), ``load_threads`` of them (default: all), or from a GPU's copy
-    engines (``load_from="gpu0"``). ``rates`` in bytes/s, ``fractions`` of the load's
-    unpaced peak, or a sweep of ``steps`` points from idle to the peak."""
+    engines (``load_from="gpu0"``; ``"all"``: every GPU's at once). ``rates`` in
+    bytes/s, ``fractions`` of the load's unpaced peak, or a sweep of ``steps`` points from
+    idle to the peak."""
     from ..measure import loaded
 
     mixes = loaded.mix_names(mix)
@@ -376,14 +377,15 @@ def measure_loaded_latency(
         for f in fractions
     )):  # fmt: skip
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
-    s = _system(system, target, initiator, load_from)
+    # any --load-from is GPUs ('all' too): their driver must be asked
+    s = system or snapshot(gpus=load_from is not None or wants_gpus(target, initiator))
     instead = ("loaded latency measures host tiers (the GPU's own memory is measured by "
                "pycxl bench latency/bandwidth --target gpuN)")  # fmt: skip
     chase = s.host_pair(target, initiator, instead=instead)
     load_on_pair = s.host_pair(load_on, initiator, instead=instead) if load_on else chase
-    load_gpu = None
+    load_gpus: tuple[GpuDevice, ...] = ()
     if load_from is not None:
-        load_gpu = s.gpu(load_from)
+        load_gpus = s.gpus_named(load_from)
         if load_threads is not None:
             raise InvalidRequestError("--load-threads applies to CPU loads, not a GPU's")
         for m in mixes:
@@ -392,15 +394,15 @@ def measure_loaded_latency(
                     f"a GPU load copies host memory: mix read (host to GPU), nt-write (GPU "
                     f"to host) or 1:1 (both at once), not {m}"
                 )
-    return _loaded(chase, load_on_pair, mixes, load_gpu, load_threads, rates=rates,
+    return _loaded(chase, load_on_pair, mixes, load_gpus, load_threads, rates=rates,
                    fractions=fractions, steps=steps, size=_size(size),
                    load_size=_size(load_size, "load size"), seconds=seconds, knee=knee)  # fmt: skip
 
 
-def _loaded(chase: Pair, load_on: Pair, mixes: list[str], load_gpu: GpuDevice | None,
+def _loaded(chase: Pair, load_on: Pair, mixes: list[str], load_gpus: tuple[GpuDevice, ...],
             load_threads: int | None, **curve: Any) -> list[LoadedLatencyResult]:  # fmt: skip
     """One loaded-latency curve per mix: ``chase`` (host memory) from its CPUs' first (or
-    its GPU), the load on ``load_on`` from the other CPUs (or from ``load_gpu``)."""
+    its GPU), the load on ``load_on`` from the other CPUs (or from ``load_gpus``)."""
     from ..measure import loaded
     from ..measure.conditions import smt_siblings
 
@@ -410,7 +412,7 @@ def _loaded(chase: Pair, load_on: Pair, mixes: list[str], load_gpu: GpuDevice | 
         busy = set(smt_siblings(chase.cpus[0])) | {chase.cpus[0]}
         free_cpus = [c for c in load_on.cpus if c not in busy]
     cpus: list[int] = free_cpus[:4]  # a GPU load's copy threads: off the chase's core
-    if load_gpu is None:
+    if not load_gpus:
         n = load_threads if load_threads is not None else len(free_cpus)
         who = load_on.initiator.name
         if n < 1 or n > len(free_cpus):
@@ -435,7 +437,7 @@ def _loaded(chase: Pair, load_on: Pair, mixes: list[str], load_gpu: GpuDevice | 
                 chase, load_on, cpus, mix=m, rates=curve["rates"], fractions=curve["fractions"],
                 steps=curve["steps"], size=curve["size"], load_size=curve["load_size"],
                 seconds=curve["seconds"], knee_factor=curve["knee"] or loaded.KNEE,
-                gpu=load_gpu, gpu_chaser=gpu_chaser,
+                gpus=load_gpus, gpu_chaser=gpu_chaser,
             ))  # fmt: skip
     finally:
         if gpu_chaser is not None:
@@ -519,7 +521,7 @@ def measure_matrix(
                             default(4, 2), False)  # fmt: skip
             cells += [MatrixCell(i, t, "bandwidth", r) for r in rs]
         if loaded and pair.gpu is None:
-            (lr,) = _loaded(pair, pair, ["read"], None, None, rates=None,
+            (lr,) = _loaded(pair, pair, ["read"], (), None, rates=None,
                             fractions=LOADED_FRACTIONS, steps=None, size=n, load_size=None,
                             seconds=default(500, 200) / 1e3, knee=None)  # fmt: skip
             cells.append(MatrixCell(i, t, "loaded", lr))

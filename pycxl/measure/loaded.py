@@ -124,11 +124,14 @@ class CpuLoad:
 
 
 class GpuLoad:
-    """A GPU's copy engines streaming a pinned host buffer on ``node``: host to device
-    (the GPU reads the tier), device to host (it writes it), or both at once. Each lane
-    keeps two copies in flight and paces itself to its share of the rate."""
+    """GPUs' copy engines streaming pinned host buffers on ``node``: host to device (the
+    GPU reads the tier), device to host (it writes it), or both at once; with several
+    GPUs, each of them at once. Each lane (a GPU and a direction) keeps two copies in
+    flight and paces itself to its share of the rate."""
 
-    def __init__(self, gpu: Any, node: int, mix: str, size: int, cpus: Sequence[int] = ()) -> None:
+    def __init__(
+        self, gpus: Sequence[Any], node: int, mix: str, size: int, cpus: Sequence[int] = ()
+    ) -> None:
         from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
         from ..gpu.streams import Stream
 
@@ -137,33 +140,43 @@ class GpuLoad:
                 f"a GPU load moves host memory by copying it: mix read (host to GPU), "
                 f"nt-write (GPU to host) or 1:1 (both at once), not {mix}"
             )
-        self.mix, self.gpu = mix, gpu
+        self.mix, self.gpus = mix, tuple(gpus)
         self.cpus = tuple(cpus)  # where the lanes' threads run (never the chase's CPU)
-        self.ctx = GpuContext.of(gpu)
         chunk = min(GPU_CHUNK, max(1 << 20, size // 2))
         self.chunk = chunk
-        self._lanes = []
-        for direction in GPU_MIXES[mix]:
-            host = NumaBuffer(2 * chunk, Policy.bind(node), populate=True)
-            pinned = HostMemory(self.ctx, host)
-            dev = DeviceMemory(self.ctx, 2 * chunk)
-            self._lanes.append((direction, host, pinned, dev, Stream(self.ctx)))
+        self._lanes: list[tuple[Any, str, NumaBuffer, Any, Any, Any]] = []
+        try:
+            for gpu in self.gpus:
+                ctx = GpuContext.of(gpu)
+                for direction in GPU_MIXES[mix]:
+                    host = NumaBuffer(2 * chunk, Policy.bind(node), populate=True)
+                    lane = (ctx, direction, host, HostMemory(ctx, host),
+                            DeviceMemory(ctx, 2 * chunk), Stream(ctx))  # fmt: skip
+                    self._lanes.append(lane)
+        except BaseException:
+            self._release()
+            raise
         self.size = 2 * chunk * len(self._lanes)
         self._moved = [0] * len(self._lanes)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._error: str | None = None
 
+    @property
+    def source(self) -> str:
+        """Who loads, as results name it: gpu0, or gpu0,gpu1 for several."""
+        return ",".join(g.target_name for g in self.gpus)
+
     def _lane(self, q: int, rate: float | None) -> None:
         from ..gpu.streams import Event
 
-        direction, host, _pinned, dev, stream = self._lanes[q]
+        ctx, direction, host, _pinned, dev, stream = self._lanes[q]
         whole = host.array("uint8")
         halves = [whole[: self.chunk], whole[self.chunk :]]
         try:
             if self.cpus:
                 os.sched_setaffinity(0, self.cpus)  # this thread only
-            self.ctx.activate()
+            ctx.activate()
             done = [Event(), Event()]
             t0 = time.perf_counter()
             k = 0
@@ -221,18 +234,22 @@ class GpuLoad:
         """Pages of the pinned host buffers per node."""
         out: dict[int, int] = {}
         for lane in self._lanes:
-            for node, n in lane[1].pages_by_node().items():
+            for node, n in lane[2].pages_by_node().items():
                 out[node] = out.get(node, 0) + n
         return out
 
     def close(self) -> None:
         """Stop, then release streams, GPU memory, registrations and buffers."""
         self.stop()
-        for _d, host, pinned, dev, stream in self._lanes:
+        self._release()
+
+    def _release(self) -> None:
+        for _ctx, _d, host, pinned, dev, stream in self._lanes:
             stream.close()
             dev.close()
             pinned.close()
             host.close()
+        self._lanes = []
 
 
 # --- chasers -----------------------------------------------------------------------------
@@ -409,11 +426,11 @@ def loaded_latency(
     load_size: int | None = None,
     seconds: float | None = None,
     knee_factor: float = KNEE,
-    gpu: Any = None,
+    gpus: Sequence[Any] = (),
     gpu_chaser: Any = None,
 ) -> LoadedLatencyResult:
     """The latency of ``chase.node`` from ``chase.cpus[0]`` (or from ``gpu_chaser``, a GPU
-    chase over that memory) while CPUs ``load_cpus`` (or ``gpu``'s copy engines) load
+    chase over that memory) while CPUs ``load_cpus`` (or ``gpus``' copy engines) load
     ``load_node.node`` with ``mix``, at ``rates`` bytes/s or a sweep of ``steps``."""
     from .conditions import pinned
 
@@ -425,9 +442,9 @@ def loaded_latency(
         raise InvalidRequestError(f"the knee factor must be above 1, not {knee_factor}")
     chase.check_fits(chase_size if gpu_chaser is None else 0)
     load: CpuLoad | GpuLoad
-    if gpu is not None:
-        load = GpuLoad(gpu, load_node.node, mix, lsize, load_cpus)
-        load_from = gpu.target_name
+    if gpus:
+        load = GpuLoad(gpus, load_node.node, mix, lsize, load_cpus)
+        load_from = load.source
     else:
         if not load_cpus:
             raise InvalidRequestError("no CPU is left for load threads")

@@ -84,6 +84,23 @@ def test_transfer_staged_bidir_and_all_gpus() -> None:
     assert len(every.lanes) == len(snapshot().gpus.devices)
 
 
+def test_loaded_latency_with_every_gpu_loading() -> None:
+    """--load-from all: every GPU's copy engines load dram0 at once while a CPU chases."""
+    names = ",".join(g.target_name for g in snapshot().gpus.devices)
+    (r,) = bench.measure_loaded_latency("dram0", load_from="all", size="8M", load_size="256M",
+                                        seconds=0.2, steps=3)  # fmt: skip
+    assert r.load_from == names and r.mix == "read"
+    assert r.load_pages_on_node == r.load_pages > 0
+    assert r.peak_bytes_per_s > 5e9  # one H200 alone moves ~50 GB/s host to device
+    assert all(p.latency_ns_p50 > 0 for p in r.points)
+    p = pycxl_cli("bench", "loaded-latency", "-t", "dram0", "--load-from", "all", "--mix", "1:1",
+                  "--steps", "2", "--duration", "0.2", "--size", "8M", "--load-size", "256M",
+                  "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (doc,) = json.loads(p.stdout)
+    assert doc["load_from"] == names and doc["peak_bytes_per_s"] > 5e9
+
+
 def test_a_gpu_reads_host_memory_by_copying_it() -> None:
     """bench bandwidth --from gpu0 --target dram0: the matrix's cell, from the CLI too."""
     (r,) = bench.measure_bandwidth("dram0", "gpu0", size="64M", samples=3)
