@@ -435,12 +435,24 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
                           *keys, *(["advertised", "apart"] if adv else [])], rows)  # fmt: skip
         if adv:
             _say_apart(mine, adv)
+    _say_lanes(results)
     cached = [r for r in results if _in_cache(r)]
     if cached:
         r = cached[0]
         cache = format_size(getattr(r, "last_level_cache", 0))
         click.echo(f"* fits in the {cache} last-level cache: the figure is the cache's, not "
                    f"{r.target}'s memory (the default size is 4x the cache)\n")  # fmt: skip
+
+
+def _say_lanes(results: Sequence[BenchResult]) -> None:
+    """Copies that ran at once: each one's bandwidth beside its own alone."""
+    for r in results:
+        for lane in getattr(r, "lanes", ()):
+            if lane.alone_bytes_per_s is None:
+                continue
+            click.echo(f"  {lane.gpu} {lane.direction}: {_figure('bytes_per_s', lane.bytes_per_s)}"
+                       f" at once, {_figure('bytes_per_s', lane.alone_bytes_per_s)} alone "
+                       f"({lane.bytes_per_s / lane.alone_bytes_per_s:.2f}x)")  # fmt: skip
 
 
 def _in_cache(r: BenchResult) -> bool:

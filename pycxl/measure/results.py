@@ -121,6 +121,9 @@ class Lane:
     direction: str
     bytes_per_s: float
     bytes_per_s_median: float
+    # with other lanes at once: this lane's best alone, measured just before (None for a
+    # lane that ran alone); alone / bytes_per_s is what sharing the links cost it
+    alone_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

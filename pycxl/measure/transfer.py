@@ -146,8 +146,9 @@ class _Lane:
             obj.close()
 
 
-def _measure(lanes: list[_Lane], p: Pair, size: int, samples: int, every_gpu: bool,
-             phase: tuple[str, ...], memory: str) -> TransferResult:  # fmt: skip
+def _rounds(lanes: Sequence[_Lane], samples: int) -> tuple[list[list[float]], list[float]]:
+    """Each lane's own copy times (ms) and the host's wall times (s) of ``samples``
+    rounds with every lane of ``lanes`` started together, after WARMUP unmeasured ones."""
     own: list[list[float]] = [[] for _ in lanes]
     wall: list[float] = []
     for it in range(WARMUP + samples):
@@ -160,6 +161,16 @@ def _measure(lanes: list[_Lane], p: Pair, size: int, samples: int, every_gpu: bo
             wall.append(elapsed)
             for q, m in enumerate(ms):
                 own[q].append(m)
+    return own, wall
+
+
+def _measure(lanes: list[_Lane], p: Pair, size: int, samples: int, every_gpu: bool,
+             phase: tuple[str, ...], memory: str) -> TransferResult:  # fmt: skip
+    # lanes at once: each alone first, so the result says what sharing cost each
+    several = len(lanes) > 1
+    alone = [size / (min(_rounds([lane], samples)[0][0]) / 1e3) if several else None
+             for lane in lanes]  # fmt: skip
+    own, wall = _rounds(lanes, samples)
     # one lane: the copy's own GPU time; lanes at once: the host's wall time
     times = [m / 1e3 for m in own[0]] if len(lanes) == 1 else wall
     total = size * len(lanes)
@@ -169,8 +180,9 @@ def _measure(lanes: list[_Lane], p: Pair, size: int, samples: int, every_gpu: bo
             direction=lane.direction,
             bytes_per_s=size / (min(t) / 1e3),
             bytes_per_s_median=size / (statistics.median(t) / 1e3),
+            alone_bytes_per_s=alone[q],
         )
-        for lane, t in zip(lanes, own, strict=True)
+        for q, (lane, t) in enumerate(zip(lanes, own, strict=True))
     )
     pages: dict[int, int] = {}
     for lane in lanes:
