@@ -84,7 +84,8 @@ def test_transfer_staged_bidir_and_all_gpus() -> None:
         assert lane.alone_bytes_per_s is not None and lane.alone_bytes_per_s > 1e9
         assert lane.bytes_per_s > 0.5 * lane.alone_bytes_per_s
     assert all(lane.alone_bytes_per_s is None for r in staged for lane in r.lanes)
-    p = pycxl_cli("bench", "transfer", "-t", "dram0", "--direction", "bidir", "--size", "64M")
+    p = pycxl_cli("bench", "transfer", "-g", "gpu0", "-t", "dram0", "--direction", "bidir",
+                  "--size", "64M")  # fmt: skip
     assert p.returncode == 0 and p.stdout.count(" alone (") == 2, p.stdout + p.stderr
     (every,) = bench.measure_transfer("all", "dram0", direction="h2d", size="64M", samples=3)
     assert every.initiator == "all" and every.bytes_per_s > 1e9
