@@ -142,7 +142,7 @@ def _device_tables(system: System, sel: Selection, req: ListRequest) -> None:
     from pycxl.cxl.health import AlertConfig, Health
     from pycxl.listing import read_device_info
 
-    info = read_device_info(sel.memdevs, req)
+    info = read_device_info(system, sel.memdevs, req)
     unread = sorted({i.unavailable for i in info.values() if i.unavailable})
     for why in unread:
         click.echo(f"pycxl: {why}", err=True)

@@ -314,14 +314,20 @@ class DeviceInfo:
     poison: list[PoisonRecord] | Unsupported | None = None
 
 
-def read_device_info(memdevs: Sequence[Memdev], req: ListRequest) -> dict[str, DeviceInfo]:
+def read_device_info(
+    system: System, memdevs: Sequence[Memdev], req: ListRequest
+) -> dict[str, DeviceInfo]:
     """Health, alert configuration and poison of each memdev, as ``req`` asks. Without
-    root each says so; a device that refuses a command is reported, the rest go on."""
+    root, or for a recorded tree (its devices are not on this machine), each says so; a
+    device that refuses a command is reported, the rest go on."""
     if not req.device_info or not memdevs:
         return {}
     from .cxl.health import read_health
     from .cxl.poison import read_poison
 
+    if system.sysroot != "/":
+        away = f"a recorded tree ({system.sysroot}): its devices are not here to ask"
+        return {m.name: DeviceInfo(unavailable=away) for m in memdevs}
     if os.geteuid() != 0:
         root = "needs root: health, alerts and poison come from the device's mailbox"
         return {m.name: DeviceInfo(unavailable=root) for m in memdevs}
@@ -416,7 +422,7 @@ def list_json(system: System, req: ListRequest) -> Any:
 
     sel = select(system, req)
     extras = {name: device_json(system, info, req)
-              for name, info in read_device_info(sel.memdevs, req).items()}  # fmt: skip
+              for name, info in read_device_info(system, sel.memdevs, req).items()}  # fmt: skip
     if req.summary:
         doc: dict[str, Any] = {CONTAINERS[k]: kind_json(k, sel, req) for k in SUMMARY_KINDS}
         doc["regions"] = [js.region_json(r, True, req.human) for r in sel.regions]

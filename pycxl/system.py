@@ -44,6 +44,8 @@ class System:
     cxl: CxlTopology
     nodes: tuple[NodeTier, ...]
     gpus: GpuInventory
+    # the tree it was read from ('/': this machine, whose devices can be asked)
+    sysroot: str = "/"
 
     def __repr__(self) -> str:
         cxl = (
@@ -359,7 +361,7 @@ def snapshot(
         inventory = GpuInventory((), None, "GPUs not queried")
     else:
         inventory = read_gpus(fs, via="auto" if gpus is True else gpus)
-    return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory)
+    return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory, sysroot=fs.root)
 
 
 def wants_gpus(*names: str | None) -> bool:

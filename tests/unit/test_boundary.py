@@ -311,6 +311,18 @@ def test_list_verbose_levels_are_cxl_lists() -> None:
     assert [m["memdev"] for m in groups["memdevs"]] == ["mem0"] and "buses" in groups
 
 
+def test_list_device_answers_of_a_recorded_tree_are_not_asked_of_this_machine() -> None:
+    """-H, -A and -L read the devices' mailboxes: a recorded tree's devices are not here,
+    and this machine's devices of the same names must not answer for them."""
+    p = pycxl_cli("list", "-M", "-H", "-A", "-L", "--json", "--sysroot", str(REGION))
+    assert p.returncode == 0, p.stderr
+    for m in json.loads(p.stdout):
+        for key in ("health", "alert_config", "media_errors"):
+            assert key not in m and "recorded tree" in m[f"{key}_unsupported"], m
+    table = pycxl_cli("list", "-M", "-H", "--sysroot", str(REGION))
+    assert table.returncode == 0 and "its devices are not here to ask" in table.stderr
+
+
 def test_list_verbose_on_a_host_without_cxl_says_why_it_is_empty(tmp_path: Path) -> None:
     p = pycxl_cli("list", "-v", "--sysroot", str(no_cxl_tree(tmp_path)))
     assert p.returncode == 0 and p.stdout.rstrip().endswith(
