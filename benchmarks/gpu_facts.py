@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 
@@ -43,7 +44,10 @@ def nvml_raw() -> None:
     lib.nvmlDeviceGetCount_v2(count)
     for i in range(count[0]):
         dev_p = ffi.new("nvmlDevice_t *")
-        rc = lib.nvmlDeviceGetHandleByIndex_v2(i, dev_p)
+        rc = timed(
+            f"nvmlDeviceGetHandleByIndex_v2({i})",
+            partial(lib.nvmlDeviceGetHandleByIndex_v2, i, dev_p),
+        )
         print(f"NVML device {i} (handle rc {rc})")
         dev = dev_p[0]
         mem = ffi.new("nvmlMemory_v2_t *")
@@ -55,7 +59,10 @@ def nvml_raw() -> None:
         print(f"  nvmlDeviceGetNumGpuCores rc {lib.nvmlDeviceGetNumGpuCores(dev, cores)}: "
               f"{cores[0]}")  # fmt: skip
         mask = ffi.new(f"unsigned long[{NODE_MASK_WORDS}]")
-        rc = lib.nvmlDeviceGetMemoryAffinity(dev, NODE_MASK_WORDS, mask, 0)
+        rc = timed(
+            "  nvmlDeviceGetMemoryAffinity(node), the nearest node's driver answer",
+            partial(lib.nvmlDeviceGetMemoryAffinity, dev, NODE_MASK_WORDS, mask, 0),
+        )
         print(f"  nvmlDeviceGetMemoryAffinity(node) rc {rc}: {[hex(mask[w]) for w in range(2)]}")
         rc = lib.nvmlDeviceGetMemoryAffinity(dev, NODE_MASK_WORDS, mask, 1)
         print(f"  nvmlDeviceGetMemoryAffinity(socket) rc {rc}: {[hex(mask[w]) for w in range(2)]}")
