@@ -67,8 +67,18 @@ def list_command(
     their nearest node, and what is absent. A filter alone lists its own kind
     (-m mem0: that memdev; -d root: the root decoders), as cxl list does.
     """
+    from pycxl.gpu.nvml_session import begin_reading
+    from pycxl.sysfs import Sysfs
+
+    # NVML waits about 18 ms on the driver: for a plain `list` or `list -G`, start it on a
+    # thread before anything else is imported; other requests start it once they are
+    # built, if they show GPUs
+    plain = not any(v for k, v in kinds.items() if k != "gpus") and not (
+        serial_filter or health or alert_config or media_errors or verbose or cuda
+    )
+    if plain:
+        begin_reading(Sysfs(sysroot))
     from pycxl.listing import ListRequest, list_json, select
-    from pycxl.system import snapshot
 
     req = ListRequest(
         kinds=frozenset(k.name for k in KINDS if kinds.get(k.name)),
@@ -81,6 +91,10 @@ def list_command(
     # GPUs come from NVML or the driver's files; CUDA, slow to start, only with --cuda
     want_gpus = req.summary or "gpus" in req.shown
     gpus = want_gpus and ("cuda" if cuda else True)
+    if gpus is True:
+        begin_reading(Sysfs(sysroot))  # (once: a plain request has started it)
+    from pycxl.system import snapshot
+
     system = snapshot(sysroot, backend=backend, gpus=gpus)  # type: ignore[arg-type]
     if as_json:
         emit_json(list_json(system, req))
@@ -140,7 +154,7 @@ def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> 
 def _device_tables(system: System, sel: Selection, req: ListRequest) -> None:
     """What the memdevs' mailboxes and poison lists say (-H, -A, -L)."""
     from pycxl.cxl.health import AlertConfig, Health
-    from pycxl.listing import read_device_info
+    from pycxl.list_devices import read_device_info
 
     info = read_device_info(system, sel.memdevs, req)
     unread = sorted({i.unavailable for i in info.values() if i.unavailable})

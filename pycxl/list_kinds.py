@@ -7,12 +7,12 @@ library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Kind:
-    """One kind of object ``pycxl list`` can show."""
+class Kind(NamedTuple):
+    """One kind of object ``pycxl list`` can show. (A named tuple: a fixed table, and a
+    command that starts on every node of a job builds it in a tenth of a dataclass's time.)"""
 
     name: str  # selection key: 'memdevs', 'decoders'...
     singular: str  # 'memdev': its filter's long option and error wording

@@ -10,21 +10,17 @@ they relate to (``-D -m mem0``: the decoders on mem0's path). With neither, a su
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import InvalidRequestError, NotFoundError, PycxlError
+from .errors import InvalidRequestError, NotFoundError
 from .list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
 
 if TYPE_CHECKING:
     # the CXL model loads only where there is CXL, the JSON builders only for --json,
-    # and the mailbox and trace code only for -H, -A, -L
-    from .cxl.health import DeviceHealth
-    from .cxl.mailbox import Unsupported
+    # and the memdevs' mailbox answers (list_devices) only for -H, -A, -L
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-    from .cxl.poison import PoisonRecord
     from .cxl.topology import CxlTopology
     from .gpu.devices import GpuDevice
     from .system import System
@@ -122,9 +118,9 @@ class ListRequest:
         return not self.shown
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The objects of each kind that pass the filters."""
+class Selection(NamedTuple):
+    """The objects of each kind that pass the filters. (A named tuple: made on every
+    ``pycxl list``, whose start-up a dataclass's definition would cost a millisecond.)"""
 
     buses: list[Bus]
     ports: list[Port]
@@ -304,83 +300,6 @@ def _root_of(cxl: CxlTopology, port: Port) -> str:
     return p.name
 
 
-# --- what the devices themselves say ---------------------------------------------------
-@dataclass(frozen=True)
-class DeviceInfo:
-    """One memdev's mailbox answers (or why there are none) and its poison list."""
-
-    health: DeviceHealth | None = None
-    unavailable: str | None = None  # why the mailbox was not read at all
-    poison: list[PoisonRecord] | Unsupported | None = None
-
-
-def read_device_info(
-    system: System, memdevs: Sequence[Memdev], req: ListRequest
-) -> dict[str, DeviceInfo]:
-    """Health, alert configuration and poison of each memdev, as ``req`` asks. Without
-    root, or for a recorded tree (its devices are not on this machine), each says so; a
-    device that refuses a command is reported, the rest go on."""
-    if not req.device_info or not memdevs:
-        return {}
-    from .cxl.health import read_health
-    from .cxl.poison import read_poison
-
-    if system.sysroot != "/":
-        away = f"a recorded tree ({system.sysroot}): its devices are not here to ask"
-        return {m.name: DeviceInfo(unavailable=away) for m in memdevs}
-    if os.geteuid() != 0:
-        root = "needs root: health, alerts and poison come from the device's mailbox"
-        return {m.name: DeviceInfo(unavailable=root) for m in memdevs}
-    out: dict[str, DeviceInfo] = {}
-    poison: dict[str, list[PoisonRecord] | Unsupported] = {}
-    if req.media_errors:
-        poison = read_poison([m.name for m in memdevs if m.enabled])
-    for m in memdevs:
-        health: DeviceHealth | None = None
-        why: str | None = None
-        if req.health or req.alert_config:
-            try:
-                health = read_health(m.name)
-            except PycxlError as e:  # this device's mailbox; the others go on
-                why = str(e)
-        out[m.name] = DeviceInfo(health, why, poison.get(m.name))
-    return out
-
-
-def device_json(system: System, info: DeviceInfo, req: ListRequest) -> Json:
-    """The keys ``-H``, ``-A`` and ``-L`` add to a memdev (ndctl's names); what could not
-    be read is under ``<key>_unsupported`` with the reason."""
-    from .cxl.mailbox import Unsupported
-
-    out: Json = {}
-    parts = [("health", req.health), ("alert_config", req.alert_config)]
-    for key, wanted in parts:
-        if not wanted:
-            continue
-        h = info.health
-        value = None if h is None else (h.health if key == "health" else h.alert_config)
-        if value is None:
-            out[f"{key}_unsupported"] = info.unavailable
-        elif isinstance(value, Unsupported):
-            out[f"{key}_unsupported"] = f"{value.command}: {value.reason}"
-        else:
-            out[key] = value.as_json()
-    if req.media_errors:
-        if isinstance(info.poison, list):
-            out["media_errors"] = [_media_error_json(system, r) for r in info.poison]
-        else:
-            out["media_errors_unsupported"] = (
-                info.poison.reason if isinstance(info.poison, Unsupported)
-                else info.unavailable or "the memdev is disabled")  # fmt: skip
-    return out
-
-
-def _media_error_json(system: System, r: PoisonRecord) -> Json:
-    region = next((x for x in system.cxl.regions if x.name == r.region), None)
-    node = region.numa_nodes[0] if region is not None and region.numa_nodes else None
-    return r.as_json() | {"numa_node": node, "target": system.tier_name(node)}
-
-
 # --- JSON ------------------------------------------------------------------------------
 def kind_json(
     kind: str, sel: Selection, req: ListRequest, extras: dict[str, Json] | None = None
@@ -421,8 +340,12 @@ def list_json(system: System, req: ListRequest) -> Any:
     from . import to_json as js  # the JSON builders load for --json only
 
     sel = select(system, req)
-    extras = {name: device_json(system, info, req)
-              for name, info in read_device_info(system, sel.memdevs, req).items()}  # fmt: skip
+    extras: dict[str, Json] = {}
+    if req.device_info:
+        from .list_devices import device_json, read_device_info
+
+        extras = {name: device_json(system, info, req)
+                  for name, info in read_device_info(system, sel.memdevs, req).items()}  # fmt: skip
     if req.summary:
         doc: dict[str, Any] = {CONTAINERS[k]: kind_json(k, sel, req) for k in SUMMARY_KINDS}
         doc["regions"] = [js.region_json(r, True, req.human) for r in sel.regions]

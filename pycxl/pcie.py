@@ -1,6 +1,5 @@
 """PCIe link state of a device, from the kernel's PCI sysfs attributes
-(``current_link_speed``/``max_link_speed``, ``current_link_width``/``max_link_width``),
-and the NVIDIA GPUs the PCI bus shows (no CUDA driver needed).
+(``current_link_speed``/``max_link_speed``, ``current_link_width``/``max_link_width``).
 
 A link's best possible state is the lower of what the device and its upstream port can
 do: a Gen5 device in a Gen4 slot is limited by the slot, not broken.
@@ -12,11 +11,9 @@ import os
 import re
 from dataclasses import dataclass
 
+from .pci import PCI_DEVICES
 from .sysfs import Sysfs
 
-PCI_DEVICES = "/sys/bus/pci/devices"
-NVIDIA_VENDOR = 0x10DE
-DISPLAY_CLASS = 0x03  # base class of VGA (0x0300) and 3D (0x0302) controllers
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -87,26 +84,3 @@ def read_link(device: str, fs: Sysfs | None = None) -> Link | None:
             max_width, by_port = port_width, True
     unknown = dev_max is None or dev_max_width is None
     return Link(device, speed, width, max_speed, max_width, by_port, unknown)
-
-
-def device_numa_node(device: str, fs: Sysfs | None = None) -> int | None:
-    """The NUMA node the kernel gives PCI device ``device`` ('0000:65:00.0'): its host
-    bridge's socket. None where the firmware says none (the kernel prints -1)."""
-    fs = fs or Sysfs()
-    node = fs.read_int(f"{PCI_DEVICES}/{device}/numa_node")
-    return node if node is not None and node >= 0 else None
-
-
-def nvidia_gpus(fs: Sysfs | None = None) -> list[str]:
-    """PCI addresses of NVIDIA display and 3D controllers, in bus order (the order of
-    pycxl's gpu0, gpu1... when no CUDA_VISIBLE_DEVICES reorders them)."""
-    fs = fs or Sysfs()
-    out = []
-    for dev in fs.listdir(PCI_DEVICES):
-        vendor = fs.read(f"{PCI_DEVICES}/{dev}/vendor")
-        pci_class = fs.read(f"{PCI_DEVICES}/{dev}/class")
-        if vendor is None or pci_class is None:
-            continue
-        if int(vendor, 16) == NVIDIA_VENDOR and int(pci_class, 16) >> 16 == DISPLAY_CLASS:
-            out.append(dev)
-    return sorted(out)

@@ -343,9 +343,13 @@ def snapshot(
     without CXL (default: ``PYCXL_CXL_NODES``); ``cxl``: the CXL objects as just read
     (a region operation's read-back), instead of reading them again."""
     from .gpu.devices import read_gpus
+    from .gpu.nvml_session import begin_reading
     from .numa.nodes import read_nodes
 
     fs = Sysfs(sysroot)
+    via: GpuSource = "auto" if gpus is True else gpus or "files"
+    if gpus is not False:
+        begin_reading(fs, via)  # the driver's start overlaps reading CXL and the nodes
     if cxl is None:
         cxl = read_cxl(fs, backend)
     else:
@@ -360,7 +364,7 @@ def snapshot(
     if gpus is False:
         inventory = GpuInventory((), None, "GPUs not queried")
     else:
-        inventory = read_gpus(fs, via="auto" if gpus is True else gpus)
+        inventory = read_gpus(fs, via=via)
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory, sysroot=fs.root)
 
 

@@ -1,5 +1,19 @@
-"""GPUs: found through NVML or the driver's files, used through the CUDA driver API."""
+"""GPUs: found through NVML or the driver's files, used through the CUDA driver API.
 
-from .devices import GpuDevice, GpuInventory, read_gpus, with_cuda_facts
+The names below load on first use: ``pycxl list`` starts NVML (``nvml_session``) before
+the GPU model is imported."""
 
-__all__ = ["GpuDevice", "GpuInventory", "read_gpus", "with_cuda_facts"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .devices import GpuDevice, GpuInventory, read_gpus, with_cuda_facts
+
+# every exported name and the module it loads from (a test holds the imports above equal)
+_LAZY = dict.fromkeys(("GpuDevice", "GpuInventory", "read_gpus", "with_cuda_facts"), "devices")
+__all__ = sorted(_LAZY)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -24,7 +24,7 @@ def nearest_node(
     per GPU on the H200 host (most of ``pycxl list``'s GPU time), and where the kernel
     knows the node the driver reads the same firmware tables."""
     from ..numa.nodes import NODE_DIR
-    from ..pcie import device_numa_node
+    from ..pci import device_numa_node
 
     node = device_numa_node(bus_id, fs)
     if node is not None:

@@ -3,19 +3,18 @@ initialising CUDA (nvmlInit takes about 11 ms on an H200 host, cuInit about 225 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
-from .._lib.libs import LIBNVML
-from .._lib.loader import cstr, has_symbol
-from ..errors import LibraryNotFoundError
+from .._lib.loader import has_symbol
 from ..sysfs import Sysfs
 from .devices import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node
+from .nvml_session import NVML_SUCCESS, NvmlUnusable, error_text, session
 from .visible import select_visible
 
-NVML_SUCCESS = 0
+__all__ = ["NvmlUnusable", "read_inventory", "session"]
+
 NVML_ERROR_NO_PERMISSION = 4  # a GPU this process may not open (a cgroup's device list)
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_MEMORY_V2 = 40 | 2 << 24  # sizeof(nvmlMemory_v2_t) | version 2 << 24
@@ -36,35 +35,6 @@ FP32_LANES_PER_SM = {
     (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
     (9, 0): 128, (10, 0): 128, (12, 0): 128,
 }  # fmt: skip
-
-
-class NvmlUnusable(Exception):
-    """NVML is absent or would not start; the message says why."""
-
-
-_started: tuple[Any, Any] | None = None
-
-
-@contextmanager
-def session() -> Iterator[tuple[Any, Any]]:
-    """(ffi, lib) of NVML, started on first use and left running: nvmlShutdown would
-    cost every command about 3 ms, and the process's end releases NVML anyway."""
-    global _started
-    if _started is None:
-        try:
-            ffi, lib = LIBNVML.load()
-        except LibraryNotFoundError as e:
-            raise NvmlUnusable(f"{LIBNVML.sonames[0]} not found") from e
-        rc = lib.nvmlInit_v2()
-        if rc != NVML_SUCCESS:
-            raise NvmlUnusable(f"NVML: {error_text(ffi, lib, rc)}")
-        _started = (ffi, lib)
-    yield _started
-
-
-def error_text(ffi: Any, lib: Any, rc: int) -> str:
-    """NVML's words for a return code."""
-    return cstr(ffi, lib.nvmlErrorString(rc)) or f"error {rc}"
 
 
 def read_inventory(fs: Sysfs, environ: Mapping[str, str]) -> GpuInventory:

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from ..sysfs import Sysfs
 from .devices import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node
+from .nvml_session import GPUS_DIR
 from .visible import select_visible
 
-GPUS_DIR = "/proc/driver/nvidia/gpus"
+__all__ = ["GPUS_DIR", "information", "read_inventory"]
 
 
 def information(fs: Sysfs, bus: str) -> dict[str, str]:

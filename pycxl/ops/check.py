@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InvalidRequestError, NeedsRootError, NotFoundError, OperationError
-from ..pcie import Link, nvidia_gpus, read_link
+from ..pci import nvidia_gpus
+from ..pcie import Link, read_link
 from ..sysfs import Sysfs
 from ..system import System
 from ..units import format_size, parse_size

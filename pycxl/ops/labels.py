@@ -11,7 +11,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..pcie import nvidia_gpus
+from ..pci import nvidia_gpus
 from ..sysfs import Sysfs
 from ..system import System
 from .check import CheckReport

@@ -21,7 +21,7 @@ from pycxl import bench
 from pycxl.numa.access import cpu_figures
 from pycxl.numa.policy import read_weight_mode, read_weights, write_weights
 from pycxl.numa.weights import weights_from_bandwidth
-from pycxl.pcie import PCI_DEVICES, device_numa_node
+from pycxl.pci import PCI_DEVICES, device_numa_node
 from pycxl.sysfs import parse_cpulist
 from pycxl.system import System, snapshot
 from pycxl.testbed.topologies import SOCKET_DISTANCE, TOPOLOGIES, Figure

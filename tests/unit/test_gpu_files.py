@@ -204,3 +204,42 @@ def test_declarations_parsed_at_install_match_the_headers(name: str, tmp_path: P
     assert Path(str(built.__file__)).read_text() == fresh.read_text(), (
         f"pycxl._abi_{name} is stale: reinstall pycxl (pip install .)"
     )
+
+
+NVML_START = """
+import sys
+from pycxl._lib.libs import LIBNVML
+from pycxl.gpu import nvml_session as s
+if sys.argv[1] == "broken":  # a bug in the start itself, on the starting thread
+    def load():
+        raise RuntimeError("declarations do not match the library")
+    LIBNVML.load = load
+s.begin()
+s.begin()  # a second call starts nothing more
+for _ in range(2):  # the outcome is decided once and said to every caller
+    try:
+        with s.session():
+            print("started")
+    except s.NvmlUnusable as e:
+        print("unusable:", e)
+    except RuntimeError as e:
+        print("raised:", e)
+import threading
+print(sorted(t.name for t in threading.enumerate() if t.name.startswith("pycxl")))
+"""
+
+
+@pytest.mark.parametrize("case", ["absent", "broken"])
+def test_nvml_started_on_a_thread_reports_to_the_caller_that_waits(case: str) -> None:
+    """begin() starts NVML on a thread; session() waits for it and says what happened:
+    the library missing (this machine) in NVML's words, a bug as the bug."""
+    from pycxl._lib.libs import LIBNVML
+
+    if case == "absent" and LIBNVML.available():
+        pytest.skip("NVML is installed here")
+    p = subprocess.run([sys.executable, "-c", NVML_START, case], capture_output=True,
+                       text=True, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    want = ("unusable: libnvidia-ml.so.1 not found" if case == "absent"
+            else "raised: declarations do not match the library")  # fmt: skip
+    assert p.stdout.splitlines() == [want, want, "[]"], p.stdout
