@@ -38,46 +38,46 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 from .errors import (
-    CommandNotExecutableError,
-    CommandNotFoundError,
-    CudaError,
-    InvalidRequestError,
-    LibraryNotFoundError,
-    NeedsRootError,
-    NotAvailableError,
-    NotFoundError,
-    OperationError,
-    PlacementError,
-    PycxlError,
-    SysfsError,
-    TestbedError,
+    CommandNotExecutableError as CommandNotExecutableError,
+    CommandNotFoundError as CommandNotFoundError,
+    CudaError as CudaError,
+    InvalidRequestError as InvalidRequestError,
+    LibraryNotFoundError as LibraryNotFoundError,
+    NeedsRootError as NeedsRootError,
+    NotAvailableError as NotAvailableError,
+    NotFoundError as NotFoundError,
+    OperationError as OperationError,
+    PlacementError as PlacementError,
+    PycxlError as PycxlError,
+    SysfsError as SysfsError,
+    TestbedError as TestbedError,
 )
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from . import bench
+    from . import bench as bench
     from .by_name import (
-        allocate,
-        create_region,
-        destroy_region,
-        disable_region,
-        enable_region,
-        host_memory,
-        map_dax,
-        migrate,
-        offload_layers,
-        pinned_array,
-        pinned_tensor,
-        probe_longterm_pins,
+        allocate as allocate,
+        create_region as create_region,
+        destroy_region as destroy_region,
+        disable_region as disable_region,
+        enable_region as enable_region,
+        host_memory as host_memory,
+        map_dax as map_dax,
+        migrate as migrate,
+        offload_layers as offload_layers,
+        pinned_array as pinned_array,
+        pinned_tensor as pinned_tensor,
+        probe_longterm_pins as probe_longterm_pins,
     )
-    from .cxl.read import read_cxl
-    from .cxl.region_layout import RegionRequest
-    from .cxl.regions import RegionResult
-    from .listing import ListRequest, list_json
-    from .numa.placement import NumaBuffer
-    from .numa.policy import Policy
-    from .system import System, snapshot
+    from .cxl.read import read_cxl as read_cxl
+    from .cxl.region_layout import RegionRequest as RegionRequest
+    from .cxl.regions import RegionResult as RegionResult
+    from .listing import ListRequest as ListRequest, list_json as list_json
+    from .numa.placement import NumaBuffer as NumaBuffer
+    from .numa.policy import Policy as Policy
+    from .system import System as System, snapshot as snapshot
 
 # Every public name but the errors above, and the submodule each is loaded from on first
 # use ('' for a subpackage of that name); __all__ and dir() are made from it.

@@ -22,28 +22,28 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ..measure.results import (
-        BandwidthResult,
-        BenchResult,
-        FirstTouchResult,
-        Lane,
-        LatencyResult,
-        LoadedLatencyResult,
-        LoadedPoint,
-        OffloadResult,
-        TransferResult,
+        BandwidthResult as BandwidthResult,
+        BenchResult as BenchResult,
+        FirstTouchResult as FirstTouchResult,
+        Lane as Lane,
+        LatencyResult as LatencyResult,
+        LoadedLatencyResult as LoadedLatencyResult,
+        LoadedPoint as LoadedPoint,
+        OffloadResult as OffloadResult,
+        TransferResult as TransferResult,
     )
     from .dispatch import (
-        Matrix,
-        MatrixCell,
-        latency_sweep_sizes,
-        matrix_pairs,
-        measure_bandwidth,
-        measure_first_touch,
-        measure_latency,
-        measure_loaded_latency,
-        measure_matrix,
-        measure_offload,
-        measure_transfer,
+        Matrix as Matrix,
+        MatrixCell as MatrixCell,
+        latency_sweep_sizes as latency_sweep_sizes,
+        matrix_pairs as matrix_pairs,
+        measure_bandwidth as measure_bandwidth,
+        measure_first_touch as measure_first_touch,
+        measure_latency as measure_latency,
+        measure_loaded_latency as measure_loaded_latency,
+        measure_matrix as measure_matrix,
+        measure_offload as measure_offload,
+        measure_transfer as measure_transfer,
     )
 
 # every exported name and the module it loads from (a test holds the imports above equal)

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .devices import GpuDevice, GpuInventory, read_gpus, with_cuda_facts
+    from .devices import (
+        GpuDevice as GpuDevice,
+        GpuInventory as GpuInventory,
+        read_gpus as read_gpus,
+        with_cuda_facts as with_cuda_facts,
+    )
 
 # every exported name and the module it loads from (a test holds the imports above equal)
 _LAZY = dict.fromkeys(("GpuDevice", "GpuInventory", "read_gpus", "with_cuda_facts"), "devices")

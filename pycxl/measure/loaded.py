@@ -31,8 +31,7 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size
-from .latency import STRIDE, TLB_PAGES, check_size
-from .latency import default_size as chase_default_size
+from .latency import STRIDE, TLB_PAGES, check_size, default_size as chase_default_size
 from .results import BandwidthResult, LoadedLatencyResult, LoadedPoint
 
 MIXES = ("read", "3:1", "2:1", "1:1", "nt-write")

@@ -191,3 +191,34 @@ def test_cli_lists_gpus() -> None:
     doc = _list_json({})
     assert doc[0]["gpu"] == "gpu0" and doc[0]["total_memory"] and doc[0]["source"] == "nvml"
     assert list(doc[0]) == list(_list_json({}, "--cuda")[0])
+
+
+_READ = textwrap.dedent(
+    """
+    import dataclasses, json, sys
+    from pycxl.gpu import nvml_session
+    from pycxl.sysfs import Sysfs
+    if sys.argv[1] == "thread":
+        nvml_session.begin_reading(Sysfs())
+    from pycxl.gpu import read_gpus
+    inv = read_gpus(via="nvml")
+    print(json.dumps({"thread": nvml_session._starter is not None,
+                      "devices": [dataclasses.asdict(g) for g in inv.devices],
+                      "version": inv.driver_version, "absent": inv.absent_reason}))
+    """
+)
+
+
+def test_nvml_started_on_a_thread_reads_what_an_inline_start_reads() -> None:
+    """list starts NVML on a thread while it reads the rest; what it then reads is what
+    a start in line reads."""
+    out = {}
+    for how in ("thread", "inline"):
+        p = subprocess.run([sys.executable, "-c", _READ, how], capture_output=True,
+                           text=True, check=False)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        out[how] = json.loads(p.stdout.splitlines()[-1])
+    assert (out["thread"]["thread"], out["inline"]["thread"]) == (True, False)
+    assert out["thread"]["devices"] and out["thread"]["absent"] is None
+    for key in ("devices", "version", "absent"):
+        assert out["thread"][key] == out["inline"][key]

@@ -24,8 +24,7 @@ from typing import Any
 
 import click
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pycxl.cli.main import COMMANDS, cli, main
 
 import pycxl
