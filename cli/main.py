@@ -3,8 +3,10 @@ exit code (usage errors, pycxl's errors, and bugs alike)."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
+from typing import NoReturn
 
 import click
 
@@ -98,5 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     return rc if isinstance(rc, int) else 0
 
 
+def run() -> NoReturn:
+    """The ``pycxl`` console script: ``main()``, then exit.
+
+    Before the interpreter tears itself down, the objects left are moved out of the
+    garbage collector's sight (``gc.freeze``): the final collections would walk every
+    object the imports made, which costs a quick command like ``pycxl list`` more than its
+    work (6 ms here, 16 ms on a GPU host whose site-packages load at start). atexit
+    handlers, the wait for threads and the flushing of streams still happen, and the
+    process's memory goes back to the system as ever."""
+    rc = main()
+    gc.freeze()
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

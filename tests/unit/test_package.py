@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +17,7 @@ from pycxl._lib.loader import SharedLibrary
 from pycxl.errors import LibraryNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
+TWO_DEV = ROOT / "tests" / "data" / "trees" / "two-dev" / "region"
 
 
 def test_import_loads_no_library_and_no_numpy() -> None:
@@ -68,6 +72,37 @@ def test_console_script_installed() -> None:
     exe = shutil.which("pycxl") or str(Path(sys.executable).parent / "pycxl")
     p = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
     assert p.returncode == 0 and p.stdout.startswith("pycxl, version")
+
+
+RUN = """
+import atexit, sys
+atexit.register(lambda: print("atexit ran", file=sys.stderr))
+sys.argv = ["pycxl", *sys.argv[1:]]
+from pycxl.cli.main import run
+run()
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [(["list", "--json", "--sysroot", str(TWO_DEV)], 0),
+                                           (["list", "--no-such-flag"], 2)])  # fmt: skip
+def test_the_console_scripts_quick_exit_keeps_status_output_and_atexit(
+    args: list[str], code: int
+) -> None:
+    """run() (the console script) freezes the garbage collector before exit: the exit
+    status, every byte of output and the atexit handlers are as main() leaves them."""
+    from pycxl.cli.main import main
+
+    p = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True,
+                       check=False)  # fmt: skip
+    assert p.returncode == code, p.stderr
+    assert p.stderr.splitlines()[-1] == "atexit ran"
+    if code == 0:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(args) == 0
+        assert json.loads(p.stdout) == json.loads(out.getvalue())
+    else:
+        assert "No such option" in p.stderr
 
 
 @pytest.mark.parametrize("tool", [["ruff", "check", "."], ["ruff", "format", "--check", "."],
