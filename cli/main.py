@@ -105,8 +105,8 @@ def run() -> NoReturn:
 
     Before the interpreter tears itself down, the objects left are moved out of the
     garbage collector's sight (``gc.freeze``): the final collections would walk every
-    object the imports made, which costs a quick command like ``pycxl list`` more than its
-    work (6 ms here, 16 ms on a GPU host whose site-packages load at start). atexit
+    object the imports made (about 6 ms of ``pycxl list`` on a small machine, 15 ms on a GPU
+    host whose site-packages load at start; docs/benchmarks.md). atexit
     handlers, the wait for threads and the flushing of streams still happen, and the
     process's memory goes back to the system as ever."""
     rc = main()
