@@ -9,6 +9,7 @@ starts NVML itself where nothing began it. Importing this module loads no librar
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,9 +30,21 @@ class NvmlUnusable(Exception):
 
 _lock = threading.Lock()
 _starter: threading.Thread | None = None
-# (ffi, lib) once started, or why it cannot start (words, or what the start raised):
-# decided once per process
+# (ffi, lib) once started; or why the last start failed (words, or what it raised), until
+# a caller is told: the next one tries again (a driver can come up after a first call)
 _outcome: tuple[Any, Any] | str | Exception | None = None
+
+
+def _forget_after_fork() -> None:
+    """A forked child has no starting thread and may inherit a held lock: it keeps only
+    a started NVML, as it did before threads were used."""
+    global _lock, _starter, _outcome
+    _lock, _starter = threading.Lock(), None
+    if not isinstance(_outcome, tuple):
+        _outcome = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def begin_reading(fs: Sysfs, via: str = "auto") -> None:
@@ -58,18 +71,23 @@ def begin() -> None:
 def session() -> Iterator[tuple[Any, Any]]:
     """(ffi, lib) of NVML, started on first use and left running: nvmlShutdown would
     cost every command about 3 ms, and the process's end releases NVML anyway.
-    Raises NvmlUnusable when it cannot start."""
-    with _lock:
-        starter = _starter
-        if starter is None and _outcome is None:
-            _start()
+    Raises NvmlUnusable when it cannot start (a later call tries again)."""
+    global _outcome, _starter
+    starter = _starter
     if starter is not None:
         starter.join()
-    if isinstance(_outcome, Exception):
-        raise _outcome  # a bug on the starting thread, raised where it is waited for
-    if not isinstance(_outcome, tuple):
-        raise NvmlUnusable(str(_outcome))
-    yield _outcome
+    with _lock:
+        if _outcome is None:  # nothing began it, or its thread left no word (it died)
+            _starter = None
+            _start()
+        outcome = _outcome
+        if not isinstance(outcome, tuple):
+            _outcome, _starter = None, None  # reported once; the next caller tries again
+    if isinstance(outcome, Exception):
+        raise outcome  # a bug on the starting thread, raised where it is waited for
+    if not isinstance(outcome, tuple):
+        raise NvmlUnusable(str(outcome))
+    yield outcome
 
 
 def error_text(ffi: Any, lib: Any, rc: int) -> str:
@@ -98,10 +116,10 @@ def _start() -> None:
     if rc != NVML_SUCCESS:
         _outcome = f"NVML: {error_text(ffi, lib, rc)}"
         return
-    _outcome = (ffi, lib)
     # The first handle of a GPU is the slow part after nvmlInit (the driver attaches to
     # the GPU); later lookups of the same GPU are quick.
     count, handle = ffi.new("unsigned int *"), ffi.new("nvmlDevice_t *")
     if lib.nvmlDeviceGetCount_v2(count) == NVML_SUCCESS:
         for i in range(count[0]):
             lib.nvmlDeviceGetHandleByIndex_v2(i, handle)
+    _outcome = (ffi, lib)

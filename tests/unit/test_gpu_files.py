@@ -243,3 +243,60 @@ def test_nvml_started_on_a_thread_reports_to_the_caller_that_waits(case: str) ->
     want = ("unusable: libnvidia-ml.so.1 not found" if case == "absent"
             else "raised: declarations do not match the library")  # fmt: skip
     assert p.stdout.splitlines() == [want, want, "[]"], p.stdout
+
+
+# A stand-in for libnvidia-ml where the real one cannot run (no NVIDIA driver here):
+# NVML's own declarations, and a driver that is not loaded at the first call.
+FAKE_NVML = """
+import os, sys, time
+from pycxl._lib.libs import LIBNVML
+from pycxl._lib.loader import parsed_declarations
+from pycxl.gpu import nvml_session as s
+ffi = parsed_declarations("nvml")
+class Driver:
+    starts = 0
+    def nvmlInit_v2(self):
+        Driver.starts += 1
+        return 9 if Driver.starts == 1 else 0  # NVML_ERROR_DRIVER_NOT_LOADED, then up
+    def nvmlErrorString(self, rc):
+        self.text = ffi.new("char[]", b"Driver Not Loaded")
+        return self.text
+    def nvmlDeviceGetCount_v2(self, count):
+        count[0] = 0
+        return 0
+def load():
+    time.sleep(0.3)  # the start is still on its thread when the test acts
+    return ffi, Driver()
+LIBNVML.load = load
+def ask(who):
+    try:
+        with s.session():
+            print(who, "started")
+    except s.NvmlUnusable as e:
+        print(who, "unusable:", e)
+s.begin()
+if sys.argv[1] == "fork":
+    Driver.starts = 1  # the driver is up: what the child is told is its own start
+    pid = os.fork()
+    if pid == 0:
+        ask("child")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    ask("parent")
+else:
+    ask("first")
+    ask("second")
+"""
+
+
+@pytest.mark.parametrize("case", ["retry", "fork"])
+def test_a_failed_or_forked_nvml_start_is_tried_again(case: str) -> None:
+    """A start that failed is reported once and tried again by the next caller (a driver
+    can come up after a first call); a child forked while the start was on its thread
+    starts NVML itself instead of reading a dead thread's silence."""
+    p = subprocess.run([sys.executable, "-c", FAKE_NVML, case], capture_output=True,
+                       text=True, check=False, timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    want = (["first unusable: NVML: Driver Not Loaded", "second started"] if case == "retry"
+            else ["child started", "parent started"])  # fmt: skip
+    assert p.stdout.splitlines() == want, p.stdout + p.stderr
