@@ -10,13 +10,16 @@ same keys every time, ``null`` where a value is absent or does not apply to the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-from .gpu.devices import GpuDevice
-from .numa.access import AccessFigures, cpu_figures
-from .tiers import NodeTier
+from .numa.access import cpu_figures
 from .units import format_size_ndctl
+
+if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list --json
+    from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+    from .gpu.devices import GpuDevice
+    from .numa.access import AccessFigures
+    from .tiers import NodeTier
 
 Json = dict[str, Any]
 
