@@ -530,10 +530,6 @@ def _link_findings(system: System, links: dict[str, Link]) -> list[Finding]:
 def _device_findings(
     system: System, fs: Sysfs, dev_dir: str
 ) -> tuple[dict[str, DeviceHealth], dict[str, list[PoisonRecord] | Unsupported], list[Finding]]:
-    from ..cxl.health import read_health
-    from ..cxl.mailbox import Unsupported
-    from ..cxl.poison import read_poison
-
     memdevs = [m for m in system.cxl.memdevs if m.enabled]
     if os.geteuid() != 0:
         return (
@@ -550,6 +546,11 @@ def _device_findings(
                 )
             ],
         )
+    # the mailbox and poison code load only where they can be asked (root)
+    from ..cxl.health import read_health
+    from ..cxl.mailbox import Unsupported
+    from ..cxl.poison import read_poison
+
     out: list[Finding] = []
     health: dict[str, DeviceHealth] = {}
     for m in memdevs:
