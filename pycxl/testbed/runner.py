@@ -39,6 +39,13 @@ from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
 
+# Every vCPU on one emulator thread. With a thread per vCPU (QEMU's default for TCG), a
+# guest on a host whose cores are busy with other work crawls (likely a vCPU descheduled
+# while it holds a guest lock the other spins on). Measured on a 2-core host beside one
+# busy-looping process: `import torch` in the guest took 517 s with a thread per vCPU and
+# 62 s with one thread; on the idle host, 58 s and 55 s.
+SINGLE_THREADED_TCG = ("-accel", "tcg,thread=single")
+
 log = get_logger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
@@ -137,7 +144,8 @@ def run_in_guest(
     argv = [
         vng, "--run", str(kernel.image), "--disable-microvm", "--disable-kvm",
         *topo.vng_args(), "-a", "memhp_default_state=offline",
-        "--qemu-opts=" + " ".join([*topo.qemu_args(), "-qmp", f"unix:{qmp},server=on,wait=off"]),
+        "--qemu-opts=" + " ".join([*topo.qemu_args(), *SINGLE_THREADED_TCG, "-qmp",
+                                   f"unix:{qmp},server=on,wait=off"]),
         "--rwdir", str(workdir),
         "--exec", f"sh {shlex.quote(str(script))}",
     ]  # fmt: skip
