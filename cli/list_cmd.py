@@ -71,8 +71,8 @@ def list_command(
     from pycxl.sysfs import Sysfs
 
     # NVML waits about 18 ms on the driver: for a plain `list` or `list -G`, start it on a
-    # thread before anything else is imported; other requests start it once they are
-    # built, if they show GPUs
+    # thread before anything else is imported; for other requests snapshot() starts it,
+    # if they show GPUs
     plain = not any(v for k, v in kinds.items() if k != "gpus") and not (
         serial_filter or health or alert_config or media_errors or verbose or cuda
     )
@@ -91,8 +91,6 @@ def list_command(
     # GPUs come from NVML or the driver's files; CUDA, slow to start, only with --cuda
     want_gpus = req.summary or "gpus" in req.shown
     gpus = want_gpus and ("cuda" if cuda else True)
-    if gpus is True:
-        begin_reading(Sysfs(sysroot))  # (once: a plain request has started it)
     from pycxl.system import snapshot
 
     system = snapshot(sysroot, backend=backend, gpus=gpus)  # type: ignore[arg-type]

@@ -347,8 +347,8 @@ def snapshot(
     from .numa.nodes import read_nodes
 
     fs = Sysfs(sysroot)
-    via: GpuSource = "auto" if gpus is True else gpus or "files"
-    if gpus is not False:
+    via: GpuSource | None = None if gpus is False else "auto" if gpus is True else gpus
+    if via is not None:
         begin_reading(fs, via)  # the driver's start overlaps reading CXL and the nodes
     if cxl is None:
         cxl = read_cxl(fs, backend)
@@ -361,7 +361,7 @@ def snapshot(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones(),
         cxl.node_memdev_nodes(),
     )  # fmt: skip
-    if gpus is False:
+    if via is None:
         inventory = GpuInventory((), None, "GPUs not queried")
     else:
         inventory = read_gpus(fs, via=via)

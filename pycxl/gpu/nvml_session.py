@@ -13,11 +13,14 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._lib.libs import LIBNVML
 from ..errors import LibraryNotFoundError
 from ..sysfs import Sysfs
+
+if TYPE_CHECKING:
+    from .devices import GpuSource
 
 NVML_SUCCESS = 0
 # one folder per GPU the NVIDIA kernel driver holds (procfs.py reads them)
@@ -47,7 +50,7 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def begin_reading(fs: Sysfs, via: str = "auto") -> None:
+def begin_reading(fs: Sysfs, via: GpuSource = "auto") -> None:
     """``begin()`` where ``read_gpus(fs, via=via)`` will ask NVML: this machine (not a
     recorded tree), NVML allowed, and an NVIDIA driver loaded (else NVML would only say
     that it is not)."""
