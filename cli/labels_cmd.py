@@ -11,12 +11,13 @@ from .render import emit_json
 
 
 @click.command("labels")
-@click.option("-F", "--format", "fmt", type=click.Choice(["slurm", "nfd", "json"]),
+@click.option("-F", "--format", "fmt", type=click.Choice(["slurm", "nfd", "json"]), required=True,
               help="slurm: Features= and Gres= for slurm.conf; nfd: a node-feature-discovery "
                    "feature file; json: the facts.")  # fmt: skip
-@click.option("-o", "--output", type=OutputFileType(), metavar="FILE",
+@click.option("-o", "--output", type=OutputFileType(stdout=True), metavar="FILE",
               help="Write to FILE atomically (a reader sees the old file or the new one) "
-                   "instead of stdout.")  # fmt: skip
+                   "instead of stdout ('-': stdout). Only a regular file is "
+                   "written.")  # fmt: skip
 @click.option("--ttl", type=CountType(), metavar="SECONDS",
               help="nfd: the labels expire this long after writing, unless written "
                    "again.")  # fmt: skip
@@ -24,7 +25,7 @@ from .render import emit_json
               help="Leave out the check's status (no check runs).")  # fmt: skip
 @sysroot_option("Label a recorded sysfs tree instead of this host.")
 def labels_command(
-    fmt: str | None, output: str | None, ttl: int | None, no_health: bool, sysroot: str | None
+    fmt: str, output: str | None, ttl: int | None, no_health: bool, sysroot: str | None
 ) -> None:
     """This host's memory as scheduler labels.
 
@@ -36,12 +37,12 @@ def labels_command(
     """
     from pycxl.errors import InvalidRequestError
     from pycxl.ops.labels import host_labels, nfd_file, slurm_attributes
-    from pycxl.outfiles import write_atomically
+    from pycxl.outfiles import STDOUT, write_atomically
     from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
 
-    if fmt is None:
-        raise click.UsageError("give --format slurm, nfd or json")
+    if output == STDOUT:
+        output = None
     if ttl is not None and fmt != "nfd":
         raise InvalidRequestError(f"--ttl applies to --format nfd, not {fmt}")
     if output and fmt == "nfd" and os.path.basename(output).startswith("."):

@@ -3,8 +3,10 @@ exit code (usage errors, pycxl's errors, and bugs alike)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+import os
 import sys
 from typing import NoReturn
 
@@ -16,6 +18,7 @@ from pycxl.errors import PycxlError
 from .exit_codes import FAILED, INTERNAL, INTERRUPTED, USAGE, exit_code_for
 
 _verbose = False
+_stdout_failed = False
 
 # Each command's module is imported when that command runs (or for --help), so a
 # command pays only for what it uses: 'pycxl list' never loads the benchmarks.
@@ -48,13 +51,27 @@ class LazyGroup(click.Group):
         return command
 
 
+# Commands whose own output is not pycxl's: run becomes the command it starts, which
+# meets its standard output itself (as under numactl).
+_STDOUT_NOT_OURS = frozenset({"run"})
+
+
+class StdoutError(Exception):
+    """Standard output cannot be written (closed, a full disk, an I/O error)."""
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="pycxl")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress (and tracebacks) to stderr.")
-def cli(verbose: bool) -> None:
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
     """See, configure and measure GPU HBM, CPU DRAM and CXL memory."""
     global _verbose
     _verbose = verbose
+    # A closed standard output (>&-) is found before the command runs: click drops what
+    # it cannot write, so the command would do its work and say nothing.
+    if sys.stdout is None and ctx.invoked_subcommand not in _STDOUT_NOT_OURS:
+        raise StdoutError("Bad file descriptor (standard output is closed)")
     from pycxl._log import log_to_stderr
 
     log_to_stderr(verbose)
@@ -88,16 +105,55 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return FAILED  # the reader went away (pycxl list | head): nothing to say
-    except Exception as e:  # a bug: one line, the traceback only when asked for
-        click.echo(f"pycxl: internal error: {type(e).__name__}: {e}", err=True)
-        if _verbose:
-            import traceback
-
-            traceback.print_exc()
-        else:
-            click.echo("(run with -v for the traceback; please report it)", err=True)
-        return INTERNAL
+    except StdoutError as e:
+        return _write_error(str(e))
+    except OSError as e:
+        if not _writing_stdout(e):
+            return _internal_error(e)
+        return _write_error(e.strerror or str(e))
+    except Exception as e:
+        return _internal_error(e)
     return rc if isinstance(rc, int) else 0
+
+
+def _internal_error(e: BaseException) -> int:
+    """A bug: one line, the traceback only when asked for."""
+    click.echo(f"pycxl: internal error: {type(e).__name__}: {e}", err=True)
+    if _verbose:
+        import traceback
+
+        traceback.print_exception(e)
+    else:
+        click.echo("(run with -v for the traceback; please report it)", err=True)
+    return INTERNAL
+
+
+def _writing_stdout(e: OSError) -> bool:
+    """Whether ``e`` was raised writing standard output: every line pycxl prints goes
+    through click.echo, which flushes each call."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is click.echo.__code__:
+            return not tb.tb_frame.f_locals.get("err")
+        tb = tb.tb_next
+    return False
+
+
+def _write_error(reason: str) -> int:
+    """As coreutils say it: one line, exit 1 (what was printed before stands)."""
+    global _stdout_failed
+    _stdout_failed = True
+    click.echo(f"pycxl: write error: {reason}", err=True)
+    return FAILED
+
+
+def _discard_stdout() -> None:
+    """What is still buffered for a standard output that failed goes nowhere, so the
+    interpreter's own flush at exit does not fail again."""
+    with contextlib.suppress(OSError):
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.close(fd)
 
 
 def run() -> NoReturn:
@@ -111,6 +167,14 @@ def run() -> NoReturn:
     process's memory goes back to the system as ever."""
     rc = main()
     gc.freeze()
+    try:  # what is still buffered meets a full disk here, not in the interpreter's exit
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as e:
+        if not _stdout_failed:
+            rc = _write_error(e.strerror or str(e))
+    if _stdout_failed:
+        _discard_stdout()
     sys.exit(rc)
 
 

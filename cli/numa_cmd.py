@@ -208,8 +208,9 @@ def run_command(
         localalloc=localalloc, cpunodebind=flatten(cpunodebind),
         physcpubind=flatten(physcpubind),
     )  # fmt: skip
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None where closed: the command meets that
+        if stream is not None:
+            stream.flush()
     exec_command(plan, command)
 
 

@@ -108,6 +108,26 @@ class NamesType(NamesParam):
         return tuple(items)
 
 
+class ObjectNamesType(NamesParam):
+    """Comma-separated names of CXL objects (mem0,mem1; region0; all), each checked
+    against the topology later: an empty name, or a list of none (an unset shell
+    variable), is refused here rather than read as 'pick for me'."""
+
+    name = "names"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        items = [v.strip() for v in str(value).split(",")]
+        if not any(items):
+            self.fail(f"{value!r} names nothing: give a name such as mem0 or region0", param, ctx)
+        if not all(items):
+            self.fail(f"{value!r} has an empty name between its commas", param, ctx)
+        return tuple(items)
+
+
 class CountType(IntParam):
     """A whole number of at least ``minimum`` (pycxl.values.count decides)."""
 
@@ -167,18 +187,22 @@ class InputFileType(StrParam):
 class OutputFileType(StrParam):
     """A file pycxl writes (pycxl.outfiles.check_output_path decides), checked before any
     work starts; ``suffixes`` gives the allowed endings, asked only when the option is
-    used (the plotting library is slow to import)."""
+    used (the plotting library is slow to import); ``stdout``: '-' is standard output."""
 
     name = "file"
 
-    def __init__(self, suffixes: Callable[[], tuple[str, ...]] | None = None) -> None:
+    def __init__(
+        self, suffixes: Callable[[], tuple[str, ...]] | None = None, *, stdout: bool = False
+    ) -> None:
         self.suffixes = suffixes
+        self.stdout = stdout
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from pycxl.outfiles import check_output_path
 
         try:
-            check_output_path(str(value), "file", self.suffixes() if self.suffixes else ())
+            check_output_path(str(value), "file", self.suffixes() if self.suffixes else (),
+                              stdout=self.stdout)  # fmt: skip
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
         return str(value)
@@ -226,6 +250,7 @@ PAGE_SIZE = SizeType(minimum=4096)  # buffers of at least one page
 COUNT = CountType()
 INT_LIST = IntListType()
 NODES = NamesType("NODES")
+OBJECT_NAMES = ObjectNamesType()
 CPUS = NamesType("CPUS")
 
 

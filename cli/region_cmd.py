@@ -10,7 +10,7 @@ import click
 
 from pycxl.values import PARTITION_MODES
 
-from .params import COUNT, SIZE, sysroot_option
+from .params import COUNT, OBJECT_NAMES, SIZE, flatten, sysroot_option
 from .render import dash, emit_json, emit_table
 
 if TYPE_CHECKING:
@@ -27,8 +27,9 @@ ZONE_HELP = (
     "pages stay on the node; movable: the memory can always be offlined, but the "
     "kernel moves pinned pages off it."
 )
-ZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default="normal",
-                    show_default=True, help=ZONE_HELP)  # fmt: skip
+ZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default=None,
+                    help=ZONE_HELP + " (default: normal; only with --mode system-ram and "
+                    "the memory online)")  # fmt: skip
 REZONE = click.option("--zone", type=click.Choice(["normal", "movable"]), default=None,
                       help=ZONE_HELP + " A region online in the other zone is moved "
                       "(default: as it is; offline memory goes to normal).")  # fmt: skip
@@ -37,9 +38,11 @@ MODE_HELP = (
     "that programs map directly (pycxl.map_dax), whose pages long-term pins never "
     "move."
 )
-REGIONS = click.argument("regions", nargs=-1, required=True, metavar="REGION... | all")
+REGIONS = click.argument("regions", nargs=-1, required=True, metavar="REGION... | all",
+                         type=OBJECT_NAMES)  # fmt: skip
 ROOT_FILTER = click.option("-d", "--decoder", "root_decoder", default=None, metavar="DECODER",
-                           help="With 'all': only regions of this root decoder.")  # fmt: skip
+                           help="Only regions of this root decoder (decoder0.0 or 0.0); a "
+                                "region named outside it is an error.")  # fmt: skip
 
 
 @click.group("region")
@@ -48,7 +51,7 @@ def region_group() -> None:
 
 
 @region_group.command("create")
-@click.argument("memdevs", nargs=-1, metavar="[MEMDEV]...")
+@click.argument("memdevs", nargs=-1, metavar="[MEMDEV]...", type=OBJECT_NAMES)
 @click.option("-m", "--memdevs", "memdev_args", is_flag=True,
               help="The arguments are memdevs (as cxl create-region -m).")  # fmt: skip
 @click.option("-w", "--ways", "--interleave", "ways", type=COUNT, default=None,
@@ -72,9 +75,10 @@ def region_group() -> None:
 @AS_JSON
 @SYSROOT  # fmt: skip
 def create_command(
-    memdevs: tuple[str, ...], memdev_args: bool, ways: int | None, granularity: int | None,
+    memdevs: tuple[tuple[str, ...], ...], memdev_args: bool, ways: int | None, granularity: int | None,
     size: int | None, rtype: str | None, decoder: str | None, bus: str | None,
-    uuid: str | None, no_online: bool, zone: str, mode: str, dry_run: bool, as_json: bool,
+    uuid: str | None, no_online: bool, zone: str | None, mode: str, dry_run: bool,
+    as_json: bool,
     sysroot: str | None,
 ) -> None:  # fmt: skip
     """Assemble memdevs into an interleaved region and online it as a NUMA node.
@@ -87,12 +91,12 @@ def create_command(
     from pycxl.cxl.region_layout import RegionRequest
 
     req = RegionRequest(
-        memdevs=tuple(m for arg in memdevs for m in arg.split(",") if m), ways=ways,
+        memdevs=flatten(memdevs), ways=ways,
         granularity=granularity, size=size, type=rtype,  # type: ignore[arg-type]
         decoder=decoder, bus=bus, uuid=uuid, online=not no_online,
         zone=zone, mode=mode,  # type: ignore[arg-type]
     )  # fmt: skip
-    _emit([create_region(req, sysroot=sysroot, dry_run=dry_run)], as_json)
+    _emit([create_region(req, sysroot=sysroot, dry_run=dry_run)], as_json, single=True)
 
 
 @region_group.command("destroy")
@@ -104,7 +108,7 @@ def create_command(
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
+def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
     from pycxl.by_name import destroy_region
@@ -121,7 +125,7 @@ def destroy_command(regions: tuple[str, ...], force: bool, root_decoder: str | N
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | None,
+def disable_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
     from pycxl.by_name import disable_region
@@ -140,7 +144,7 @@ def disable_command(regions: tuple[str, ...], force: bool, root_decoder: str | N
 @DRY_RUN
 @AS_JSON
 @SYSROOT
-def enable_command(regions: tuple[str, ...], no_online: bool, zone: str | None,
+def enable_command(regions: tuple[tuple[str, ...], ...], no_online: bool, zone: str | None,
                    mode: str | None, root_decoder: str | None, dry_run: bool, as_json: bool,
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
@@ -152,25 +156,18 @@ def enable_command(regions: tuple[str, ...], no_online: bool, zone: str | None,
                                   sysroot=sysroot, dry_run=dry_run))  # fmt: skip
 
 
-def _each(names: tuple[str, ...], root_decoder: str | None, sysroot: str | None,
+def _each(names: tuple[tuple[str, ...], ...], root_decoder: str | None, sysroot: str | None,
           as_json: bool, op: Callable[[str], RegionResult]) -> None:  # fmt: skip
     """Run ``op`` on each named region (every region for 'all'), as ndctl does: all
     names are checked first; a region that fails does not stop the others; the exit
     status is the first failure's."""
     from pycxl.cxl.read import read_cxl
-    from pycxl.errors import NotFoundError, PycxlError
+    from pycxl.errors import PycxlError
+    from pycxl.listing import pick_regions
     from pycxl.sysfs import Sysfs
 
     topo = read_cxl(Sysfs(sysroot)).require()
-    known = [r.name for r in topo.regions]
-    wanted = [n for arg in names for n in arg.split(",") if n]
-    if "all" in wanted:
-        targets = [r.name for r in topo.regions if root_decoder in (None, r.decoder)]
-    else:
-        unknown = [n for n in wanted if n not in known]
-        if unknown:
-            raise NotFoundError("region", unknown[0], known)
-        targets = list(dict.fromkeys(wanted))
+    targets = pick_regions(topo, flatten(names), root_decoder)
     results: list[RegionResult] = []
     failure: PycxlError | None = None
     for name in targets:
@@ -230,13 +227,13 @@ def result_json(r: RegionResult) -> dict[str, Any]:
     return doc
 
 
-def _emit(results: list[RegionResult], as_json: bool) -> None:
+def _emit(results: list[RegionResult], as_json: bool, *, single: bool = False) -> None:
     for r in results:
         for w in r.warnings:
             click.echo(f"pycxl: warning: {r.name}: {w}", err=True)
-    if as_json:
+    if as_json:  # one shape per command: create's one object, a list from the others
         docs = [result_json(r) for r in results]
-        emit_json(docs[0] if len(docs) == 1 else docs)
+        emit_json(docs[0] if single else docs)
         return
     for r in results:
         _show(r)

@@ -212,6 +212,34 @@ def _pick(kind: str, items: Sequence[Any], idents: Iterable[str],
     return out
 
 
+def pick_regions(cxl: CxlTopology, idents: Sequence[str],
+                 root_decoder: str | None = None) -> list[str]:  # fmt: skip
+    """The regions a region command acts on, by ndctl's filters: each ident a region's
+    name, its number or 'all'; ``root_decoder`` (decoder0.0 or 0.0) narrows them to one
+    CXL window's. An ident or a root decoder that names nothing is NotFoundError, and so
+    is a region named outside the root decoder given (the filter is applied, never
+    dropped)."""
+    if not idents:
+        raise InvalidRequestError("name a region (region0), or all")
+    regions = list(cxl.regions)
+    if root_decoder is not None:
+        roots = cxl.root_decoders()
+        root = next((d for d in roots if d.name in (root_decoder, f"decoder{root_decoder}")),
+                    None)  # fmt: skip
+        if root is None:
+            raise NotFoundError("root decoder", root_decoder, [d.name for d in roots])
+        outside = [r for r in _pick("regions", regions, idents, region_matches)
+                   if r.decoder != root.name and "all" not in idents]  # fmt: skip
+        if outside:
+            r = outside[0]
+            raise NotFoundError(
+                "region", r.name, [x.name for x in regions if x.decoder == root.name],
+                problem=f"{r.name} is under {r.decoder}, not {root.name}",
+            )
+        regions = [r for r in regions if r.decoder == root.name]
+    return [r.name for r in _pick("regions", regions, idents, region_matches)]
+
+
 def select(system: System, req: ListRequest) -> Selection:
     """Apply the filters: each narrows its own kind and every kind related to it."""
     cxl = system.cxl

@@ -46,16 +46,25 @@ class RegionRequest:
     uuid: str | None = None  # pmem only
     online: bool = True
     # normal: long-term pins (GPU registration) stay on the node; movable: the memory
-    # can always be offlined, but the kernel moves pinned pages to another node
-    zone: Zone = "normal"
+    # can always be offlined, but the kernel moves pinned pages to another node. None:
+    # normal. Only memory that goes online has a zone.
+    zone: Zone | None = None
     # system-ram: the memory becomes a NUMA node; devdax: /dev/daxX.Y, mapped by programs
     mode: str = "system-ram"
 
     def __post_init__(self) -> None:
         if self.type is not None:
             word(self.type, "type", PARTITION_MODES)
-        check_zone(self.zone)
         check_mode(self.mode)
+        if self.zone is not None:
+            check_zone(self.zone)
+            if self.mode == "devdax" or not self.online:
+                why = "mode devdax maps the memory as a device" if self.online else (
+                    "online=False leaves the memory offline")  # fmt: skip
+                raise InvalidRequestError(
+                    f"zone {self.zone}: {why}, so it goes into no zone; leave the zone out, "
+                    "or online the memory as system-ram"
+                )
         if isinstance(self.memdevs, str):  # one name, not its letters
             object.__setattr__(self, "memdevs", (self.memdevs,))
         if not isinstance(self.memdevs, tuple | list) or not all(
@@ -75,6 +84,11 @@ class RegionRequest:
                 if n <= 0:
                     raise InvalidRequestError(f"{name} must be positive, not {value!r}")
                 object.__setattr__(self, name, n)
+
+    @property
+    def online_zone(self) -> Zone:
+        """The zone the memory goes online into."""
+        return self.zone or "normal"
 
     @property
     def size_bytes(self) -> int | None:

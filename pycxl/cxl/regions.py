@@ -78,7 +78,7 @@ def create_region(
         layout = layout_region(read_cxl(fs), request)
         name = region_plan.next_region_name(fs, layout)
         plan = region_plan.create_plan(
-            fs, layout, name, online=request.online, zone=request.zone, mode=request.mode
+            fs, layout, name, online=request.online, zone=request.online_zone, mode=request.mode
         )
         if dry_run:
             return RegionResult(name, plan, executed=False, layout=layout)
@@ -127,6 +127,22 @@ def disable_region(
     return _teardown(fs, region, delete=False, force=force, dry_run=dry_run, hook=before_step)
 
 
+def _check_zone_applies(name: str, zone: str, *, online: bool, volatile: bool,
+                        devdax: bool) -> None:  # fmt: skip
+    """A zone is asked for only where memory goes online: never silently dropped."""
+    why = (
+        None if volatile and online and not devdax
+        else f"{name} is not volatile memory" if not volatile
+        else "the memory stays offline" if not online
+        else f"{name} is (or becomes) a devdax device, mapped by programs"
+    )  # fmt: skip
+    if why is not None:
+        raise InvalidRequestError(
+            f"zone {zone}: {why}, so its memory goes into no zone; leave the zone out "
+            "(or enable it with mode system-ram, online)"
+        )
+
+
 def enable_region(
     name: str,
     *,
@@ -151,11 +167,14 @@ def enable_region(
         )
     if mode is not None:
         check_mode(mode)
+    modes = {d.mode for d in region.dax_devices}
+    volatile = region.type in VOLATILE_MODES  # its memory can go online
+    if zone is not None:
+        _check_zone_applies(name, zone, online=online, volatile=volatile,
+                            devdax=mode == "devdax" or (mode is None and "devdax" in modes))  # fmt: skip
     steps = [] if region.enabled else [region_plan.bind_step(name)]
     offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
     current = {d.zone for d in region.dax_devices if d.zone is not None}
-    modes = {d.mode for d in region.dax_devices}
-    volatile = region.type in VOLATILE_MODES  # its memory can go online
     if volatile and mode == "devdax" and (modes != {"devdax"} or not region.enabled):
         steps += region_plan.devdax_steps(name)
     elif volatile and mode == "system-ram" and "devdax" in modes:
