@@ -12,7 +12,9 @@ from .params import (
     COUNT,
     INT_LIST,
     PAGE_SIZE,
+    SECONDS,
     CountType,
+    FiniteType,
     OutputFileType,
     RatesType,
     SizeType,
@@ -139,9 +141,9 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
 @click.option("--load-size", type=PAGE_SIZE, default=None,
               help="Load buffer, all threads (default: 4x the last-level cache, at least "
                    "256M).")  # fmt: skip
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="SECONDS", help="Chase time per point (default: 1).")  # fmt: skip
-@click.option("--knee", type=click.FloatRange(min=1, min_open=True), default=None,
+@click.option("--duration", type=SECONDS, default=None,
+              help="Chase time per point (default: 1).")  # fmt: skip
+@click.option("--knee", type=FiniteType(above=1, metavar="FACTOR"), default=None,
               help="Latency factor over idle that marks the knee (default: 1.5).")  # fmt: skip
 @AS_JSON
 @PLOT

@@ -10,7 +10,7 @@ from types import FrameType
 
 import click
 
-from .params import COUNT, OutputFileType, sysroot_option
+from .params import COUNT, SECONDS, OutputFileType, sysroot_option
 from .render import emit_json_line
 
 
@@ -20,7 +20,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 @click.command("monitor")
 @click.option("-c", "--count", type=COUNT, help="Stop after this many events.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--duration", type=SECONDS,
               help="Stop after this long.")  # fmt: skip
 @click.option("-l", "--log", "log", type=OutputFileType(), metavar="FILE",
               help="Also append each event to FILE (what pycxl check --events reads).")  # fmt: skip

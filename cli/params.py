@@ -93,7 +93,7 @@ class NamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.values import parse_ranges
+        from pycxl.values import parse_spans
 
         items = [v.strip() for v in str(value).replace(" ", ",").split(",") if v.strip()]
         if not items:
@@ -102,7 +102,7 @@ class NamesType(NamesParam):
             ids = item[3:] if item.lower().startswith("cpu") else item
             if ids[:1].isdigit():
                 try:
-                    parse_ranges(ids)
+                    parse_spans(ids)  # its syntax; never expanded here
                 except ValueError as e:
                     self.fail(str(e), param, ctx)
         return tuple(items)
@@ -148,6 +148,35 @@ class CountType(IntParam):
             return count(number, "the value", self.minimum)
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
+
+
+class FiniteType(FloatParam):
+    """A finite number above ``above`` (pycxl.values.finite decides): seconds, factors."""
+
+    name = "number"
+
+    def __init__(self, above: float = 0.0, metavar: str = "SECONDS") -> None:
+        self.above = above
+        self.metavar = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:  # fmt: skip
+        from pycxl.values import finite
+
+        try:
+            number = value if isinstance(value, float) else float(str(value).strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        try:
+            return finite(number, "the value", self.above)
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+
+
+SECONDS = FiniteType()
 
 
 class PidType(IntParam):

@@ -75,10 +75,10 @@ def region_group() -> None:
 @AS_JSON
 @SYSROOT  # fmt: skip
 def create_command(
-    memdevs: tuple[tuple[str, ...], ...], memdev_args: bool, ways: int | None, granularity: int | None,
-    size: int | None, rtype: str | None, decoder: str | None, bus: str | None,
-    uuid: str | None, no_online: bool, zone: str | None, mode: str, dry_run: bool,
-    as_json: bool,
+    memdevs: tuple[tuple[str, ...], ...], memdev_args: bool, ways: int | None,
+    granularity: int | None, size: int | None, rtype: str | None, decoder: str | None,
+    bus: str | None, uuid: str | None, no_online: bool, zone: str | None, mode: str,
+    dry_run: bool, as_json: bool,
     sysroot: str | None,
 ) -> None:  # fmt: skip
     """Assemble memdevs into an interleaved region and online it as a NUMA node.

@@ -6,29 +6,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import COUNT, FloatParam, OutputFileType, sysroot_option
+from .params import COUNT, FiniteType, OutputFileType, sysroot_option
 from .render import emit_json_line, emit_table
 
 if TYPE_CHECKING:
     from pycxl.ops.stat import StatReport
 
 
-class Interval(FloatParam):
-    name = "interval"
-
-    def convert(self, value: object, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:  # fmt: skip
-        try:
-            seconds = float(str(value))
-        except ValueError:
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not seconds > 0 or seconds != seconds:
-            self.fail(f"{value!r}: give a number of seconds above 0", param, ctx)
-        return seconds
-
-
 @click.command("stat")
-@click.argument("interval", required=False, type=Interval())
+@click.argument("interval", required=False, type=FiniteType(metavar="INTERVAL"))
 @click.argument("count", required=False, type=COUNT)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per report.")
 @click.option("--textfile", type=OutputFileType(lambda: (".prom",)), metavar="FILE.prom",

@@ -233,7 +233,9 @@ def pick_regions(cxl: CxlTopology, idents: Sequence[str],
         if outside:
             r = outside[0]
             raise NotFoundError(
-                "region", r.name, [x.name for x in regions if x.decoder == root.name],
+                "region",
+                r.name,
+                [x.name for x in regions if x.decoder == root.name],
                 problem=f"{r.name} is under {r.decoder}, not {root.name}",
             )
         regions = [r for r in regions if r.decoder == root.name]

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 
 from .errors import InvalidRequestError, OperationError
 
-
 STDOUT = "-"  # where an option allows it, standard output instead of a file
 
 _SPECIAL = (
@@ -60,8 +59,7 @@ def check_output_path(
         raise InvalidRequestError(f"{what} {path} is a directory; give a file name in it")
     if kind is not None:
         raise InvalidRequestError(
-            f"{what} {path} is {kind}; pycxl writes only regular files "
-            f"(give a file name{instead})"
+            f"{what} {path} is {kind}; pycxl writes only regular files (give a file name{instead})"
         )
     if os.path.islink(path):
         raise InvalidRequestError(

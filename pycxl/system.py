@@ -18,17 +18,18 @@ from typing import TYPE_CHECKING
 from .cxl.read import Backend, read_cxl
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
 from .gpu.devices import GpuDevice, GpuInventory, GpuSource
-from .sysfs import Sysfs, parse_cpulist
+from .sysfs import Sysfs
 from .tiers import (
     NodeTier,
     classify_nodes,
     explicit_cxl_nodes,
+    gpu_name,
     is_gpu_name,
     name_text,
     resolve,
     split_names,
 )
-from .values import format_ranges
+from .values import IdsBeyond, format_ranges, parse_ranges
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
     from .cxl.topology import CxlTopology
@@ -84,24 +85,38 @@ class System:
         return t.name if t else None
 
     def gpu(self, name: str) -> GpuDevice:
-        """A GPU by name (gpu0); NotAvailableError without a driver or a GPU."""
-        self.require_gpus()
-        t = self.resolve(name)
-        if t.gpu is None:
-            raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...")
+        """A GPU by name (gpu0): a name that is no GPU's is refused first, one that no
+        GPU on the bus has is NotFoundError, and NotAvailableError says there is no
+        driver to reach one that is there."""
+        text = gpu_name(name, every=False)
+        self.require_gpus(text)
+        t = self.resolve(text)
+        assert t.gpu is not None
         return t.gpu
 
     def gpus_named(self, name: str) -> tuple[GpuDevice, ...]:
         """``all`` for every GPU, or one GPU by name."""
-        if name_text(name, "GPU") == "all":
+        if gpu_name(name) == "all":
             return self.require_gpus()
         return (self.gpu(name),)
 
-    def require_gpus(self) -> tuple[GpuDevice, ...]:
-        """Every GPU; NotAvailableError without a driver or a GPU."""
-        if not self.gpus.devices:
-            raise NotAvailableError(self.gpus.absent_reason or "no GPU")
-        return self.gpus.devices
+    def require_gpus(self, name: str | None = None) -> tuple[GpuDevice, ...]:
+        """Every GPU; NotAvailableError without a driver or a GPU. Where the driver
+        shows none, a GPU ``name`` whose index is past the NVIDIA GPUs on the PCI bus
+        names nothing that exists (NotFoundError), whatever the driver."""
+        if self.gpus.devices:
+            return self.gpus.devices
+        if name is not None and is_gpu_name(name):
+            from .pci import nvidia_gpus
+
+            on_bus = nvidia_gpus(Sysfs(self.sysroot))
+            if int(name_text(name)[3:]) >= len(on_bus):
+                raise NotFoundError(
+                    "GPU", name, [f"gpu{i}" for i in range(len(on_bus))],
+                    problem=f"the PCI bus shows {len(on_bus)} NVIDIA GPU"
+                    f"{'' if len(on_bus) == 1 else 's'}",
+                )  # fmt: skip
+        raise NotAvailableError(self.gpus.absent_reason or "no GPU")
 
     # --- lists of names ---------------------------------------------------------------
     def memory_nodes(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
@@ -151,7 +166,12 @@ class System:
             else:
                 text = item[3:] if item.startswith("cpu") else item
                 try:
-                    ids = list(parse_cpulist(text))
+                    ids = list(parse_ranges(text, limit=max(online, default=-1) + 1))
+                except IdsBeyond as e:
+                    which = f"CPU {e} is" if str(e).isdigit() else f"CPUs {e} are"
+                    raise InvalidRequestError(
+                        f"{which} not online; online CPUs: {format_ranges(online)}"
+                    ) from None
                 except ValueError as e:
                     raise InvalidRequestError(
                         f"CPU list '{item}': {e} (use numbers and ranges such as 0-3,8)"
@@ -166,18 +186,19 @@ class System:
 
     def _node_ids(self, item: str, *, initiator: bool) -> list[int]:
         if "-" in item and item[:1].isdigit():  # a range of node ids: 0-2
-            try:
-                ids = list(parse_cpulist(item))
+            known = {t.node.id for t in self.nodes}
+            try:  # bounded by the ids that exist before it is expanded
+                ids = list(parse_ranges(item, limit=max(known, default=-1) + 1))
+                gone = format_ranges(i for i in ids if i not in known)
+            except IdsBeyond as e:
+                gone = str(e)
             except ValueError as e:
                 raise InvalidRequestError(f"node range {e}") from None
-            known = {t.node.id for t in self.nodes}
-            missing = [i for i in ids if i not in known]
-            if missing:
-                gone = format_ranges(missing)
+            if gone:
+                one = gone.isdigit()
                 raise NotFoundError(
                     "NUMA node range", item, [str(k) for k in sorted(known)],
-                    problem=f"node{'s' if len(missing) > 1 else ''} {gone} "
-                    f"do{'es' if len(missing) == 1 else ''} not exist",
+                    problem=f"node{'' if one else 's'} {gone} do{'es' if one else ''} not exist",
                 )  # fmt: skip
             return ids
         t = self.resolve(item, initiator=initiator)
@@ -199,8 +220,9 @@ class System:
                 f"{initiator} cannot load from GPU memory: measure {target} from itself "
                 f"(--target {target}) or host memory from it (--from {target} --target dram0)"
             )
-        if gpu_target or is_gpu_name(initiator):
-            self.require_gpus()  # no driver or no GPU says so, before 'unknown gpu0'
+        for name in (target, initiator):  # no driver or no GPU says so, before 'unknown gpu0'
+            if is_gpu_name(name):
+                self.require_gpus(name)
         t = self.resolve(target)
         i = self.resolve(initiator, initiator=True) if initiator is not None else None
         if t.is_gpu:

@@ -75,6 +75,16 @@ def name_text(name: object, what: str = "target") -> str:
     return text
 
 
+def gpu_name(name: object, *, every: bool = True) -> str:
+    """A GPU's name as typed (gpu0), or ``all`` where ``every``, checked without asking
+    the driver: a name that is no GPU's is refused before anything is opened."""
+    text = name_text(name, "GPU")
+    if not is_gpu_name(text) and not (every and text == "all"):
+        also = ", or all" if every else ""
+        raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...{also}")
+    return text
+
+
 def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
     """'dram0,cxl0' or ['0-2', 3] -> ['dram0', 'cxl0'] or ['0-2', '3'], lower case."""
     if isinstance(spec, str | int) or not isinstance(spec, Iterable):

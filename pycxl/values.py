@@ -9,6 +9,7 @@ library both call, so a bad value gets the same message either way (sizes:
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from collections.abc import Iterable
@@ -39,6 +40,17 @@ def count(value: object, what: str, minimum: int = 1) -> int:
     return n
 
 
+def finite(value: object, what: str, above: float = 0.0) -> float:
+    """A finite number greater than ``above`` (seconds, a factor): nan, inf, a bool or
+    text are refused, never compared (nan passes every comparison's 'not below')."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidRequestError(f"{what} {value!r}: give a number above {above:g}")
+    x = float(value)
+    if not math.isfinite(x) or not x > above:
+        raise InvalidRequestError(f"{what} {value!r}: give a finite number above {above:g}")
+    return x
+
+
 def word(value: object, what: str, choices: Iterable[str]) -> str:
     """One of a fixed set of words (a kernel, a mode, a zone, a page size): ``value`` if
     it is one of ``choices``, else an InvalidRequestError listing them."""
@@ -48,11 +60,13 @@ def word(value: object, what: str, choices: Iterable[str]) -> str:
     return value
 
 
-def parse_ranges(text: str) -> tuple[int, ...]:
-    """A CPU or node list as the kernel writes it and numactl reads it ('0-3,8'): ids
-    and ascending ranges. ValueError says what is wrong (a reversed range such as
-    '1-0', a negative or non-numeric id, an empty list)."""
-    ids: list[int] = []
+def parse_spans(text: str) -> tuple[tuple[int, int], ...]:
+    """A CPU or node list as the kernel writes it and numactl reads it ('0-3,8'), as
+    (first, last) spans, not expanded: a range as long as '0-99999999999999' is
+    checked against the ids that exist before anything is made of it. ValueError says
+    what is wrong (a reversed range such as '1-0', a negative or non-numeric id, an
+    empty list)."""
+    spans: list[tuple[int, int]] = []
     for raw in text.strip().split(","):
         part = raw.strip()
         if not part:
@@ -63,8 +77,29 @@ def parse_ranges(text: str) -> tuple[int, ...]:
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
             raise ValueError(f"'{part}' is a reversed range: write {last}-{first}")
-        ids.extend(range(first, last + 1))
-    return tuple(ids)
+        spans.append((first, last))
+    return tuple(spans)
+
+
+def parse_ranges(text: str, limit: int | None = None) -> tuple[int, ...]:
+    """The ids of a CPU or node list ('0-3,8' -> 0, 1, 2, 3, 8); ``limit``: every id is
+    below it (checked before the list is expanded), else ValueError naming the ids
+    beyond."""
+    spans = parse_spans(text)
+    if limit is not None:
+        beyond = [(max(a, limit), b) for a, b in spans if b >= limit]
+        if beyond:
+            raise IdsBeyond(format_spans(beyond))
+    return tuple(i for first, last in spans for i in range(first, last + 1))
+
+
+class IdsBeyond(ValueError):
+    """Ids of a list that are at or above the limit given (their spans, as text)."""
+
+
+def format_spans(spans: Iterable[tuple[int, int]]) -> str:
+    """'4-9,12' for ((4, 9), (12, 12))."""
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
 
 
 def format_ranges(ids: Iterable[int]) -> str:

@@ -39,7 +39,7 @@ from ..measure.results import (
 )
 from ..system import System, snapshot, wants_gpus
 from ..targets import Pair
-from ..tiers import name_text
+from ..tiers import gpu_name
 from ..units import parse_size
 from ..values import count
 
@@ -283,7 +283,7 @@ def measure_transfer(
     from ..measure import transfer
 
     _samples(samples)
-    every = name_text(gpu, "GPU") == "all"
+    every = gpu_name(gpu) == "all"
     transfer.check_transfer(direction, memory, 2 if every else 1)
     s = system or snapshot()
     gpus = s.gpus_named(gpu)
@@ -317,15 +317,18 @@ def measure_offload(
     (pycxl's mode), each result with its step alone (``alone_s``)."""
     from ..measure import offload
 
-    s = system or snapshot()
-    gpus = s.gpus_named(gpu)
-    tiers = [s.tier(n) for n in s.memory_nodes(target)]
-    pairs = [s.pair(t.name) for t in tiers if t is not None]
+    gpu_name(gpu)
     wanted = [m.strip() for m in modes.split(",")] if isinstance(modes, str) else list(modes)
     shape: dict[str, Any] = dict(
         layers=layers or offload.LAYERS, width=width or offload.WIDTH,
         tokens=tokens or offload.TOKENS, lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
+    offload.check_offload(wanted, shape["layers"], shape["width"], shape["tokens"], lookahead,
+                          samples or 1)  # the arguments before the driver  # fmt: skip
+    s = system or snapshot()
+    gpus = s.gpus_named(gpu)
+    tiers = [s.tier(n) for n in s.memory_nodes(target)]
+    pairs = [s.pair(t.name) for t in tiers if t is not None]
     if gpu.strip().lower() == "all":
         return offload.offload_together(gpus, pairs, **shape)
     return offload.offload_steps(gpus[0], pairs, modes=wanted, **shape)

@@ -170,8 +170,8 @@ def enable_region(
     modes = {d.mode for d in region.dax_devices}
     volatile = region.type in VOLATILE_MODES  # its memory can go online
     if zone is not None:
-        _check_zone_applies(name, zone, online=online, volatile=volatile,
-                            devdax=mode == "devdax" or (mode is None and "devdax" in modes))  # fmt: skip
+        devdax = mode == "devdax" or (mode is None and "devdax" in modes)
+        _check_zone_applies(name, zone, online=online, volatile=volatile, devdax=devdax)
     steps = [] if region.enabled else [region_plan.bind_step(name)]
     offline = any(d.online_memblocks < d.total_memblocks for d in region.dax_devices)
     current = {d.zone for d in region.dax_devices if d.zone is not None}

@@ -22,6 +22,7 @@ from ..outfiles import append_line
 from ..sysfs import Sysfs
 from ..system import System, snapshot
 from ..trace import TraceEvent, TraceInstance
+from ..values import count as whole_count, finite
 
 TRACE_EVENTS = (
     "cxl/cxl_general_media",
@@ -142,6 +143,10 @@ def monitor(
     lacks (the stream goes on without them): nothing that happens after it is missed."""
     import pyudev  # the monitor is the only user
 
+    if count is not None:
+        count = whole_count(count, "count (events)")
+    if duration is not None:
+        duration = finite(duration, "duration (seconds)")
     locator = Locator(sysroot)
     fs = Sysfs(sysroot)
     context = pyudev.Context()

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidRequestError
 from ..numa.vmstat import Sample, TieringState, read_tiering, sample
 from ..sysfs import Sysfs
 from ..system import System
+from ..values import count as whole_count, finite
 
 PAGE = 4096  # vmstat counts pages of the base page size
 CXL_PMU_ABSENT = "absent: the kernel registered no cxl_pmu perf PMU (device or driver lacks one)"
@@ -135,10 +135,10 @@ def stat(
     """Reports as vmstat gives them: without ``interval`` one report (totals since
     boot); with it, ``count`` reports (forever when None), the first since boot, each
     later one with rates over ``interval`` seconds."""
-    if interval is not None and not interval > 0:
-        raise InvalidRequestError(f"interval {interval}: give a number of seconds above 0")
-    if count is not None and count < 1:
-        raise InvalidRequestError(f"count {count}: give 1 or more reports")
+    if interval is not None:
+        interval = finite(interval, "interval (seconds)")
+    if count is not None:
+        count = whole_count(count, "count (reports)")
     fs = Sysfs(sysroot)
     before = sample(fs)
     yield _report(system, before, None, read_tiering(fs))

@@ -60,7 +60,7 @@ def test_movable_loses_pinned_pages_normal_keeps_them() -> None:
     assert p.returncode == 0 and "offline" in p.stdout and "online_kernel" in p.stdout, p.stdout
     p = pycxl_cli("region", "enable", made.name, "--zone", "normal", "--json")
     assert p.returncode == 0, p.stderr
-    res = json.loads(p.stdout)
+    (res,) = json.loads(p.stdout)  # enable prints a list, one object per region
     assert res["zone"] == "normal" and res["longterm_pin"] is True and res["tier"] == "cxl0"
     doc = _probe("cxl0")
     assert doc["longterm_pin"] is True and doc["pages_on_node"] == PAGES and doc["moved_to"] == {}
@@ -104,13 +104,13 @@ def test_device_dax_mapping_keeps_pinned_pages_and_modes_switch() -> None:
     # devdax -> system-ram (a NUMA node, normal zone) -> devdax, each as one plan
     p = pycxl_cli("region", "enable", made.name, "--mode", "system-ram", "--json")
     assert p.returncode == 0, p.stderr
-    res = json.loads(p.stdout)
+    (res,) = json.loads(p.stdout)
     assert res["tier"] == "cxl0" and res["zone"] == "normal"
     assert res["dax"] == [{"chardev": dax.name, "mode": "system-ram"}]
     with pytest.raises(InvalidRequestError, match="in system-ram mode"):
         pycxl.map_dax(dax.name)
     p = pycxl_cli("region", "enable", made.name, "--mode", "devdax", "--json")
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["dax"] == [{"chardev": dax.name, "mode": "devdax"}]
+    assert json.loads(p.stdout)[0]["dax"] == [{"chardev": dax.name, "mode": "devdax"}]
     assert "cxl0" not in {t.name for t in snapshot(gpus=False).nodes}
     pycxl.destroy_region(made.name)

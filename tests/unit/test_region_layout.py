@@ -166,7 +166,7 @@ def test_cli_dry_run_json_and_teardown_plans(trees: Path) -> None:
 
     tree = str(trees / "two-dev/region")
     p = pycxl_cli("region", "destroy", "region0", "--dry-run", "--json", "--sysroot", tree)
-    doc = json.loads(p.stdout)
+    (doc,) = json.loads(p.stdout)  # destroy prints a list, whatever the count
     assert doc["dry_run"] and doc["action"] == "destroy"
     paths = [s["path"] for s in doc["plan"]]
     assert paths[0] is None and "offline dax0.0" in doc["plan"][0]["description"]
