@@ -10,7 +10,7 @@ from types import FrameType
 
 import click
 
-from .params import COUNT, SECONDS, OutputFileType, sysroot_option
+from .params import COUNT, SECONDS, OutputFileType
 from .render import emit_json_line
 
 
@@ -24,9 +24,8 @@ def _stop(signum: int, frame: FrameType | None) -> None:
               help="Stop after this long.")  # fmt: skip
 @click.option("-l", "--log", "log", type=OutputFileType(), metavar="FILE",
               help="Also append each event to FILE (what pycxl check --events reads).")  # fmt: skip
-@sysroot_option()
 def monitor_command(
-    count: int | None, duration: float | None, log: str | None, sysroot: str | None
+    count: int | None, duration: float | None, log: str | None
 ) -> None:
     """Stream CXL events as JSON lines until interrupted.
 
@@ -39,7 +38,7 @@ def monitor_command(
 
     signal.signal(signal.SIGTERM, _stop)
     try:
-        stream = monitor(count=count, duration=duration, sysroot=sysroot, on_ready=_ready)
+        stream = monitor(count=count, duration=duration, on_ready=_ready)
         with closing(stream) as events:
             for record in events:
                 if log:

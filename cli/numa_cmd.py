@@ -11,7 +11,8 @@ import click
 from .params import CPUS, NODES, PAGE_SIZE, PidType, flatten, sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges
 
-SYSROOT = sysroot_option()
+SYSROOT = sysroot_option("Read a recorded sysfs tree instead of this machine (--set-weights "
+                         "then writes the tree's files; nothing is measured on a tree)")
 
 
 @click.command("numa")
@@ -181,13 +182,12 @@ def _weights(text: str, s: object) -> dict[int, int]:
 @click.option("-C", "--physcpubind", multiple=True, type=CPUS,
               help="Run on these CPUs (0-3,8 or all).")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@SYSROOT
 def run_command(
     membind: tuple[tuple[str, ...], ...], preferred: str | None,
     preferred_many: tuple[tuple[str, ...], ...], interleave: tuple[tuple[str, ...], ...],
     weighted: tuple[tuple[str, ...], ...], localalloc: bool,
     cpunodebind: tuple[tuple[str, ...], ...], physcpubind: tuple[tuple[str, ...], ...],
-    command: tuple[str, ...], sysroot: str | None,
+    command: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run COMMAND under a memory policy and CPU binding named by tiers, as numactl
     does: the policy is set on this process, which then becomes COMMAND (same PID;
@@ -202,7 +202,7 @@ def run_command(
     from pycxl.system import snapshot
 
     find_command(command)  # a typo is an error before anything is set
-    plan = snapshot(sysroot, gpus=False).launch_plan(
+    plan = snapshot(gpus=False).launch_plan(
         membind=flatten(membind), preferred=preferred, preferred_many=flatten(preferred_many),
         interleave=flatten(interleave), weighted_interleave=flatten(weighted),
         localalloc=localalloc, cpunodebind=flatten(cpunodebind),
@@ -217,15 +217,15 @@ def run_command(
 @click.command("where")
 @click.argument("pid", type=PidType())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@SYSROOT
-def where_command(pid: int, as_json: bool, sysroot: str | None) -> None:
+def where_command(pid: int, as_json: bool) -> None:
     """Resident memory of process PID per NUMA node and tier (from its numa_maps)."""
     from pycxl.numa.pages import process_usage
     from pycxl.system import snapshot
     from pycxl.units import format_size
 
+    s = snapshot(gpus=False)
+    s.require_live(f"where {pid}")  # a process of this machine, by its nodes' names
     usage = process_usage(pid)
-    s = snapshot(sysroot, gpus=False)
     if as_json:
         emit_json([{"node": n, "name": s.tier_name(n),
                     "tier": t.tier if (t := s.tier(n)) else None, "bytes": b}

@@ -59,7 +59,8 @@ def allocate(
 
     if (target is None) == (policy is None):
         raise InvalidRequestError("give a target or a policy (one of them)")
-    nodes = (system or snapshot(gpus=False)).memory_nodes(target) if target is not None else None
+    s = system or snapshot(gpus=False)
+    nodes = s.placement_nodes(target) if target is not None else None
     return placement.allocate(_bytes(size), nodes, policy=policy, huge=huge, populate=populate)
 
 
@@ -68,7 +69,7 @@ def migrate(obj: Any, target: str | int, *, system: System | None = None) -> dic
     (a NumaBuffer's later faults follow too); pages per node afterwards."""
     from .numa import placement
 
-    nodes = (system or snapshot(gpus=False)).memory_nodes(target)
+    nodes = (system or snapshot(gpus=False)).placement_nodes(target)
     if len(nodes) != 1:
         raise InvalidRequestError(f"migrate to one node, not {len(nodes)} ({target})")
     if isinstance(obj, placement.NumaBuffer):
@@ -92,7 +93,7 @@ def host_memory(
     from .gpu.memory import GpuContext, HostMemory
 
     s = system or snapshot()
-    nodes = s.memory_nodes(target)
+    nodes = s.placement_nodes(target)
     ctx = GpuContext.of(s.gpu(gpu))
     return HostMemory.allocate(ctx, _bytes(size), nodes, huge=huge,
                                allow_migration=allow_migration)  # fmt: skip
@@ -132,7 +133,7 @@ def probe_longterm_pins(
     from .numa import placement
 
     s = system or snapshot(gpus=False)
-    nodes = s.memory_nodes(targets if targets is not None else "all")
+    nodes = s.placement_nodes(targets if targets is not None else "all")
     out = []
     for node in nodes:
         tier = s.tier(node)
@@ -267,7 +268,7 @@ def offload_layers(
 
     torch = import_torch()
     s = system or snapshot(gpus=gpu is not None)
-    nodes = s.memory_nodes(target)  # a bad name fails here, before any memory is taken
+    nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     engine: Any
     ctx = None
     if gpu is None:

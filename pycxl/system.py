@@ -29,7 +29,7 @@ from .tiers import (
     resolve,
     split_names,
 )
-from .values import IdsBeyond, format_ranges, parse_ranges
+from .values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
     from .cxl.topology import CxlTopology
@@ -69,6 +69,26 @@ class System:
         if self.gpus.absent_reason:
             out.append(self.gpus.absent_reason)
         return out
+
+    @property
+    def recorded(self) -> bool:
+        """Read from a recorded tree (--sysroot, PYCXL_SYSROOT), not this machine."""
+        return self.sysroot != "/"
+
+    def require_live(self, doing: str) -> None:
+        """A recorded tree is only read: measuring, binding, placing or running on its
+        names would act on this machine's nodes and CPUs under another's names."""
+        if self.recorded:
+            raise InvalidRequestError(
+                f"{doing} needs this machine, but the system was read from the recorded "
+                f"tree {self.sysroot} (--sysroot or {SYSROOT_ENV}); a recorded tree is only "
+                f"read: leave it unset"
+            )
+
+    def placement_nodes(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
+        """``memory_nodes`` of this machine, to put memory on (never of a recorded tree)."""
+        self.require_live(f"placing memory on {spec}")
+        return self.memory_nodes(spec)
 
     # --- single names ----------------------------------------------------------------
     def resolve(self, name: str | int, *, initiator: bool = False) -> Target:
@@ -214,6 +234,7 @@ class System:
         with CPUs nearest the target) or from a GPU; or a GPU's own memory, from itself."""
         from .targets import Pair, Target
 
+        self.require_live(f"measuring {target}")
         gpu_target = is_gpu_name(target)
         if gpu_target and initiator is not None and not is_gpu_name(initiator):
             raise InvalidRequestError(
@@ -307,6 +328,8 @@ class System:
         """A memory policy and CPU set from numactl-style choices, validated."""
         from .numa.launch import LaunchPlan
         from .numa.policy import Policy
+
+        self.require_live("binding memory and CPUs")
 
         chosen = [
             bool(membind), preferred is not None, bool(preferred_many), bool(interleave),

@@ -134,9 +134,30 @@ def input_file(path: object, what: str) -> str:
         raise InvalidRequestError(f"{what} {text}: no such file")
     if os.path.isdir(text):
         raise InvalidRequestError(f"{what} {text} is a directory; give a file in it")
+    if not os.path.isfile(text):  # a FIFO would block, /dev/zero never end
+        raise InvalidRequestError(f"{what} {text} is not a regular file; give a file")
     if not os.access(text, os.R_OK):
         raise InvalidRequestError(f"{what} {text}: not readable by this user")
     return str(text)
+
+
+def read_text(path: str, what: str) -> str:
+    """The text of a file pycxl reads (an expectation file, the event log), checked as
+    ``input_file`` does and decoded as UTF-8: bytes that are not are an error naming
+    the file and where, never a traceback."""
+    input_file(path, what)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InvalidRequestError(f"{what} {path}: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InvalidRequestError(
+            f"{what} {path}: line {line} is not UTF-8 text (byte {e.start}); write it as UTF-8"
+        ) from None
 
 
 def sysroot(path: object, source: str = "sysroot") -> str:

@@ -14,6 +14,7 @@ import importlib
 import re
 from typing import TYPE_CHECKING, Literal
 
+from ..errors import InvalidRequestError
 from ..sysfs import Sysfs
 from ..values import word
 
@@ -46,6 +47,11 @@ def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopol
     """The CXL objects, read through the kernel's sysfs or through ndctl's libcxl."""
     module = BACKENDS[word(backend, "backend", BACKENDS)]
     fs = sysfs or Sysfs()
+    if backend == "libcxl" and fs.root != "/":
+        raise InvalidRequestError(
+            f"backend libcxl reads this machine's kernel only and cannot read the recorded "
+            f"tree {fs.root}: use backend sysfs for a tree"
+        )
     if backend == "sysfs" and nothing_to_read(fs):  # most hosts: nothing to read
         from .topology import CxlTopology
 

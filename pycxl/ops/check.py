@@ -22,6 +22,7 @@ from ..pcie import Link, read_link
 from ..sysfs import Sysfs
 from ..system import System
 from ..units import format_size, parse_size
+from ..values import read_text
 
 if TYPE_CHECKING:  # imported where used: a host without CXL memdevs needs none of them
     from ..cxl.health import DeviceHealth, Health
@@ -105,11 +106,7 @@ def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expect
 
 def read_expect_file(path: str) -> list[str]:
     """The expectations in a file: one per line, '#' starts a comment."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise InvalidRequestError(f"expectation file {path}: {e.strerror}") from None
+    lines = read_text(path, "expectation file").splitlines()
     return [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
 
 
@@ -207,11 +204,7 @@ def read_event_log(path: str) -> list[dict[str, Any]]:
     is not a JSON object is an InvalidRequestError naming the file and the line."""
     import json  # only where there is a log: check runs at the top of job scripts
 
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        raise InvalidRequestError(f"event log {path}: {e.strerror}") from None
+    text = read_text(path, "event log")
     lines = text.split("\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     records: list[dict[str, Any]] = []

@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from ..errors import NotAvailableError
+from ..errors import InvalidRequestError, NotAvailableError
 from ..outfiles import append_line
 from ..sysfs import Sysfs
 from ..system import System, snapshot
 from ..trace import TraceEvent, TraceInstance
-from ..values import count as whole_count, finite
+from ..values import SYSROOT_ENV, count as whole_count, finite
 
 TRACE_EVENTS = (
     "cxl/cxl_general_media",
@@ -147,8 +147,13 @@ def monitor(
         count = whole_count(count, "count (events)")
     if duration is not None:
         duration = finite(duration, "duration (seconds)")
-    locator = Locator(sysroot)
     fs = Sysfs(sysroot)
+    if fs.root != "/":  # the events are this machine's; a tree's names would misplace them
+        raise InvalidRequestError(
+            f"monitoring needs this machine's kernel, not the recorded tree {fs.root}: "
+            f"leave --sysroot and {SYSROOT_ENV} unset"
+        )
+    locator = Locator(sysroot)
     context = pyudev.Context()
     try:
         uevents = pyudev.Monitor.from_netlink(context, source="kernel")
