@@ -361,6 +361,8 @@ def matrix_command(latency: bool, bandwidth: bool, loaded: bool, gpus: bool,
             continue
         rows = [[i] + [_cell(m, i, t, kind) for t in m.targets] for i in m.initiators]
         emit_table(f"{titles[kind]} (initiator x target)", ["", *m.targets], rows)
+        if kind != "loaded":
+            _say_cached([c.result for c in m.cells if c.kind == kind])
 
 
 def _cell(m: Any, i: str, t: str, kind: str) -> str:
@@ -368,10 +370,11 @@ def _cell(m: Any, i: str, t: str, kind: str) -> str:
     if c is None:
         return "-"
     r = c.result
+    cached = "*" if _in_cache(r) else ""  # as the other tables mark a size that fits
     if kind == "latency":
-        return _ns(r.latency_ns)
+        return _ns(r.latency_ns) + cached
     if kind == "bandwidth":
-        return _rate(r.bytes_per_s)
+        return _rate(r.bytes_per_s) + cached
     paced = sorted((p for p in r.points if p.target_bytes_per_s is not None),
                    key=lambda p: p.target_bytes_per_s)  # fmt: skip
     marks = [f"{p.latency_ns_p50:.0f}" + ("" if p.reached else "*") for p in paced]
@@ -438,6 +441,13 @@ def _emit(results: Sequence[BenchResult], as_json: bool) -> None:
         if adv:
             _say_apart(mine, adv)
     _say_lanes(results)
+    _say_cached(results)
+
+
+def _say_cached(results: Sequence[BenchResult]) -> None:
+    """The footnote of a '*': a figure of the cache, not of the tier."""
+    from pycxl.units import format_size
+
     cached = [r for r in results if _in_cache(r)]
     if cached:
         r = cached[0]

@@ -109,7 +109,16 @@ def list_command(
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(v for value in values for v in value.replace(",", " ").split() if v)
+    """Filter values, comma- or blank-separated as ndctl takes them; a value that names
+    nothing (an unset shell variable) is refused, never read as no filter."""
+    out: list[str] = []
+    for value in values:
+        names = value.replace(",", " ").split()
+        if not names or any(not part.strip() for part in value.split(",")):
+            raise click.BadParameter(f"{value!r} names nothing between its commas: give a "
+                                     "name such as mem0, or all")  # fmt: skip
+        out += names
+    return tuple(out)
 
 
 def _buses(system: System, sel: Selection, req: ListRequest) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .params import CPUS, NODES, PAGE_SIZE, PidType, flatten, sysroot_option
+from .params import CPUS, NODES, PAGE_SIZE, WEIGHTS, PidType, flatten, sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges
 
 SYSROOT = sysroot_option("Read a recorded sysfs tree instead of this machine (--set-weights "
@@ -16,7 +16,8 @@ SYSROOT = sysroot_option("Read a recorded sysfs tree instead of this machine (--
 
 
 @click.command("numa")
-@click.option("--set-weights", "set_weights", default=None, metavar="NODE=W[,NODE=W]|auto",
+@click.option("--set-weights", "set_weights", default=None, type=WEIGHTS,
+              metavar="NODE=W[,NODE=W]|auto",
               help="Set the system-wide weighted-interleave weights (root; they stay until "
                    "changed, as writing sysfs does), then show the nodes. 'auto': give them "
                    "back to the kernel (Linux 6.16+).")  # fmt: skip
@@ -92,7 +93,7 @@ WEIGHT_MODES = {
 def _weights_plan(text: str, s: object, fs: object) -> Any:
     from pycxl.numa.policy import auto_weights_plan, weights_plan
 
-    if text.strip().lower() == "auto":
+    if text == "auto":
         return auto_weights_plan(fs)  # type: ignore[arg-type]
     return weights_plan(_weights(text, s), fs)  # type: ignore[arg-type]
 
@@ -154,12 +155,16 @@ def _weights(text: str, s: object) -> dict[int, int]:
 
     assert isinstance(s, System)
     out: dict[int, int] = {}
-    for item in (i.strip() for i in text.split(",") if i.strip()):
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise click.BadParameter(f"'{item}': expected NODE=WEIGHT such as cxl0=1, or auto",
-                                     param_hint="--set-weights")  # fmt: skip
+    given: dict[int, str] = {}  # node -> the item that weighed it
+    for item in (i.strip() for i in text.split(",")):  # their shape checked by WEIGHTS
+        name, _, value = item.partition("=")
         for node in s.memory_nodes(name.strip()):
+            if node in given:
+                raise click.BadParameter(
+                    f"node {node} is given two weights ({given[node]} and {item}); give each "
+                    "node once", param_hint="--set-weights",
+                )  # fmt: skip
+            given[node] = item
             out[node] = int(value)
     return out
 

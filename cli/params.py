@@ -128,6 +128,29 @@ class ObjectNamesType(NamesParam):
         return tuple(items)
 
 
+class WeightsType(StrParam):
+    """NODE=WEIGHT[,NODE=WEIGHT...] or 'auto': weighted-interleave weights as typed,
+    checked for shape here (an empty list, an unset shell variable, would otherwise
+    reach the kernel as a change); the names are resolved against the system later."""
+
+    name = "weights"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if text.lower() == "auto":
+            return "auto"
+        items = [i.strip() for i in text.split(",")]
+        if not any(items):
+            self.fail(f"{value!r} sets no weight: give NODE=WEIGHT such as dram0=3,cxl0=1, or "
+                      "auto", param, ctx)  # fmt: skip
+        for item in items:
+            name, sep, weight = item.partition("=")
+            if not item or not sep or not name.strip() or not weight.strip().isdigit():
+                self.fail(f"{item!r} in {value!r}: expected NODE=WEIGHT such as cxl0=1, or auto",
+                          param, ctx)  # fmt: skip
+        return text
+
+
 class CountType(IntParam):
     """A whole number of at least ``minimum`` (pycxl.values.count decides)."""
 
@@ -280,6 +303,7 @@ COUNT = CountType()
 INT_LIST = IntListType()
 NODES = NamesType("NODES")
 OBJECT_NAMES = ObjectNamesType()
+WEIGHTS = WeightsType()
 CPUS = NamesType("CPUS")
 
 

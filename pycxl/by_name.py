@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cxl import regions as _regions
 from .errors import InvalidRequestError
-from .system import System, snapshot
+from .system import System, given_or_read, snapshot
 from .units import parse_size
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def allocate(
 
     if (target is None) == (policy is None):
         raise InvalidRequestError("give a target or a policy (one of them)")
-    s = system or snapshot(gpus=False)
+    s = given_or_read(system, gpus=False)
     nodes = s.placement_nodes(target) if target is not None else None
     return placement.allocate(_bytes(size), nodes, policy=policy, huge=huge, populate=populate)
 
@@ -69,7 +69,7 @@ def migrate(obj: Any, target: str | int, *, system: System | None = None) -> dic
     (a NumaBuffer's later faults follow too); pages per node afterwards."""
     from .numa import placement
 
-    nodes = (system or snapshot(gpus=False)).placement_nodes(target)
+    nodes = given_or_read(system, gpus=False).placement_nodes(target)
     if len(nodes) != 1:
         raise InvalidRequestError(f"migrate to one node, not {len(nodes)} ({target})")
     if isinstance(obj, placement.NumaBuffer):
@@ -92,7 +92,7 @@ def host_memory(
     ``allow_migration`` (then ``.placement`` says where they went)."""
     from .gpu.memory import GpuContext, HostMemory
 
-    s = system or snapshot()
+    s = given_or_read(system)
     nodes = s.placement_nodes(target)
     ctx = GpuContext.of(s.gpu(gpu))
     return HostMemory.allocate(ctx, _bytes(size), nodes, huge=huge,
@@ -132,7 +132,7 @@ def probe_longterm_pins(
     report where the pages are afterwards. Nothing is left pinned or allocated."""
     from .numa import placement
 
-    s = system or snapshot(gpus=False)
+    s = given_or_read(system, gpus=False)
     nodes = s.placement_nodes(targets if targets is not None else "all")
     out = []
     for node in nodes:
@@ -267,7 +267,7 @@ def offload_layers(
     from .gpu.torch_offload import LayerOffload, import_torch, tier_allocator
 
     torch = import_torch()
-    s = system or snapshot(gpus=gpu is not None)
+    s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     engine: Any
     ctx = None

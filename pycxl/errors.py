@@ -44,11 +44,14 @@ class LibraryNotFoundError(NotAvailableError):
 class NotFoundError(PycxlError):
     """A named object (target, memdev, decoder, region, GPU...) does not exist."""
 
-    def __init__(self, kind: str, name: str, known: Iterable[str] = (), problem: str = "") -> None:
+    def __init__(self, kind: str, name: str, known: Iterable[str] = (), problem: str = "",
+                 hint: str = "") -> None:  # fmt: skip
         self.kind = kind
         self.name = name
         self.known = sorted(set(known), key=_natural_key)
-        if self.known:
+        if hint:
+            pass  # the caller says what to do (there is no list to give)
+        elif self.known:
             hint = "known: " + ", ".join(self.known)
         else:
             hint = f"there is no {kind} on this system"

@@ -67,6 +67,12 @@ class ListRequest:
             isinstance(v, str) for v in self.serials
         ):  # fmt: skip
             raise InvalidRequestError(f"serials {self.serials!r}: give a tuple of serials")
+        for kind, idents in [*self.filters.items(), ("serials", self.serials)]:
+            if (kind != "serials" and not idents) or any(not i.strip() for i in idents):
+                raise InvalidRequestError(
+                    f"filter {kind} {tuple(idents)!r} names nothing: give names such as "
+                    "('mem0',), or leave the filter out"
+                )
         unknown = [k for k in [*self.kinds, *self.filters] if k not in KIND_NAMES]
         if unknown:
             raise NotFoundError("object kind", unknown[0], KIND_NAMES)

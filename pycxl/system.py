@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from .cxl.read import Backend, read_cxl
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
@@ -29,7 +29,7 @@ from .tiers import (
     resolve,
     split_names,
 )
-from .values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges
+from .values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges, word
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
     from .cxl.topology import CxlTopology
@@ -392,6 +392,8 @@ def snapshot(
     from .numa.nodes import read_nodes
 
     fs = Sysfs(sysroot)
+    if not isinstance(gpus, bool):
+        word(gpus, "gpus", get_args(GpuSource))
     via: GpuSource | None = None if gpus is False else "auto" if gpus is True else gpus
     if via is not None:
         begin_reading(fs, via)  # the driver's start overlaps reading CXL and the nodes
@@ -411,6 +413,15 @@ def snapshot(
     else:
         inventory = read_gpus(fs, via=via)
     return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory, sysroot=fs.root)
+
+
+def given_or_read(system: object, *, gpus: bool | GpuSource = True) -> System:
+    """The ``system=`` a library call was given, checked, or a snapshot read now."""
+    if system is None:
+        return snapshot(gpus=gpus)
+    if not isinstance(system, System):
+        raise InvalidRequestError(f"system={system!r}: give a System (pycxl.snapshot()) or None")
+    return system
 
 
 def wants_gpus(*names: str | None) -> bool:

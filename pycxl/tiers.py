@@ -147,6 +147,7 @@ def classify_nodes(
     counters = {"dram": 0, "cxl": 0}
     nodes = sorted(nodes, key=lambda n: n.id)
     with_cpus = [n for n in nodes if n.cpus]
+    _check_explicit(explicit_cxl, nodes, with_cpus)
     for n in nodes:
         region = cxl_node_regions.get(n.id)
         if region is not None or n.id in explicit_cxl:
@@ -168,6 +169,25 @@ def classify_nodes(
                      near_by=near_by)
         )  # fmt: skip
     return out
+
+
+def _check_explicit(explicit: Sequence[int], nodes: Sequence[NumaNode],
+                    with_cpus: Sequence[NumaNode]) -> None:  # fmt: skip
+    """A node named CXL by hand exists, and at least one node with CPUs stays DRAM (a
+    stand-in is a CPU-less or a remote node, never the only socket)."""
+    ids = {n.id for n in nodes}
+    unknown = [i for i in explicit if i not in ids]
+    if unknown:
+        raise InvalidRequestError(
+            f"{EXPLICIT_CXL_ENV}: node {unknown[0]} does not exist; nodes: "
+            + ",".join(map(str, sorted(ids)))
+        )
+    if with_cpus and all(n.id in explicit for n in with_cpus):
+        cpu_nodes = ",".join(str(n.id) for n in with_cpus)
+        raise InvalidRequestError(
+            f"{EXPLICIT_CXL_ENV} names every node with CPUs ({cpu_nodes}) CXL, leaving no DRAM "
+            "tier: name a CPU-less or a remote node, as the usual emulation does"
+        )
 
 
 def resolve(

@@ -17,7 +17,7 @@ from .numa.policy import read_weight_mode, read_weights, weights_plan
 from .numa.weights import RULE, weights_from_bandwidth
 from .plan import Plan
 from .sysfs import Sysfs
-from .system import System, snapshot
+from .system import System, given_or_read
 
 Names = str | int | list[str | int] | tuple[str | int, ...]
 KERNEL = "triad"  # STREAM's triad: two reads and a write per element
@@ -103,7 +103,7 @@ def plan_weights(
     ``apply_weights`` on the result (or read its plan)."""
     from .bench.dispatch import measure_bandwidth
 
-    s = system or snapshot(gpus=False)
+    s = given_or_read(system, gpus=False)
     fs = fs or Sysfs()
     previous = read_weights(fs)  # NotAvailableError on kernels without weighted interleave
     if initiator is None:

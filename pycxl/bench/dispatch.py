@@ -37,7 +37,7 @@ from ..measure.results import (
     TransferResult,
     factor_apart,
 )
-from ..system import System, snapshot, wants_gpus
+from ..system import System, given_or_read, wants_gpus
 from ..targets import Pair
 from ..tiers import gpu_name
 from ..units import parse_size
@@ -50,7 +50,17 @@ MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
 
 
 def _system(system: System | None, *names: str | None) -> System:
-    return system or snapshot(gpus=wants_gpus(*names))
+    return given_or_read(system, gpus=wants_gpus(*names))
+
+
+def _loads(loads: int) -> None:
+    """The chase runs its loads 16 at a time: another count would be rounded unsaid."""
+    count(loads, "loads", 16)
+    if loads % 16:
+        raise InvalidRequestError(
+            f"loads {loads}: give a multiple of 16 (the chase runs 16 loads a step), such as "
+            f"{loads - loads % 16 or 16}"
+        )
 
 
 def _size(size: Size, what: str = "size") -> int | None:
@@ -104,7 +114,7 @@ def measure_latency(
     """
     _samples(samples)
     if loads is not None:
-        count(loads, "loads")
+        _loads(loads)
     s = _system(system, target, initiator)
     pair = s.pair(target, initiator)
     n = _size(size)
@@ -285,7 +295,7 @@ def measure_transfer(
     _samples(samples)
     every = gpu_name(gpu) == "all"
     transfer.check_transfer(direction, memory, 2 if every else 1)
-    s = system or snapshot()
+    s = given_or_read(system)
     gpus = s.gpus_named(gpu)
     p = s.pair(target)
     cpus = {g.index: s.copy_cpus(g, MAX_THREADS) or None for g in gpus}
@@ -325,7 +335,7 @@ def measure_offload(
     )  # fmt: skip
     offload.check_offload(wanted, shape["layers"], shape["width"], shape["tokens"], lookahead,
                           samples or 1)  # the arguments before the driver  # fmt: skip
-    s = system or snapshot()
+    s = given_or_read(system)
     gpus = s.gpus_named(gpu)
     tiers = [s.tier(n) for n in s.memory_nodes(target)]
     pairs = [s.pair(t.name) for t in tiers if t is not None]
@@ -364,6 +374,13 @@ def measure_loaded_latency(
     from ..measure import loaded
 
     mixes = loaded.mix_names(mix)
+    paced = [what for what, v in (("rates", rates), ("fractions", fractions), ("steps", steps))
+             if v is not None]  # fmt: skip
+    if len(paced) > 1:
+        raise InvalidRequestError(
+            f"give one of rates, fractions and steps, not {' and '.join(paced)}: each says "
+            "which load points are measured"
+        )
     if steps is not None:
         count(steps, "steps (a sweep needs at least 2)", 2)
     if load_threads is not None:
@@ -381,7 +398,7 @@ def measure_loaded_latency(
     )):  # fmt: skip
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
     # any --load-from is GPUs ('all' too): their driver must be asked
-    s = system or snapshot(gpus=load_from is not None or wants_gpus(target, initiator))
+    s = given_or_read(system, gpus=load_from is not None or wants_gpus(target, initiator))
     instead = ("loaded latency measures host tiers (the GPU's own memory is measured by "
                "pycxl bench latency/bandwidth --target gpuN)")  # fmt: skip
     chase = s.host_pair(target, initiator, instead=instead)
@@ -508,7 +525,11 @@ def measure_matrix(
     CPUs read the target at 50% and 90% of their peak; ``gpus``: GPUs as initiators and
     targets (when the snapshot is read here). ``progress``, given the pairs, returns
     what to iterate (a progress bar)."""
-    s = system or snapshot(gpus=gpus)
+    if not (latency or bandwidth or loaded):
+        raise InvalidRequestError(
+            "latency, bandwidth and loaded are all off: the matrix has nothing to measure"
+        )
+    s = given_or_read(system, gpus=gpus)
     inits, targets, names = matrix_pairs(s)
     n = _size(size)
     cells: list[MatrixCell] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._lib import compiled
+from ..errors import InvalidRequestError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
@@ -19,7 +20,11 @@ def first_touch(p: Pair, *, size: int | None = None, page: str = "4k") -> FirstT
 
     size = size or default(DEFAULT_SIZE, 1 << 20)
     psize = page_size(page)
-    size = max(psize, size // psize * psize)
+    if size % psize:  # each page is timed: a part of one is not measured unsaid
+        raise InvalidRequestError(
+            f"size {size}: first touch times whole pages; give a multiple of {psize} bytes, "
+            f"such as {max(psize, size // psize * psize)}"
+        )
     p.check_fits(size)
     npages = size // psize
     ns = np.zeros(npages, dtype=np.uint32)

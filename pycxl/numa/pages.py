@@ -99,7 +99,7 @@ def process_usage(pid: int, fs: Sysfs | None = None) -> dict[int, int]:
     fs = fs or Sysfs()
     path = f"/proc/{pid}/numa_maps"
     if not fs.exists(f"/proc/{pid}"):
-        raise NotFoundError("process", str(pid))
+        raise NotFoundError("process", str(pid), hint=f"no process has PID {pid} (ps -p {pid})")
     try:
         lines = list(fs.iter_lines(path))
     except SysfsError as e:

@@ -98,7 +98,10 @@ class NumaBuffer:
         return f"NumaBuffer({format_size(self.size)}, {self.policy.describe()}, {state})"
 
     def span(self) -> tuple[int, int]:
-        """(address, length) of the buffer."""
+        """(address, length) of the buffer; a closed one has none (its address is
+        unmapped, and asking the kernel of it would say nothing true)."""
+        if self._map.closed:
+            raise InvalidRequestError("the buffer is closed: its pages are gone")
         return self.address, self.size
 
     def memoryview(self) -> memoryview:

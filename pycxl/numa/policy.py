@@ -51,6 +51,17 @@ class Policy:
     mode: Mode
     nodes: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:  # made directly, not by the class methods: checked too
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except (ValueError, TypeError):
+            names = ", ".join(m.name.lower() for m in Mode)
+            raise InvalidRequestError(f"policy mode {self.mode!r}: use one of {names}") from None
+        if not isinstance(self.nodes, tuple) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.nodes
+        ):  # fmt: skip
+            raise InvalidRequestError(f"policy nodes {self.nodes!r}: give node ids, such as (0, 1)")
+
     @classmethod
     def bind(cls, *nodes: int) -> Policy:
         """Allocate only on ``nodes``."""

@@ -39,9 +39,16 @@ def test_unknown_target_lists_known_names(trees: Path) -> None:
 
 
 def test_explicit_cxl_mapping_is_only_by_request(trees: Path) -> None:
-    s = snapshot(str(trees / "two-dev/fresh"), gpus=False, explicit_cxl="0")
-    (nt,) = s.nodes
-    assert (nt.name, nt.tier, nt.explicit) == ("cxl0", "cxl", True)
+    # the usual emulation: the remote socket stands in for CXL
+    s = snapshot(str(trees / "two-socket/fresh"), gpus=False, explicit_cxl="1")
+    dram, cxl = s.nodes
+    assert (dram.name, dram.tier) == ("dram0", "dram")
+    assert (cxl.name, cxl.tier, cxl.explicit) == ("cxl0", "cxl", True)
+    # never the only socket (no DRAM tier would be left), never a node that is not there
+    with pytest.raises(InvalidRequestError, match="every node with CPUs"):
+        snapshot(str(trees / "two-dev/fresh"), gpus=False, explicit_cxl="0")
+    with pytest.raises(InvalidRequestError, match="node 7 does not exist"):
+        snapshot(str(trees / "two-dev/fresh"), gpus=False, explicit_cxl="7")
     assert explicit_cxl_nodes("") == ()
     with pytest.raises(InvalidRequestError, match="PYCXL_CXL_NODES"):
         explicit_cxl_nodes("two")
