@@ -3,6 +3,7 @@ the one dispatcher (pycxl.bench.dispatch) that the library and the matrix use to
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -404,8 +405,10 @@ class _BarIter:
         self.items, self.label = items, label
 
     def __iter__(self) -> Any:
-        with click.progressbar(self.items, label=self.label,
-                               file=click.get_text_stream("stderr")) as bar:  # fmt: skip
+        if sys.stderr is None:  # closed: no bar, and never one drawn on stdout instead
+            yield from self.items
+            return
+        with click.progressbar(self.items, label=self.label, file=sys.stderr) as bar:
             yield from bar
 
 

@@ -24,9 +24,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
               help="Stop after this long.")  # fmt: skip
 @click.option("-l", "--log", "log", type=OutputFileType(), metavar="FILE",
               help="Also append each event to FILE (what pycxl check --events reads).")  # fmt: skip
-def monitor_command(
-    count: int | None, duration: float | None, log: str | None
-) -> None:
+def monitor_command(count: int | None, duration: float | None, log: str | None) -> None:
     """Stream CXL events as JSON lines until interrupted.
 
     The kernel's CXL trace events (general media, DRAM, memory module, poison, AER)

@@ -11,8 +11,10 @@ import click
 from .params import CPUS, NODES, PAGE_SIZE, WEIGHTS, PidType, flatten, sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges
 
-SYSROOT = sysroot_option("Read a recorded sysfs tree instead of this machine (--set-weights "
-                         "then writes the tree's files; nothing is measured on a tree)")
+SYSROOT = sysroot_option(
+    "Read a recorded sysfs tree instead of this machine (--set-weights "
+    "then writes the tree's files; nothing is measured on a tree)"
+)
 
 
 @click.command("numa")
@@ -207,7 +209,9 @@ def run_command(
     from pycxl.system import snapshot
 
     find_command(command)  # a typo is an error before anything is set
-    plan = snapshot(gpus=False).launch_plan(
+    system = snapshot(gpus=False)
+    system.require_live(f"running {command[0]}")  # a tree's names would bind this machine's
+    plan = system.launch_plan(
         membind=flatten(membind), preferred=preferred, preferred_many=flatten(preferred_many),
         interleave=flatten(interleave), weighted_interleave=flatten(weighted),
         localalloc=localalloc, cpunodebind=flatten(cpunodebind),

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from pycxl.cxl.regions import RegionResult
     from pycxl.plan import Step
 
-SYSROOT = sysroot_option("Plan on a recorded sysfs tree instead of this machine (with "
-                         "--dry-run; without it, the tree's files are written)")
+SYSROOT = sysroot_option(
+    "Plan on a recorded sysfs tree instead of this machine (with "
+    "--dry-run; without it, the tree's files are written)"
+)
 DRY_RUN = click.option(
     "--dry-run", is_flag=True, help="Show the plan (sysfs writes); change nothing."
 )

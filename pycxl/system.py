@@ -234,7 +234,6 @@ class System:
         with CPUs nearest the target) or from a GPU; or a GPU's own memory, from itself."""
         from .targets import Pair, Target
 
-        self.require_live(f"measuring {target}")
         gpu_target = is_gpu_name(target)
         if gpu_target and initiator is not None and not is_gpu_name(initiator):
             raise InvalidRequestError(
@@ -328,8 +327,6 @@ class System:
         """A memory policy and CPU set from numactl-style choices, validated."""
         from .numa.launch import LaunchPlan
         from .numa.policy import Policy
-
-        self.require_live("binding memory and CPUs")
 
         chosen = [
             bool(membind), preferred is not None, bool(preferred_many), bool(interleave),

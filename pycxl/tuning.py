@@ -104,6 +104,7 @@ def plan_weights(
     from .bench.dispatch import measure_bandwidth
 
     s = given_or_read(system, gpus=False)
+    s.require_live("tuning weights (it measures bandwidth)")
     fs = fs or Sysfs()
     previous = read_weights(fs)  # NotAvailableError on kernels without weighted interleave
     if initiator is None:

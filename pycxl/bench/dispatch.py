@@ -50,7 +50,15 @@ MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
 
 
 def _system(system: System | None, *names: str | None) -> System:
-    return given_or_read(system, gpus=wants_gpus(*names))
+    return _live(system, gpus=wants_gpus(*names))
+
+
+def _live(system: System | None, *, gpus: bool = True) -> System:
+    """The system to measure on: this machine's (a recorded tree's names would measure
+    this machine's nodes under another's names)."""
+    s = given_or_read(system, gpus=gpus)
+    s.require_live("measuring")
+    return s
 
 
 def _loads(loads: int) -> None:
@@ -295,7 +303,7 @@ def measure_transfer(
     _samples(samples)
     every = gpu_name(gpu) == "all"
     transfer.check_transfer(direction, memory, 2 if every else 1)
-    s = given_or_read(system)
+    s = _live(system)
     gpus = s.gpus_named(gpu)
     p = s.pair(target)
     cpus = {g.index: s.copy_cpus(g, MAX_THREADS) or None for g in gpus}
@@ -335,7 +343,7 @@ def measure_offload(
     )  # fmt: skip
     offload.check_offload(wanted, shape["layers"], shape["width"], shape["tokens"], lookahead,
                           samples or 1)  # the arguments before the driver  # fmt: skip
-    s = given_or_read(system)
+    s = _live(system)
     gpus = s.gpus_named(gpu)
     tiers = [s.tier(n) for n in s.memory_nodes(target)]
     pairs = [s.pair(t.name) for t in tiers if t is not None]
@@ -398,7 +406,7 @@ def measure_loaded_latency(
     )):  # fmt: skip
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
     # any --load-from is GPUs ('all' too): their driver must be asked
-    s = given_or_read(system, gpus=load_from is not None or wants_gpus(target, initiator))
+    s = _live(system, gpus=load_from is not None or wants_gpus(target, initiator))
     instead = ("loaded latency measures host tiers (the GPU's own memory is measured by "
                "pycxl bench latency/bandwidth --target gpuN)")  # fmt: skip
     chase = s.host_pair(target, initiator, instead=instead)
@@ -529,7 +537,7 @@ def measure_matrix(
         raise InvalidRequestError(
             "latency, bandwidth and loaded are all off: the matrix has nothing to measure"
         )
-    s = given_or_read(system, gpus=gpus)
+    s = _live(system, gpus=gpus)
     inits, targets, names = matrix_pairs(s)
     n = _size(size)
     cells: list[MatrixCell] = []

@@ -139,7 +139,6 @@ def test_cli_sweep_and_matrix() -> None:
 )
 def test_gpu_benchmarks_without_a_cuda_driver_say_so(args: list[str]) -> None:
     from pycxl._lib.libs import LIBCUDA
-
     from pycxl.pci import nvidia_gpus
 
     if LIBCUDA.available():

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pycxl.bench import dispatch
-from pycxl.errors import InvalidRequestError, NotAvailableError
+from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from pycxl.measure import loaded
 from pycxl.measure.results import LoadedPoint
 
@@ -72,13 +72,16 @@ def test_peak_bandwidth_by_mix() -> None:
 def test_bad_requests_are_refused_before_anything_runs() -> None:
     with pytest.raises(InvalidRequestError, match="load threads"):
         dispatch.measure_loaded_latency("dram0", load_threads=64, **QUICK)  # type: ignore[arg-type]
+    paced = {**QUICK, "steps": None}  # rates say the points themselves
     with pytest.raises(InvalidRequestError, match="above 0"):
-        dispatch.measure_loaded_latency("dram0", rates=[0.0], **QUICK)  # type: ignore[arg-type]
+        dispatch.measure_loaded_latency("dram0", rates=[0.0], **paced)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="above what"):
-        dispatch.measure_loaded_latency("dram0", rates=[1e15], **QUICK)  # type: ignore[arg-type]
+        dispatch.measure_loaded_latency("dram0", rates=[1e15], **paced)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="not rates and steps"):
+        dispatch.measure_loaded_latency("dram0", rates=[1e9], **QUICK)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="--kernel"):
         dispatch.measure_bandwidth("dram0", mix="read", kernel="triad")
-    with pytest.raises((NotAvailableError, InvalidRequestError)):
+    with pytest.raises((NotAvailableError, NotFoundError, InvalidRequestError)):
         dispatch.measure_loaded_latency("dram0", load_from="gpu0", **QUICK)  # type: ignore[arg-type]
 
 
