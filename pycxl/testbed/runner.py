@@ -79,6 +79,17 @@ def check_requirements() -> None:
         )
 
 
+def vng_environment(vng: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment virtme-ng starts in: ``environ`` (default: this process's) with
+    vng's folder first on PATH, since vng starts virtme-run by name. An environment that
+    is not activated (the tests' .venv, run as .venv/bin/python) is not on PATH."""
+    env = dict(os.environ if environ is None else environ)
+    first = os.path.dirname(vng)
+    rest = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d and d != first]
+    env["PATH"] = os.pathsep.join([first, *rest])
+    return env
+
+
 def new_workdir(topology_name: str) -> Path:
     """A fresh run directory, shared with the guest (its output, status and reports)."""
     runs = cache_dir() / "runs"
@@ -155,7 +166,7 @@ def run_in_guest(
     while True:
         boot += 1
         done_before = progress.finished(workdir)
-        outcome = _boot(argv, _GuestFiles(workdir), limits, on_output,
+        outcome = _boot(argv, _GuestFiles(workdir), limits, on_output, env=vng_environment(vng),
                         serve=lambda: serve_requests(workdir, qmp, ids))  # fmt: skip
         if outcome.returncode is not None:
             return GuestResult(outcome.returncode, outcome.output, boot, workdir)
@@ -249,6 +260,7 @@ def _boot(
     limits: _Limits,
     on_output: Callable[[str], None] | None,
     serve: Callable[[], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> _Outcome:
     """Run one boot, following the command's output file as it grows, until the guest
     ends, its device breaks, or it runs out of time: ``limits.boot`` to reach the command,
@@ -262,6 +274,7 @@ def _boot(
             stdout=vng_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
     follower = _Follower(files.output, on_output)
     stopped = (
