@@ -5,6 +5,14 @@
  * Built by cffi at install time without -march: the STREAM loops are compiled for
  * several instruction sets (target_clones) and the widest one the CPU has is chosen
  * when the library loads; non-temporal stores use AVX when the CPU has it.
+ *
+ * No call runs much past the time budget it is given: each stops at the first sample
+ * (STREAM kernel, page, group of chase lines) that ends after it and says how far it
+ * got, and the caller calls again to go on (the STREAM threads sleep in between). Python
+ * runs its signal handlers between calls, so Ctrl-C is a KeyboardInterrupt there and the
+ * caller's cleanup stops the threads and frees the memory. The loops never look at
+ * signals and no check sits inside a timed region. (chase_run takes no budget: its
+ * caller cuts a long chase into calls of fewer loads.)
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -54,52 +62,94 @@ static void shuffle(size_t *v, size_t n, uint64_t *seed)
     }
 }
 
-int chase_build(char *buf, size_t n_lines, size_t stride, size_t group, uint64_t seed)
+/* A cycle under construction, linked group by group across calls. */
+struct chase_builder {
+    char *buf;
+    size_t stride, per_group, n_groups, next; /* next: the next group (in walk order) */
+    size_t *groups, *lines;
+    uint64_t seed;
+    char *first;
+    char **prev;
+};
+
+/* Ready to link n_lines lines of `stride` bytes in groups of `group` bytes; NULL with
+ * *err -1 when a group is not a whole number of lines that divides n_lines, -2 when
+ * memory is short. The groups' order is drawn here, each group's lines as it is linked. */
+void *chase_build_start(char *buf, size_t n_lines, size_t stride, size_t group, uint64_t seed,
+                        int *err)
 {
     size_t per_group = group / stride;
-    if (per_group == 0 || n_lines % per_group)
-        return -1;
+    if (per_group == 0 || n_lines % per_group) {
+        *err = -1;
+        return NULL;
+    }
+    struct chase_builder *b = calloc(1, sizeof *b);
     size_t n_groups = n_lines / per_group;
     size_t *groups = malloc(n_groups * sizeof(size_t));
     size_t *lines = malloc(per_group * sizeof(size_t));
-    if (!groups || !lines) {
+    if (!b || !groups || !lines) {
+        free(b);
         free(groups);
         free(lines);
-        return -2;
+        *err = -2;
+        return NULL;
     }
-    if (seed == 0)
-        seed = 0x9E3779B97F4A7C15ull;
+    b->buf = buf;
+    b->stride = stride;
+    b->per_group = per_group;
+    b->n_groups = n_groups;
+    b->groups = groups;
+    b->lines = lines;
+    b->seed = seed ? seed : 0x9E3779B97F4A7C15ull;
     for (size_t g = 0; g < n_groups; g++)
         groups[g] = g;
-    shuffle(groups, n_groups, &seed);
-    char *first = NULL;
-    char **prev = NULL;
-    for (size_t g = 0; g < n_groups; g++) {
-        for (size_t l = 0; l < per_group; l++)
-            lines[l] = l;
-        shuffle(lines, per_group, &seed);
-        for (size_t l = 0; l < per_group; l++) {
-            char *line = buf + (groups[g] * per_group + lines[l]) * stride;
-            if (prev)
-                *prev = line;
-            else
-                first = line;
-            prev = (char **)line;
-        }
-    }
-    *prev = first; /* close the cycle */
-    free(groups);
-    free(lines);
-    return 0;
+    shuffle(groups, n_groups, &b->seed);
+    *err = 0;
+    return b;
 }
 
-/* Follow the chain `loads` times from `start`; returns elapsed ns. The end pointer is
- * stored so the compiler cannot drop the loop. */
-static void *volatile chase_sink;
-
-uint64_t chase_run(void *start, uint64_t loads)
+/* Link groups until every one is linked (returns 1: the cycle is closed) or
+ * `budget_ns` has passed (returns 0: call again). */
+int chase_build_step(void *builder, uint64_t budget_ns)
 {
-    void **p = (void **)start;
+    struct chase_builder *b = builder;
+    uint64_t end = now_ns() + budget_ns;
+    while (b->next < b->n_groups) {
+        size_t g = b->next++;
+        for (size_t l = 0; l < b->per_group; l++)
+            b->lines[l] = l;
+        shuffle(b->lines, b->per_group, &b->seed);
+        for (size_t l = 0; l < b->per_group; l++) {
+            char *line = b->buf + (b->groups[g] * b->per_group + b->lines[l]) * b->stride;
+            if (b->prev)
+                *b->prev = line;
+            else
+                b->first = line;
+            b->prev = (char **)line;
+        }
+        if (b->next < b->n_groups && now_ns() >= end)
+            return 0;
+    }
+    if (b->prev)
+        *b->prev = b->first; /* close the cycle */
+    return 1;
+}
+
+void chase_build_end(void *builder)
+{
+    struct chase_builder *b = builder;
+    free(b->groups);
+    free(b->lines);
+    free(b);
+}
+
+/* Follow the chain `loads` times (a multiple of 16) from `*cursor`; returns elapsed ns
+ * and leaves `*cursor` where the chase stopped, so that the next call goes on from there
+ * (one sample may be several calls). Storing the end also keeps the compiler from
+ * dropping the loop. */
+uint64_t chase_run(void **cursor, uint64_t loads)
+{
+    void **p = (void **)*cursor;
     uint64_t t0 = now_ns();
     uint64_t i = loads / 16;
     while (i--) {
@@ -109,7 +159,7 @@ uint64_t chase_run(void *start, uint64_t loads)
         p = (void **)*p; p = (void **)*p; p = (void **)*p; p = (void **)*p;
     }
     uint64_t t1 = now_ns();
-    chase_sink = p;
+    *cursor = p;
     return t1 - t0;
 }
 
@@ -188,113 +238,215 @@ int stream_has_nt(void)
 #endif
 }
 
-struct stream_job {
+/* A team of pinned threads that runs STREAM kernels in batches of steps (stream_steps)
+ * and sleeps between batches: the same threads for a whole run, however many calls it
+ * takes. Everything but the kernel loop is under `lock`. */
+struct stream_team {
+    int nthreads, started;
+    pthread_t *tids;
+    struct stream_worker *workers;
+    pthread_mutex_t lock;
+    pthread_cond_t go, idle;
+    unsigned long generation; /* bumped for each batch */
+    int busy;                 /* threads still in the current batch */
+    int quit;
+    pthread_barrier_t barrier; /* around each kernel */
+    /* the batch */
     const int *kernels;
-    int nkernels, ntimes, nthreads, nt;
+    int nkernels, nt;
+    size_t first, nsteps; /* steps of the whole run this batch does */
     double *a, *b, *c;
     size_t n;
     double s;
     uint64_t *times;
-    uint64_t *t_start, *t_end; /* per thread, this pass */
-    pthread_barrier_t barrier;
+    uint64_t *t_start, *t_end; /* per thread, this step */
+    uint64_t deadline;
+    size_t done; /* steps done, and whether to stop: thread 0's, between the barriers */
+    int stop;
 };
 
 struct stream_worker {
-    struct stream_job *job;
+    struct stream_team *team;
     int index;
 };
+
+static void stream_batch(struct stream_team *j, int index)
+{
+    size_t lo = j->n * (size_t)index / (size_t)j->nthreads;
+    size_t hi = j->n * (size_t)(index + 1) / (size_t)j->nthreads;
+    for (size_t k = j->first; k < j->first + j->nsteps; k++) {
+        int kernel = j->kernels[k % (size_t)j->nkernels];
+        pthread_barrier_wait(&j->barrier);
+        /* set by thread 0 before this barrier (which orders memory); read before the
+         * clock starts */
+        if (j->stop)
+            return;
+        j->t_start[index] = now_ns();
+#if defined(__x86_64__)
+        if (j->nt)
+            stream_chunk_nt_avx(kernel, j->a, j->b, j->c, lo, hi, j->s);
+        else
+#endif
+            stream_chunk(kernel, j->a, j->b, j->c, lo, hi, j->s);
+        j->t_end[index] = now_ns();
+        pthread_barrier_wait(&j->barrier);
+        if (index == 0) {
+            /* the kernel lasts from the first thread's start to the last one's end */
+            uint64_t first = j->t_start[0], last = j->t_end[0];
+            for (int t = 1; t < j->nthreads; t++) {
+                if (j->t_start[t] < first) first = j->t_start[t];
+                if (j->t_end[t] > last) last = j->t_end[t];
+            }
+            j->times[k] = last - first;
+            j->done = k + 1 - j->first;
+            if (last >= j->deadline)
+                j->stop = 1;
+        }
+    }
+}
 
 static void *stream_thread(void *arg)
 {
     struct stream_worker *w = arg;
-    struct stream_job *j = w->job;
-    size_t lo = j->n * (size_t)w->index / (size_t)j->nthreads;
-    size_t hi = j->n * (size_t)(w->index + 1) / (size_t)j->nthreads;
-    for (int k = 0; k < j->ntimes; k++) {
-        for (int q = 0; q < j->nkernels; q++) {
-            int kernel = j->kernels[q];
-            pthread_barrier_wait(&j->barrier);
-            j->t_start[w->index] = now_ns();
-#if defined(__x86_64__)
-            if (j->nt)
-                stream_chunk_nt_avx(kernel, j->a, j->b, j->c, lo, hi, j->s);
-            else
-#endif
-                stream_chunk(kernel, j->a, j->b, j->c, lo, hi, j->s);
-            j->t_end[w->index] = now_ns();
-            pthread_barrier_wait(&j->barrier);
-            if (w->index == 0) {
-                /* the pass lasts from the first thread's start to the last one's end */
-                uint64_t first = j->t_start[0], last = j->t_end[0];
-                for (int t = 1; t < j->nthreads; t++) {
-                    if (j->t_start[t] < first) first = j->t_start[t];
-                    if (j->t_end[t] > last) last = j->t_end[t];
-                }
-                j->times[k * j->nkernels + q] = last - first;
-            }
+    struct stream_team *j = w->team;
+    unsigned long seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        while (j->generation == seen && !j->quit)
+            pthread_cond_wait(&j->go, &j->lock);
+        if (j->quit) {
+            pthread_mutex_unlock(&j->lock);
+            return NULL;
         }
+        seen = j->generation;
+        pthread_mutex_unlock(&j->lock);
+        stream_batch(j, w->index);
+        pthread_mutex_lock(&j->lock);
+        if (--j->busy == 0)
+            pthread_cond_signal(&j->idle);
+        pthread_mutex_unlock(&j->lock);
     }
-    return NULL;
 }
 
-/* Run the kernels in order, the whole sequence `ntimes` times (STREAM's order), on
- * nthreads threads, thread i pinned to cpus[i], the same threads throughout. Each
- * kernel's time in pass k (from the first thread starting to the last one finishing)
- * goes to times[k * nkernels + q]. K_INIT first-touches the arrays from
- * these threads. Returns 0, or an errno value. */
-int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c, size_t n,
-               double s, int nthreads, const int *cpus, int ntimes, int nt, uint64_t *times)
+static void stream_team_free(struct stream_team *j)
 {
-    struct stream_job job = {kernels, nkernels, ntimes, nthreads, nt, a, b, c, n, s, times};
-    pthread_t *tids = calloc((size_t)nthreads, sizeof(pthread_t));
-    struct stream_worker *workers = calloc((size_t)nthreads, sizeof(struct stream_worker));
-    job.t_start = calloc((size_t)nthreads, sizeof(uint64_t));
-    job.t_end = calloc((size_t)nthreads, sizeof(uint64_t));
-    if (!tids || !workers || !job.t_start || !job.t_end) {
-        free(tids);
-        free(workers);
-        free(job.t_start);
-        free(job.t_end);
-        return 12; /* ENOMEM */
+    pthread_mutex_lock(&j->lock);
+    j->quit = 1;
+    pthread_cond_broadcast(&j->go);
+    pthread_mutex_unlock(&j->lock);
+    for (int i = 0; i < j->started; i++)
+        pthread_join(j->tids[i], NULL);
+    pthread_barrier_destroy(&j->barrier);
+    pthread_mutex_destroy(&j->lock);
+    pthread_cond_destroy(&j->go);
+    pthread_cond_destroy(&j->idle);
+    free(j->tids);
+    free(j->workers);
+    free(j->t_start);
+    free(j->t_end);
+    free(j);
+}
+
+/* nthreads threads, thread i pinned to cpus[i], asleep until stream_steps; NULL with an
+ * errno value in *err when they cannot all start (none is left running). */
+void *stream_start(int nthreads, const int *cpus, int *err)
+{
+    struct stream_team *j = calloc(1, sizeof *j);
+    if (!j) {
+        *err = 12; /* ENOMEM */
+        return NULL;
     }
-    pthread_barrier_init(&job.barrier, NULL, (unsigned)nthreads);
-    int rc = 0, started = 0;
+    j->nthreads = nthreads;
+    j->tids = calloc((size_t)nthreads, sizeof(pthread_t));
+    j->workers = calloc((size_t)nthreads, sizeof(struct stream_worker));
+    j->t_start = calloc((size_t)nthreads, sizeof(uint64_t));
+    j->t_end = calloc((size_t)nthreads, sizeof(uint64_t));
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->go, NULL);
+    pthread_cond_init(&j->idle, NULL);
+    pthread_barrier_init(&j->barrier, NULL, (unsigned)nthreads);
+    if (!j->tids || !j->workers || !j->t_start || !j->t_end) {
+        stream_team_free(j);
+        *err = 12;
+        return NULL;
+    }
     for (int i = 0; i < nthreads; i++) {
-        workers[i].job = &job;
-        workers[i].index = i;
-        rc = start_pinned_thread(&tids[i], cpus[i], stream_thread, &workers[i]);
-        if (rc)
-            break;
-        started++;
+        j->workers[i].team = j;
+        j->workers[i].index = i;
+        int rc = start_pinned_thread(&j->tids[i], cpus[i], stream_thread, &j->workers[i]);
+        if (rc) {
+            stream_team_free(j); /* the started threads are asleep: they wake to quit */
+            *err = rc;
+            return NULL;
+        }
+        j->started++;
     }
-    if (rc) {
-        /* threads already started wait at the barrier for ever; do not leave them */
-        abort();
-    }
-    for (int i = 0; i < started; i++)
-        pthread_join(tids[i], NULL);
-    pthread_barrier_destroy(&job.barrier);
-    free(tids);
-    free(workers);
-    free(job.t_start);
-    free(job.t_end);
-    return rc;
+    *err = 0;
+    return j;
+}
+
+/* Steps first .. first+nsteps-1 of a run that repeats the kernels in order (STREAM's
+ * order: step k runs kernels[k % nkernels]) over three arrays of n doubles. Step k's
+ * time (from the first thread starting to the last one finishing) goes to times[k].
+ * Stops after the first step that ends `budget_ns` after the call began; returns the
+ * steps done (at least one). K_INIT first-touches the arrays from the team's threads. */
+size_t stream_steps(void *team, const int *kernels, int nkernels, double *a, double *b,
+                    double *c, size_t n, double s, int nt, size_t first, size_t nsteps,
+                    uint64_t budget_ns, uint64_t *times)
+{
+    struct stream_team *j = team;
+    pthread_mutex_lock(&j->lock);
+    j->kernels = kernels;
+    j->nkernels = nkernels;
+    j->nt = nt;
+    j->first = first;
+    j->nsteps = nsteps;
+    j->a = a;
+    j->b = b;
+    j->c = c;
+    j->n = n;
+    j->s = s;
+    j->times = times;
+    j->deadline = now_ns() + budget_ns;
+    j->done = 0;
+    j->stop = 0;
+    j->busy = j->nthreads;
+    j->generation++;
+    pthread_cond_broadcast(&j->go);
+    while (j->busy)
+        pthread_cond_wait(&j->idle, &j->lock);
+    size_t done = j->done;
+    pthread_mutex_unlock(&j->lock);
+    return done;
+}
+
+/* Stop the threads, wait for them, free the team. */
+void stream_end(void *team)
+{
+    stream_team_free(team);
 }
 
 /* --- first touch ---------------------------------------------------------------------- */
 
-/* Write the first byte of each page of buf, timing each write; returns total ns.
- * ns[i] holds page i's time, including one clock read (see timer_cost_ns). */
-uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns)
+/* Write the first byte of each page of buf, timing each write, until npages are done or
+ * `budget_ns` has passed (checked against the clock read each page takes anyway);
+ * returns the pages done (at least one), their total ns in *total_ns. ns[i] holds page
+ * i's time, including one clock read (see timer_cost_ns). */
+size_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns, uint64_t budget_ns,
+                   uint64_t *total_ns)
 {
-    uint64_t start = now_ns(), t0 = start;
-    for (size_t i = 0; i < npages; i++) {
+    uint64_t start = now_ns(), t0 = start, end = start + budget_ns;
+    size_t i = 0;
+    while (i < npages) {
         buf[i * page] = 1;
         uint64_t t1 = now_ns();
-        ns[i] = (uint32_t)(t1 - t0);
+        ns[i++] = (uint32_t)(t1 - t0);
         t0 = t1;
+        if (t1 >= end)
+            break;
     }
-    return t0 - start;
+    *total_ns = t0 - start;
+    return i;
 }
 
 /* The cost of one clock read, to subtract from per-page times (best of many). */

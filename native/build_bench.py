@@ -17,13 +17,19 @@ HERE = Path(__file__).resolve().parent
 ffibuilder = FFI()
 ffibuilder.cdef(
     """
-    int chase_build(char *buf, size_t n_lines, size_t stride, size_t group, uint64_t seed);
-    uint64_t chase_run(void *start, uint64_t loads);
+    void *chase_build_start(char *buf, size_t n_lines, size_t stride, size_t group,
+                            uint64_t seed, int *err);
+    int chase_build_step(void *builder, uint64_t budget_ns);
+    void chase_build_end(void *builder);
+    uint64_t chase_run(void **cursor, uint64_t loads);
     int stream_has_nt(void);
-    int stream_run(const int *kernels, int nkernels, double *a, double *b, double *c,
-                   size_t n, double s, int nthreads, const int *cpus, int ntimes, int nt,
-                   uint64_t *times);
-    uint64_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns);
+    void *stream_start(int nthreads, const int *cpus, int *err);
+    size_t stream_steps(void *team, const int *kernels, int nkernels, double *a, double *b,
+                        double *c, size_t n, double s, int nt, size_t first, size_t nsteps,
+                        uint64_t budget_ns, uint64_t *times);
+    void stream_end(void *team);
+    size_t first_touch(char *buf, size_t npages, size_t page, uint32_t *ns, uint64_t budget_ns,
+                       uint64_t *total_ns);
     uint64_t timer_cost_ns(void);
     void *copy_pool_create(int nthreads, const int *cpus);
     void copy_pool_destroy(void *pool);

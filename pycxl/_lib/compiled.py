@@ -1,11 +1,20 @@
 """The compiled native code (native/bench.c, loaded.c, copy.c as ``pycxl._bench``),
 loaded on first use and wrapped: the only module that touches its ffi and lib. Callers
 pass addresses of memory they own (a NumaBuffer's, an array's), counts and CPU ids, and
-get Python values back; pools and load threads are objects that free themselves."""
+get Python values back; pools and load threads are objects that free themselves.
+
+No call into the measurement loops runs much past CALL_NS: a long measurement is a
+series of calls, each going on where the last stopped (the loops take a time budget and
+say how far they got; a chase is cut by loads). Between calls Python runs its signal
+handlers, so Ctrl-C raises KeyboardInterrupt within a fraction of a second, with no C
+loop running; the ``finally`` here stops the STREAM threads, and the callers' ``with``
+blocks free the memory. The timed regions are those of one call: a sample is never
+split, except a chase's, whose parts are timed back to back and added."""
 
 from __future__ import annotations
 
 import importlib
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -13,6 +22,14 @@ from functools import cache
 from typing import Any
 
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
+
+# How long one call into the loops may run (plus the sample that crosses it): what a
+# signal waits for, and long enough that the calls cost nothing a result shows (between
+# calls the STREAM threads sleep; they wake outside every timed kernel).
+CALL_NS = 200_000_000
+# A chase's first call: short enough at any latency (65 ms at 1 us a load) to learn the
+# rate the next calls are cut by.
+FIRST_LOADS = 1 << 16
 
 
 @cache
@@ -38,15 +55,38 @@ def chase_build(address: int, size: int, stride: int, group: int) -> None:
     """Link the lines of [address, address+size), one every ``stride`` bytes, into one
     random cycle (random order inside groups of ``group`` bytes, groups in random order);
     each line holds the address of the next."""
-    _, lib = _compiled()
-    if lib.chase_build(_chars(address), size // stride, stride, group, 0) != 0:
+    ffi, lib = _compiled()
+    err = ffi.new("int *")
+    builder = lib.chase_build_start(_chars(address), size // stride, stride, group, 0, err)
+    if builder == ffi.NULL:
+        if err[0] == -2:
+            raise OperationError(f"out of memory for the order of a {size}-byte chase")
         raise InvalidRequestError(f"cannot build a chase over {size} bytes in groups of {group}")
+    try:
+        while not lib.chase_build_step(builder, CALL_NS):
+            pass
+    finally:
+        lib.chase_build_end(builder)
 
 
 def chase_run(address: int, loads: int) -> int:
-    """Nanoseconds ``loads`` dependent loads take, following the cycle from ``address``."""
-    _, lib = _compiled()
-    return int(lib.chase_run(_chars(address), loads))
+    """Nanoseconds ``loads`` dependent loads take (a multiple of 16), following the cycle
+    from ``address``. Calls of about CALL_NS each (sized by the rate so far), each from
+    where the last stopped: the same loads, timed back to back."""
+    ffi, lib = _compiled()
+    cursor = ffi.new("void **", ffi.cast("void *", address))
+    loads -= loads % 16
+    part = min(loads, FIRST_LOADS)
+    done = ns = 0
+    while True:
+        ns += int(lib.chase_run(cursor, part))
+        done += part
+        if done >= loads:
+            return ns
+        # what the budget holds at the rate so far; at most 8x the last call, in case
+        # the first loads hit a cache
+        fits = CALL_NS * done // max(ns, 1)
+        part = min(loads - done, max(16, min(8 * part, fits) // 16 * 16))
 
 
 class ChaseCursor:
@@ -59,10 +99,17 @@ class ChaseCursor:
 
     def windows(self, loads: int, seconds: float) -> list[int]:
         """Nanoseconds of each window of ``loads`` loads, window after window, for
-        ``seconds`` (never below 10 ns a load)."""
+        ``seconds`` (never below 10 ns a load), in calls of at most CALL_NS."""
         cap = int(seconds * 1e9 / (loads * 10)) + 16
         out = self._ffi.new("uint32_t[]", cap)
-        n = self._lib.chase_windows(self._cursor, loads, int(seconds * 1e9), out, cap)
+        end = time.monotonic_ns() + int(seconds * 1e9)  # CLOCK_MONOTONIC, as loaded.c
+        n = 0
+        while n < cap:
+            left = end - time.monotonic_ns()
+            if n and left <= 0:
+                break
+            n += self._lib.chase_windows(self._cursor, loads, min(max(left, 0), CALL_NS),
+                                         out + n, cap - n)  # fmt: skip
         return [int(out[i]) for i in range(n)]
 
 
@@ -77,25 +124,41 @@ def stream_run(
     cpus: Sequence[int], passes: int, nt: bool,
 ) -> list[int]:  # fmt: skip
     """Run the STREAM kernels (ids in bench.c's order) ``passes`` times over three arrays
-    of ``n`` doubles at ``arrays``, one thread per CPU of ``cpus``; nanoseconds of each
-    kernel of each pass, pass by pass."""
+    of ``n`` doubles at ``arrays``, one thread per CPU of ``cpus``, the same threads
+    throughout; nanoseconds of each kernel of each pass, pass by pass. (Calls of about
+    CALL_NS, each from the kernel where the last stopped; the threads sleep between.)"""
     ffi, lib = _compiled()
-    times = ffi.new("uint64_t[]", passes * len(kernels))
+    steps = passes * len(kernels)
+    times = ffi.new("uint64_t[]", steps)
     doubles = [ffi.cast("double *", a) for a in arrays]
     ids, on = ffi.new("int[]", list(kernels)), ffi.new("int[]", list(cpus))
-    rc = lib.stream_run(ids, len(kernels), *doubles, n, scalar, len(cpus), on, passes, int(nt),
-                        times)  # fmt: skip
-    if rc:
-        raise OperationError(f"stream worker threads could not start (error {rc})")
+    err = ffi.new("int *")
+    team = lib.stream_start(len(cpus), on, err)
+    if team == ffi.NULL:
+        raise OperationError(f"stream worker threads could not start (error {err[0]})")
+    try:
+        first = 0
+        while first < steps:
+            first += lib.stream_steps(team, ids, len(kernels), *doubles, n, scalar, int(nt),
+                                      first, steps - first, CALL_NS, times)  # fmt: skip
+    finally:
+        lib.stream_end(team)
     return [int(t) for t in times]
 
 
 def first_touch(address: int, npages: int, page: int, ns: Any) -> int:
     """Write the first byte of each of ``npages`` pages at ``address``, each page's time
-    into ``ns`` (a uint32 numpy array); the nanoseconds of all."""
+    into ``ns`` (a uint32 numpy array); the nanoseconds of all (calls of about CALL_NS,
+    each from the page where the last stopped)."""
     ffi, lib = _compiled()
     out = ffi.cast("uint32_t *", ns.ctypes.data)
-    return int(lib.first_touch(_chars(address), npages, page, out))
+    part = ffi.new("uint64_t *")
+    done = total = 0
+    while done < npages:
+        done += lib.first_touch(_chars(address + done * page), npages - done, page, out + done,
+                                CALL_NS, part)  # fmt: skip
+        total += int(part[0])
+    return total
 
 
 def timer_cost_ns() -> int:
