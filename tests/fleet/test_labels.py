@@ -117,7 +117,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
         (["--format", "slurm", "--ttl", "60"], "--ttl applies to --format nfd"),
         (["--format", "nfd", "--ttl", "0"], "--ttl': the value must be at least 1"),
         (["--format", "yaml"], "'yaml' is not one of"),
-        ([], "give --format slurm, nfd or json"),
+        ([], "Missing option '-F' / '--format'"),
     ]
     for args, words in cases:
         p = _labels(*args)
