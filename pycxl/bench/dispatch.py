@@ -336,7 +336,12 @@ def measure_offload(
     from ..measure import offload
 
     gpu_name(gpu)
-    wanted = [m.strip() for m in modes.split(",")] if isinstance(modes, str) else list(modes)
+    if isinstance(modes, str):
+        wanted = [m.strip() for m in modes.split(",")]
+    elif isinstance(modes, Sequence) and all(isinstance(m, str) for m in modes):
+        wanted = list(modes)
+    else:
+        raise InvalidRequestError(f"modes {modes!r}: give names such as 'hbm,pycxl'")
     shape: dict[str, Any] = dict(
         layers=layers or offload.LAYERS, width=width or offload.WIDTH,
         tokens=tokens or offload.TOKENS, lookahead=lookahead, backward=backward, samples=samples,
