@@ -1,4 +1,5 @@
-"""Unit-test reporting: how many generated inputs the fuzz tests tried."""
+"""Unit-test reporting: how many generated inputs the fuzz tests tried, and how many
+situations (special files, standard output closed or full, corrupted trees...)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"({tried['cli']} command lines, exit statuses {{{exits}}}; "
             f"{tried['library']} library calls)"
         )
+    situations = getattr(sys.modules.get("tests.unit.test_situations"), "SITUATIONS", None)
+    if situations:
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in situations.items())
+        terminalreporter.write_line(f"situations: {sum(situations.values())} tried ({kinds})")
