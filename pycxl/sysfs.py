@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 import time
 from collections.abc import Iterator
 
@@ -76,6 +77,8 @@ class Sysfs:
         ``root_only``: an attribute the kernel shows only to root (physical addresses);
         None, not an error, for anyone else."""
         try:
+            if self.root != "/":
+                self._require_regular(rel)
             with open(self.path(rel), encoding="utf-8", errors="replace") as f:
                 return f.read().rstrip("\n")
         except FileNotFoundError:
@@ -94,6 +97,13 @@ class Sysfs:
             if e.errno in (errno.ENXIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV):
                 return None
             raise SysfsError(rel, f"cannot read ({e.strerror})") from e
+
+    def _require_regular(self, rel: str) -> None:
+        """A recorded tree's attribute is a plain file: a FIFO would block the read, a
+        device node never end it (the kernel's own attributes are all regular)."""
+        mode = os.stat(self.path(rel)).st_mode  # FileNotFoundError: absent, as ever
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise SysfsError(rel, "is not a regular file in this recorded tree")
 
     def read_int(self, rel: str, *, root_only: bool = False) -> int | None:
         """An integer attribute in decimal or 0x-hex; None when absent or empty (and,
@@ -196,6 +206,12 @@ class Sysfs:
             raise SysfsError(rel, f"write of {value!r} failed ({os.strerror(code)})", code)
 
 
+# Linux's largest NR_CPUS (CONFIG_MAXSMP) is 8192 and MAX_NUMNODES 1024: a list the kernel
+# writes has no id beyond these (one read from a recorded tree may, and is refused before
+# it is expanded)
+KERNEL_ID_LIMIT = 1 << 16
+
+
 def parse_cpulist(text: str) -> tuple[int, ...]:
     """A kernel CPU or node list ('0-3,8') as a tuple of ids (ValueError if malformed)."""
-    return parse_ranges(text)
+    return parse_ranges(text, limit=KERNEL_ID_LIMIT)

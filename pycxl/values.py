@@ -24,6 +24,9 @@ PartitionMode = Literal["ram", "pmem"]
 RAM: PartitionMode = "ram"
 PMEM: PartitionMode = "pmem"
 PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
+# interleave ways a CXL decoder can take (CXL 3.x: 1, 2, 4, 8, 16, and 3, 6, 12)
+VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
+
 # the modes whose regions become memory the host runs on (dax device -> NUMA node); the
 # others keep data, so destroying them needs --force
 VOLATILE_MODES: frozenset[PartitionMode] = frozenset({RAM})

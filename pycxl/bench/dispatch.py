@@ -336,6 +336,7 @@ def measure_offload(
     from ..measure import offload
 
     gpu_name(gpu)
+    split_names(target)  # an empty list of tiers is refused before the driver, too
     if isinstance(modes, str):
         wanted = [m.strip() for m in modes.split(",")]
     elif isinstance(modes, Sequence) and all(isinstance(m, str) for m in modes):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import SysfsError
 from ..sysfs import Sysfs
 from ..values import word
 
@@ -81,8 +82,17 @@ def state_path(index: int) -> str:
 
 def block_size(fs: Sysfs) -> int | None:
     """Bytes per memory block, as the kernel reports it (None if unknown)."""
-    text = fs.read(f"{MEMORY_BLOCKS}/block_size_bytes")
-    return int(text, 16) if text else None  # hex without a 0x prefix
+    rel = f"{MEMORY_BLOCKS}/block_size_bytes"
+    text = fs.read(rel)
+    if not text:
+        return None
+    try:
+        size = int(text, 16)  # hex without a 0x prefix
+    except ValueError:
+        raise SysfsError(rel, f"expected a size in hex, found {text!r}") from None
+    if size <= 0:
+        raise SysfsError(rel, f"expected a positive size, found {text!r}")
+    return size
 
 
 def blocks_in_range(fs: Sysfs, start: int, size: int) -> list[MemoryBlock]:
@@ -90,8 +100,13 @@ def blocks_in_range(fs: Sysfs, start: int, size: int) -> list[MemoryBlock]:
     bs = block_size(fs)
     if not bs:
         return []
+    first, end = start // bs, (start + size + bs - 1) // bs
+    # the blocks that exist, not every index the range spans (a size read from a
+    # recorded tree can be any number)
+    present = sorted(int(n[6:]) for n in fs.listdir(MEMORY_BLOCKS)
+                     if n.startswith("memory") and n[6:].isdigit())  # fmt: skip
     out = []
-    for idx in range(start // bs, (start + size + bs - 1) // bs):
+    for idx in (i for i in present if first <= i < end):
         state = fs.read(state_path(idx))
         if state is None:
             continue

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
 from ..units import format_size, parse_size
-from ..values import PARTITION_MODES, PMEM, RAM, PartitionMode, count, word
+from ..values import PARTITION_MODES, PMEM, RAM, VALID_WAYS, PartitionMode, count, word
 from .dax import check_mode
 from .memory_blocks import Zone, check_zone
 from .model import Decoder, Memdev
 from .topology import CxlTopology
 
-VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_GRANULARITY, MAX_GRANULARITY = 256, 16384
 # Each device's share of a region (its DPA allocation) must be a multiple of 256 MiB.
 DPA_ALIGN = 256 << 20

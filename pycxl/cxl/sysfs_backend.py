@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import re
 
+from ..errors import SysfsError
 from ..numa.access import read_region_access
 from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, PMEM, RAM
+from ..values import PARTITION_MODES, PMEM, RAM, VALID_WAYS
 from .dax import read_dax_devices
 from .model import (
     Bus,
@@ -187,6 +188,9 @@ def _read_region(
 ) -> Region:
     dev = _dev(name)
     ways = fs.read_int(f"{dev}/interleave_ways") or 0
+    if ways and ways not in VALID_WAYS:  # 0: not yet set, as a new region shows
+        raise SysfsError(f"{dev}/interleave_ways", f"expected a count of ways such as 2, "
+                         f"found {ways}")  # fmt: skip
     mappings = []
     for pos in range(ways):
         dec = fs.read(f"{dev}/target{pos}") or ""

@@ -120,11 +120,8 @@ def page_size(name: str, fs: Sysfs | None = None) -> int:
 
 def smt_siblings(cpu: int, fs: Sysfs | None = None) -> tuple[int, ...]:
     """The CPUs that share ``cpu``'s core (itself included), from sysfs."""
-    from ..sysfs import parse_cpulist
-
     fs = fs or Sysfs()
-    text = fs.read(f"{CPU_DIR}/cpu{cpu}/topology/thread_siblings_list")
-    return parse_cpulist(text) if text else (cpu,)
+    return fs.read_cpulist(f"{CPU_DIR}/cpu{cpu}/topology/thread_siblings_list") or (cpu,)
 
 
 @contextmanager

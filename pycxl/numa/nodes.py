@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..sysfs import Sysfs, parse_cpulist
+from ..sysfs import Sysfs
 from .access import AccessFigures, cpu_figures, read_node_access
 
 NODE_DIR = "/sys/devices/system/node"
@@ -46,10 +46,9 @@ class NumaNode:
 def read_nodes(sysfs: Sysfs | None = None) -> list[NumaNode]:
     """Online nodes in id order. A kernel without NUMA shows one node, node 0."""
     fs = sysfs or Sysfs()
-    online = fs.read(f"{NODE_DIR}/online")
-    if online is None:
+    ids = fs.read_cpulist(f"{NODE_DIR}/online")
+    if ids is None:
         return []
-    ids = parse_cpulist(online)
     nodes = []
     for nid in ids:
         base = f"{NODE_DIR}/node{nid}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..sysfs import Sysfs, parse_cpulist
+from ..sysfs import Sysfs
 from .nodes import NODE_DIR, read_nodes
 
 TIERING_DIR = "/sys/devices/virtual/memory_tiering"
@@ -153,8 +153,8 @@ def read_tiering(fs: Sysfs | None = None) -> TieringState:
     tiers = {}
     for name in fs.listdir(TIERING_DIR):
         if name.startswith("memory_tier") and name[len("memory_tier") :].isdigit():
-            nodelist = fs.read(f"{TIERING_DIR}/{name}/nodelist")
-            tiers[int(name[len("memory_tier") :])] = parse_cpulist(nodelist) if nodelist else ()
+            nodelist = fs.read_cpulist(f"{TIERING_DIR}/{name}/nodelist")
+            tiers[int(name[len("memory_tier") :])] = nodelist or ()
     balancing = fs.read_int(NUMA_BALANCING)
     weights = {}
     for name in fs.listdir(WEIGHTS_DIR):
