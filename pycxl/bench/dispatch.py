@@ -39,7 +39,7 @@ from ..measure.results import (
 )
 from ..system import System, given_or_read, wants_gpus
 from ..targets import Pair
-from ..tiers import gpu_name
+from ..tiers import gpu_name, split_names
 from ..units import parse_size
 from ..values import count
 

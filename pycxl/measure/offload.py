@@ -62,7 +62,8 @@ def check_offload(modes: Sequence[str], layers: int, width: int, tokens: int,
     refuse settings that cannot run, before anything is allocated."""
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        raise InvalidRequestError(f"mode {','.join(bad) or '(none)'}: use {', '.join(MODES)}")
+        named = ",".join(bad).strip(", ")
+        raise InvalidRequestError(f"mode {named or '(an empty list)'}: use {', '.join(MODES)}")
     for name, value, least in (("layers", layers, 1), ("width", width, 8), ("tokens", tokens, 1),
                                ("lookahead", lookahead, 0), ("samples", samples, 1)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
