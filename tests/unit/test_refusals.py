@@ -290,3 +290,13 @@ def test_the_library_refuses_what_it_would_change_or_drop() -> None:
     buf.close()
     with pytest.raises(InvalidRequestError, match="closed"):
         buf.pages_by_node()
+
+
+def test_a_fifo_in_a_recorded_tree_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(REGION, tree, symlinks=True)
+    (serial,) = tree.glob("sys/devices/**/mem0/serial")
+    serial.unlink()
+    os.mkfifo(serial)  # a reader of it would wait for a writer for ever
+    p = pycxl_cli("list", "--sysroot", str(tree))
+    one_error_line(p, 1, "mem0/serial", "not a regular file")
