@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from pycxl.values import MAX_STEPS
+
 from .params import (
     COUNT,
     INT_LIST,
@@ -132,7 +134,7 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
 @click.option("--rates", type=RatesType(), default=None, metavar="GB/S[,GB/S...]",
               help="Load bandwidths to pace to (default: a sweep from idle to the "
                    "peak).")  # fmt: skip
-@click.option("--steps", type=CountType(minimum=2), default=None,
+@click.option("--steps", type=CountType(minimum=2, maximum=MAX_STEPS), default=None,
               help="Points of the automatic sweep (default: 10).")  # fmt: skip
 @click.option("--load-threads", type=COUNT, default=None,
               help="CPU load threads (default: every CPU of the initiator but the chase's "

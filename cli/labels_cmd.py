@@ -6,6 +6,8 @@ import os
 
 import click
 
+from pycxl.values import TEN_YEARS_S
+
 from .params import CountType, OutputFileType, sysroot_option
 from .render import emit_json
 
@@ -18,7 +20,7 @@ from .render import emit_json
               help="Write to FILE atomically (a reader sees the old file or the new one) "
                    "instead of stdout ('-': stdout). Only a regular file is "
                    "written.")  # fmt: skip
-@click.option("--ttl", type=CountType(), metavar="SECONDS",
+@click.option("--ttl", type=CountType(maximum=TEN_YEARS_S), metavar="SECONDS",
               help="nfd: the labels expire this long after writing, unless written "
                    "again.")  # fmt: skip
 @click.option("--no-health", is_flag=True,

@@ -56,22 +56,13 @@ class LazyGroup(click.Group):
 _STDOUT_NOT_OURS = frozenset({"run"})
 
 
-class StdoutError(Exception):
-    """Standard output cannot be written (closed, a full disk, an I/O error)."""
-
-
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="pycxl")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress (and tracebacks) to stderr.")
-@click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli(verbose: bool) -> None:
     """See, configure and measure GPU HBM, CPU DRAM and CXL memory."""
     global _verbose
     _verbose = verbose
-    # A closed standard output (>&-) is found before the command runs: click drops what
-    # it cannot write, so the command would do its work and say nothing.
-    if sys.stdout is None and ctx.invoked_subcommand not in _STDOUT_NOT_OURS:
-        raise StdoutError("Bad file descriptor (standard output is closed)")
     from pycxl._log import log_to_stderr
 
     log_to_stderr(verbose)
@@ -79,8 +70,14 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    args = sys.argv[1:] if argv is None else argv
+    # A closed standard output (>&-) is found before anything runs (--help and --version
+    # too): click drops what it cannot write, so a command would work and say nothing.
+    command = next((a for a in args if not a.startswith("-")), None)
+    if sys.stdout is None and command not in _STDOUT_NOT_OURS:
+        return _write_error("Bad file descriptor (standard output is closed)")
     try:
-        rc = cli.main(args=argv, prog_name="pycxl", standalone_mode=False)
+        rc = cli.main(args=args, prog_name="pycxl", standalone_mode=False)
     except PycxlError as e:
         click.echo(f"pycxl: error: {e}", err=True)
         return exit_code_for(e)
@@ -105,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return FAILED  # the reader went away (pycxl list | head): nothing to say
-    except StdoutError as e:
-        return _write_error(str(e))
     except OSError as e:
         if not _writing_stdout(e):
             return _internal_error(e)

@@ -67,7 +67,7 @@ class IntListType(IntsParam):
         if isinstance(value, tuple):
             return value
         items = [v.strip() for v in str(value).split(",")]
-        if not all(v.lstrip("-").isdigit() for v in items):
+        if not all(v.lstrip("-").isdecimal() for v in items):
             self.fail(f"{value!r}: expected whole numbers such as 1,2,4", param, ctx)
         numbers = tuple(int(v) for v in items)
         low = [n for n in numbers if n < self.minimum]
@@ -100,7 +100,7 @@ class NamesType(NamesParam):
             self.fail("expected at least one name, such as dram0 or 0-1", param, ctx)
         for item in items:  # ids and ranges are checked here; names against the system
             ids = item[3:] if item.lower().startswith("cpu") else item
-            if ids[:1].isdigit():
+            if ids[:1].isdecimal():
                 try:
                     parse_spans(ids)  # its syntax; never expanded here
                 except ValueError as e:
@@ -145,7 +145,7 @@ class WeightsType(StrParam):
                       "auto", param, ctx)  # fmt: skip
         for item in items:
             name, sep, weight = item.partition("=")
-            if not item or not sep or not name.strip() or not weight.strip().isdigit():
+            if not item or not sep or not name.strip() or not weight.strip().isdecimal():
                 self.fail(f"{item!r} in {value!r}: expected NODE=WEIGHT such as cxl0=1, or auto",
                           param, ctx)  # fmt: skip
         return text
@@ -156,8 +156,9 @@ class CountType(IntParam):
 
     name = "count"
 
-    def __init__(self, minimum: int = 1) -> None:
+    def __init__(self, minimum: int = 1, maximum: int | None = None) -> None:
         self.minimum = minimum
+        self.maximum = maximum
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "N"
@@ -166,9 +167,9 @@ class CountType(IntParam):
         from pycxl.values import count
 
         text = str(value).strip()
-        number: object = int(text) if text.lstrip("-").isdigit() else value
+        number: object = int(text) if text.lstrip("-").isdecimal() else value
         try:
-            return count(number, "the value", self.minimum)
+            return count(number, "the value", self.minimum, self.maximum)
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
 
@@ -321,13 +322,16 @@ class RatesType(FloatsParam):
                 ctx: click.Context | None) -> tuple[float, ...]:  # fmt: skip
         if isinstance(value, tuple):
             return value
+        from pycxl.values import finite
+
         out = []
         for part in str(value).split(","):
             try:
                 gbs = float(part)
             except ValueError:
                 self.fail(f"{part!r} is not a bandwidth in GB/s", param, ctx)
-            if not gbs > 0 or gbs != gbs or gbs == float("inf"):
-                self.fail(f"{part!r}: a bandwidth is above 0 GB/s", param, ctx)
-            out.append(gbs * 1e9)
+            try:
+                out.append(finite(gbs * 1e9, f"{part!r} GB/s:", at_most=1e15))
+            except InvalidRequestError as e:
+                self.fail(str(e), param, ctx)
         return tuple(out)

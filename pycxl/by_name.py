@@ -337,7 +337,13 @@ def map_dax(name: str, size: int | str | None = None, *, sysroot: str | None = N
     from .errors import NotFoundError
     from .sysfs import Sysfs
 
-    devices = read_dax_devices(Sysfs(sysroot))
+    fs = Sysfs(sysroot)
+    if fs.root != "/":  # its /dev/daxX.Y would be this machine's device under the tree's name
+        raise InvalidRequestError(
+            f"mapping {name} needs this machine, not the recorded tree {fs.root}: leave "
+            "sysroot unset"
+        )
+    devices = read_dax_devices(fs)
     found = [d for d in devices if name in (d.name, d.region)]
     if not found:
         raise NotFoundError("dax device", name, [d.name for d in devices])

@@ -101,4 +101,4 @@ def _natural_key(name: str) -> tuple[object, ...]:
     """Sort 'mem10' after 'mem9'."""
     import re
 
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    return tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", name))

@@ -142,7 +142,7 @@ class Selection(NamedTuple):
 # --- one filter per kind: does this object match one of the idents? ---------------------
 def _number(ident: str, prefix: str) -> int | None:
     text = ident.removeprefix(prefix)
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdecimal() else None
 
 
 def bus_matches(b: Bus, ident: str) -> bool:
@@ -171,7 +171,7 @@ def memdev_matches(m: Memdev, ident: str) -> bool:
     num = _number(ident, "mem")
     if num is not None and num == _number(m.name, "mem"):
         return True
-    return serial_matches(m, ident) and not ident.isdigit()  # '1' is mem1, '0x1' a serial
+    return serial_matches(m, ident) and not ident.isdecimal()  # '1' is mem1, '0x1' a serial
 
 
 def serial_matches(m: Memdev, ident: str) -> bool:

@@ -105,6 +105,17 @@ class Sysfs:
         if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
             raise SysfsError(rel, "is not a regular file in this recorded tree")
 
+    def _require_inside(self, rel: str) -> None:
+        """A write into a recorded tree stays in it: an attribute that is a link out of
+        the tree (to this machine's /sys, say) or not a plain file is refused."""
+        real = os.path.realpath(self.path(rel))
+        if os.path.commonpath([real, os.path.realpath(self.root)]) != os.path.realpath(
+            self.root
+        ):
+            raise SysfsError(rel, f"leads out of the recorded tree {self.root} (to {real})")
+        if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
+            raise SysfsError(rel, "is not a regular file in this recorded tree")
+
     def read_int(self, rel: str, *, root_only: bool = False) -> int | None:
         """An integer attribute in decimal or 0x-hex; None when absent or empty (and,
         with ``root_only``, when only root may read it)."""
@@ -157,6 +168,8 @@ class Sysfs:
         it has not returned by then: some writes block in the kernel until a fatal
         signal (offlining memory whose pages cannot move retries forever), and only a
         fatal signal makes the kernel give up, leaving the attribute as it was."""
+        if self.root != "/":
+            self._require_inside(rel)
         if timeout is not None:
             self._write_bounded(rel, value, timeout)
             return

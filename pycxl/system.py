@@ -185,10 +185,14 @@ class System:
                 ids = online
             else:
                 text = item[3:] if item.startswith("cpu") else item
+                if not text.strip():
+                    raise InvalidRequestError(
+                        f"CPU '{item}' names no CPU: give ids such as cpu3, 0-3,8 or all"
+                    )
                 try:
                     ids = list(parse_ranges(text, limit=max(online, default=-1) + 1))
                 except IdsBeyond as e:
-                    which = f"CPU {e} is" if str(e).isdigit() else f"CPUs {e} are"
+                    which = f"CPU {e} is" if str(e).isdecimal() else f"CPUs {e} are"
                     raise InvalidRequestError(
                         f"{which} not online; online CPUs: {format_ranges(online)}"
                     ) from None
@@ -205,7 +209,7 @@ class System:
         return tuple(out)
 
     def _node_ids(self, item: str, *, initiator: bool) -> list[int]:
-        if "-" in item and item[:1].isdigit():  # a range of node ids: 0-2
+        if "-" in item and item[:1].isdecimal():  # a range of node ids: 0-2
             known = {t.node.id for t in self.nodes}
             try:  # bounded by the ids that exist before it is expanded
                 ids = list(parse_ranges(item, limit=max(known, default=-1) + 1))
@@ -215,7 +219,7 @@ class System:
             except ValueError as e:
                 raise InvalidRequestError(f"node range {e}") from None
             if gone:
-                one = gone.isdigit()
+                one = gone.isdecimal()
                 raise NotFoundError(
                     "NUMA node range", item, [str(k) for k in sorted(known)],
                     problem=f"node{'' if one else 's'} {gone} do{'es' if one else ''} not exist",

@@ -224,7 +224,7 @@ def resolve(
         for nt in node_tiers:
             if nt.name == text:
                 return Target(text, "node", node=nt.node.id, tier=nt.tier)
-    elif text.isdigit():
+    elif text.isdecimal():
         return resolve(f"node{text}", node_tiers, gpus, initiator=initiator)
     raise NotFoundError("target", str(name), known_names(node_tiers, gpus, initiator=initiator))
 

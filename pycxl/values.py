@@ -32,25 +32,39 @@ VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
 VOLATILE_MODES: frozenset[PartitionMode] = frozenset({RAM})
 
 
-def count(value: object, what: str, minimum: int = 1) -> int:
-    """A whole number of at least ``minimum`` (samples, threads, steps): ints only, so
-    ``1.5``, ``True`` or ``"3"`` are refused rather than rounded or read."""
+def count(value: object, what: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """A whole number of at least ``minimum`` (samples, threads, steps), and at most
+    ``maximum`` where one is given: ints only, so ``1.5``, ``True`` or ``"3"`` are refused
+    rather than rounded or read."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidRequestError(f"{what} {value!r}: give a whole number of at least {minimum}")
     n = int(value)
     if n < minimum:
         raise InvalidRequestError(f"{what} must be at least {minimum}, not {n}")
+    if maximum is not None and n > maximum:
+        raise InvalidRequestError(f"{what} must be at most {maximum}, not {n}")
     return n
 
 
-def finite(value: object, what: str, above: float = 0.0) -> float:
-    """A finite number greater than ``above`` (seconds, a factor): nan, inf, a bool or
-    text are refused, never compared (nan passes every comparison's 'not below')."""
+MAX_STEPS = 1000  # points of one loaded-latency sweep
+TEN_YEARS_S = 10 * 365 * 86_400  # the longest expiry of a node-feature-discovery file
+
+# A day's seconds times a thousand: longer than any run, short enough for every clock,
+# sleep and buffer made from a duration
+MAX_SECONDS = 86_400_000.0
+
+
+def finite(value: object, what: str, above: float = 0.0, at_most: float = MAX_SECONDS) -> float:
+    """A finite number greater than ``above`` and at most ``at_most`` (seconds, a
+    factor): nan, inf, a bool or text are refused, never compared (nan passes every
+    comparison's 'not below')."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidRequestError(f"{what} {value!r}: give a number above {above:g}")
     x = float(value)
     if not math.isfinite(x) or not x > above:
         raise InvalidRequestError(f"{what} {value!r}: give a finite number above {above:g}")
+    if x > at_most:
+        raise InvalidRequestError(f"{what} {value!r}: give at most {at_most:g}")
     return x
 
 
@@ -70,12 +84,14 @@ def parse_spans(text: str) -> tuple[tuple[int, int], ...]:
     what is wrong (a reversed range such as '1-0', a negative or non-numeric id, an
     empty list)."""
     spans: list[tuple[int, int]] = []
+    if not text.strip():
+        return ()  # as the kernel writes a CPU-less node's list; a person's is refused above
     for raw in text.strip().split(","):
         part = raw.strip()
         if not part:
-            continue
+            raise ValueError(f"'{text}' has an empty item: give ids or ranges such as 0-3,8")
         lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not lo.isdecimal() or (sep and not hi.isdecimal()):
             raise ValueError(f"'{part}' is not an id or a range of ids such as 0-3")
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
@@ -118,7 +134,7 @@ def format_ranges(ids: Iterable[int]) -> str:
 
 def pid(value: object) -> int:
     """A process id: a whole number from 1."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdecimal():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise InvalidRequestError(f"process id {value!r}: give a number from 1, such as $$")

@@ -101,16 +101,18 @@ class ChaseCursor:
         """Nanoseconds of each window of ``loads`` loads, window after window, for
         ``seconds`` (never below 10 ns a load), in calls of at most CALL_NS."""
         cap = int(seconds * 1e9 / (loads * 10)) + 16
-        out = self._ffi.new("uint32_t[]", cap)
+        per_call = min(cap, int(CALL_NS / (loads * 10)) + 16)  # one call's, reused
+        out = self._ffi.new("uint32_t[]", per_call)
         end = time.monotonic_ns() + int(seconds * 1e9)  # CLOCK_MONOTONIC, as loaded.c
-        n = 0
-        while n < cap:
+        got: list[int] = []
+        while len(got) < cap:
             left = end - time.monotonic_ns()
-            if n and left <= 0:
+            if got and left <= 0:
                 break
-            n += self._lib.chase_windows(self._cursor, loads, min(max(left, 0), CALL_NS),
-                                         out + n, cap - n)  # fmt: skip
-        return [int(out[i]) for i in range(n)]
+            n = self._lib.chase_windows(self._cursor, loads, min(max(left, 0), CALL_NS),
+                                        out, min(per_call, cap - len(got)))  # fmt: skip
+            got += [int(out[i]) for i in range(n)]
+        return got
 
 
 # --- STREAM and first touch (bench.c) -----------------------------------------------------

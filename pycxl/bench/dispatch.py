@@ -18,7 +18,6 @@ to iterate (a progress bar).
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,9 +38,9 @@ from ..measure.results import (
 )
 from ..system import System, given_or_read, wants_gpus
 from ..targets import Pair
-from ..tiers import gpu_name, split_names
+from ..tiers import gpu_name, name_text, split_names
 from ..units import parse_size
-from ..values import count
+from ..values import MAX_STEPS, count, finite
 
 Size = int | str | None
 T = TypeVar("T")
@@ -86,13 +85,9 @@ def _samples(samples: int | None) -> None:
 
 
 def _seconds(value: float | None, what: str, above: float = 0.0) -> None:
-    """A duration or factor: a finite number above ``above``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-        above < value < math.inf
-    ):  # fmt: skip
-        raise InvalidRequestError(f"{what} {value!r}: give a number above {above:g}")
+    """A duration or factor: a finite number above ``above`` (values.finite decides)."""
+    if value is not None:
+        finite(value, what, above)
 
 
 def _each(points: Sequence[T], progress: Progress | None) -> Iterable[T]:
@@ -343,12 +338,19 @@ def measure_offload(
         wanted = list(modes)
     else:
         raise InvalidRequestError(f"modes {modes!r}: give names such as 'hbm,pycxl'")
-    shape: dict[str, Any] = dict(
-        layers=layers or offload.LAYERS, width=width or offload.WIDTH,
-        tokens=tokens or offload.TOKENS, lookahead=lookahead, backward=backward, samples=samples,
+    shape: dict[str, Any] = dict(  # None: the default; 0 is a value, and refused
+        layers=offload.LAYERS if layers is None else layers,
+        width=offload.WIDTH if width is None else width,
+        tokens=offload.TOKENS if tokens is None else tokens,
+        lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
     offload.check_offload(wanted, shape["layers"], shape["width"], shape["tokens"], lookahead,
-                          samples or 1)  # the arguments before the driver  # fmt: skip
+                          1 if samples is None else samples)  # before the driver  # fmt: skip
+    if gpu_name(gpu) == "all" and set(wanted) != set(offload.MODES):
+        raise InvalidRequestError(
+            "every GPU at once (gpu all) runs pycxl's streaming mode against HBM: leave the "
+            "modes out, or name one GPU to choose them"
+        )
     s = _live(system)
     gpus = s.gpus_named(gpu)
     tiers = [s.tier(n) for n in s.memory_nodes(target)]
@@ -396,7 +398,7 @@ def measure_loaded_latency(
             "which load points are measured"
         )
     if steps is not None:
-        count(steps, "steps (a sweep needs at least 2)", 2)
+        count(steps, "steps (a sweep needs at least 2)", 2, MAX_STEPS)
     if load_threads is not None:
         count(load_threads, "load threads")
     _seconds(seconds, "seconds per point")
@@ -411,6 +413,18 @@ def measure_loaded_latency(
         for f in fractions
     )):  # fmt: skip
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
+    if load_on is not None:
+        name_text(load_on, "load tier")  # an empty one is refused, not read as the target
+    if load_from is not None:  # what a GPU load cannot do, before its driver is asked
+        gpu_name(load_from)
+        if load_threads is not None:
+            raise InvalidRequestError("--load-threads applies to CPU loads, not a GPU's")
+        for m in mixes:
+            if m not in loaded.GPU_MIXES:
+                raise InvalidRequestError(
+                    f"a GPU load copies host memory: mix read (host to GPU), nt-write (GPU "
+                    f"to host) or 1:1 (both at once), not {m}"
+                )
     # any --load-from is GPUs ('all' too): their driver must be asked
     s = _live(system, gpus=load_from is not None or wants_gpus(target, initiator))
     instead = ("loaded latency measures host tiers (the GPU's own memory is measured by "
@@ -420,14 +434,6 @@ def measure_loaded_latency(
     load_gpus: tuple[GpuDevice, ...] = ()
     if load_from is not None:
         load_gpus = s.gpus_named(load_from)
-        if load_threads is not None:
-            raise InvalidRequestError("--load-threads applies to CPU loads, not a GPU's")
-        for m in mixes:
-            if m not in loaded.GPU_MIXES:
-                raise InvalidRequestError(
-                    f"a GPU load copies host memory: mix read (host to GPU), nt-write (GPU "
-                    f"to host) or 1:1 (both at once), not {m}"
-                )
     return _loaded(chase, load_on_pair, mixes, load_gpus, load_threads, rates=rates,
                    fractions=fractions, steps=steps, size=_size(size),
                    load_size=_size(load_size, "load size"), seconds=seconds, knee=knee)  # fmt: skip

@@ -104,7 +104,7 @@ def blocks_in_range(fs: Sysfs, start: int, size: int) -> list[MemoryBlock]:
     # the blocks that exist, not every index the range spans (a size read from a
     # recorded tree can be any number)
     present = sorted(int(n[6:]) for n in fs.listdir(MEMORY_BLOCKS)
-                     if n.startswith("memory") and n[6:].isdigit())  # fmt: skip
+                     if n.startswith("memory") and n[6:].isdecimal())  # fmt: skip
     out = []
     for idx in (i for i in present if first <= i < end):
         state = fs.read(state_path(idx))

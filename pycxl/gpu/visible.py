@@ -45,7 +45,7 @@ def select_visible(found: Sequence[GpuDevice], environ: Mapping[str, str]) -> tu
 
 
 def _named(entry: str, by_bus: Sequence[GpuDevice], pci_order: bool) -> GpuDevice:
-    if entry.isdigit():
+    if entry.isdecimal():
         if not pci_order:
             raise Undecided(
                 "CUDA_VISIBLE_DEVICES numbers GPUs fastest first, an order only CUDA knows on "

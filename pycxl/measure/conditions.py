@@ -54,12 +54,12 @@ def last_level_cache(fs: Sysfs | None = None) -> int:
     seen: dict[str, int] = {}
     best_level = 0
     for cpu in fs.listdir(CPU_DIR):
-        if not (cpu.startswith("cpu") and cpu[3:].isdigit()):
+        if not (cpu.startswith("cpu") and cpu[3:].isdecimal()):
             continue
         base = f"{CPU_DIR}/{cpu}/cache"
         for idx in fs.listdir(base):
             d = f"{base}/{idx}"
-            if not (idx.startswith("index") and idx[5:].isdigit() and fs.is_dir(d)):
+            if not (idx.startswith("index") and idx[5:].isdecimal() and fs.is_dir(d)):
                 continue
             level = fs.read_int(f"{d}/level") or 0
             if (fs.read(f"{d}/type") or "") == "Instruction" or level < best_level:
@@ -101,7 +101,7 @@ def _cache_size(text: str) -> int:
     t = text.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
     digits = t.rstrip("KMG")
-    return int(digits) * mult if digits.isdigit() else 0
+    return int(digits) * mult if digits.isdecimal() else 0
 
 
 def page_size(name: str, fs: Sysfs | None = None) -> int:

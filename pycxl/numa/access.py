@@ -61,7 +61,9 @@ def read_node_access(fs: Sysfs, node_dir: str) -> tuple[AccessFigures, ...]:
         if not fs.is_dir(base):
             continue
         inits = tuple(
-            sorted(int(e[4:]) for e in fs.listdir(base) if e.startswith("node") and e[4:].isdigit())
+            sorted(
+                int(e[4:]) for e in fs.listdir(base) if e.startswith("node") and e[4:].isdecimal()
+            )
         )
         f = _figures(fs, base, cls, inits)
         if not f.empty:

@@ -166,7 +166,7 @@ def read_weights(fs: Sysfs | None = None) -> dict[int, int]:
         )
     out = {}
     for entry in fs.listdir(WEIGHTS_DIR):
-        if entry.startswith("node") and entry[4:].isdigit():
+        if entry.startswith("node") and entry[4:].isdecimal():
             out[int(entry[4:])] = fs.read_int(f"{WEIGHTS_DIR}/{entry}") or 1
     return out
 

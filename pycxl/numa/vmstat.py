@@ -127,7 +127,7 @@ def read_counters(fs: Sysfs, rel: str, names: tuple[str, ...]) -> dict[str, int]
     out = {}
     for line in fs.iter_lines(rel):
         key, _, value = line.partition(" ")
-        if key in wanted and value.strip().lstrip("-").isdigit():
+        if key in wanted and value.strip().lstrip("-").isdecimal():
             out[key] = int(value)
     return out
 
@@ -152,13 +152,13 @@ def read_tiering(fs: Sysfs | None = None) -> TieringState:
     fs = fs or Sysfs()
     tiers = {}
     for name in fs.listdir(TIERING_DIR):
-        if name.startswith("memory_tier") and name[len("memory_tier") :].isdigit():
+        if name.startswith("memory_tier") and name[len("memory_tier") :].isdecimal():
             nodelist = fs.read_cpulist(f"{TIERING_DIR}/{name}/nodelist")
             tiers[int(name[len("memory_tier") :])] = nodelist or ()
     balancing = fs.read_int(NUMA_BALANCING)
     weights = {}
     for name in fs.listdir(WEIGHTS_DIR):
-        if name.startswith("node") and name[4:].isdigit():
+        if name.startswith("node") and name[4:].isdecimal():
             w = fs.read_int(f"{WEIGHTS_DIR}/{name}")
             if w is not None:
                 weights[int(name[4:])] = w

@@ -88,7 +88,7 @@ def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expect
             )
         key, value = m.group(1), m.group(2)
         if key in _COUNTS:
-            if not value.isdigit():
+            if not value.isdecimal():
                 raise InvalidRequestError(f"{source} {item!r}: {key} takes a whole number")
             counts[key] = int(value)
             continue
@@ -149,7 +149,10 @@ def run_check(
     """Check this host. ``event_log``: the JSON lines ``pycxl monitor --log`` writes
     (default: DEFAULT_EVENT_LOG when it exists; '' for none). ``device_health=False``
     skips the mailbox and the poison list (they need root). The report's status is
-    no-cxl only when nothing is wrong, there is no CXL memory and nothing was expected."""
+    no-cxl only when nothing is wrong, there is no CXL memory and nothing was expected.
+    A system read from a recorded tree asks no device: its memdevs are not this
+    machine's."""
+    device_health = device_health and not system.recorded
     fs = fs or Sysfs()
     exp = expectations or Expectations()
     out: list[Finding] = []

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from ..pci import nvidia_gpus
 from ..sysfs import Sysfs
 from ..system import System
+from ..values import TEN_YEARS_S, count
 from .check import CheckReport
 
 Format = Literal["slurm", "nfd", "json"]
@@ -136,6 +137,7 @@ def nfd_file(
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"# pycxl labels --format nfd, {stamp}"]
     if ttl_s is not None:
+        ttl_s = count(ttl_s, "ttl (seconds)", 1, TEN_YEARS_S)
         expiry = now + datetime.timedelta(seconds=ttl_s)
         lines.append(f"# +expiry-time={expiry.strftime('%Y-%m-%dT%H:%M:%SZ')}")
     lines += [f"{k}={v}" for k, v in nfd_labels(labels).items()]

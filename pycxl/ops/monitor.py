@@ -95,7 +95,7 @@ def trace_record(event: TraceEvent, locator: Locator) -> dict[str, Any]:
         "event": event.name,
         "kernel_time": event.timestamp,
         "memdev": f.get("memdev") or None,
-        "serial": int(serial) if serial.lstrip("-").isdigit() else None,
+        "serial": int(serial) if serial.lstrip("-").isdecimal() else None,
         "host": f.get("host") or None,
         "hpa": _address(f.get("hpa")),
         "dpa": _address(f.get("dpa")),
@@ -116,13 +116,13 @@ def uevent_record(action: str, subsystem: str, name: str, locator: Locator) -> d
         "device": name,
     }
     hpa = None
-    if subsystem == "memory" and name.startswith("memory") and name[6:].isdigit():
+    if subsystem == "memory" and name.startswith("memory") and name[6:].isdecimal():
         fs = Sysfs(locator.sysroot)
         block_size = fs.read(f"{MEMORY_DIR}/block_size_bytes")
         if block_size:
             hpa = int(name[6:]) * int(block_size, 16)
         nodes = [d for d in fs.listdir(f"{MEMORY_DIR}/{name}") if d.startswith("node")]
-        if nodes and nodes[0][4:].isdigit():
+        if nodes and nodes[0][4:].isdecimal():
             out["node"] = int(nodes[0][4:])
     out["hpa"] = hpa
     locator.locate(out, name if name.startswith("region") else None, hpa)

@@ -22,7 +22,7 @@ def group_cpu_s(pgid: int, proc: str = "/proc") -> float:
     ``pgid``."""
     total = 0
     for entry in os.listdir(proc):
-        if not entry.isdigit():
+        if not entry.isdecimal():
             continue
         try:
             with open(f"{proc}/{entry}/stat") as f:

@@ -241,7 +241,7 @@ class _GuestFiles:
             text = (self.workdir / "exit-status").read_text().strip()
         except FileNotFoundError:
             return None
-        return int(text) if text.isdigit() else None
+        return int(text) if text.isdecimal() else None
 
 
 @dataclass(frozen=True)
@@ -381,7 +381,7 @@ def _marker_status(text: str) -> int | None:
     for line in reversed(text.splitlines()):
         if line.startswith(EXIT_MARKER):
             value = line[len(EXIT_MARKER) :].strip()
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isdecimal() else None
     return None
 
 
