@@ -108,10 +108,8 @@ class Sysfs:
     def _require_inside(self, rel: str) -> None:
         """A write into a recorded tree stays in it: an attribute that is a link out of
         the tree (to this machine's /sys, say) or not a plain file is refused."""
-        real = os.path.realpath(self.path(rel))
-        if os.path.commonpath([real, os.path.realpath(self.root)]) != os.path.realpath(
-            self.root
-        ):
+        real, top = os.path.realpath(self.path(rel)), os.path.realpath(self.root)
+        if os.path.commonpath([real, top]) != top:
             raise SysfsError(rel, f"leads out of the recorded tree {self.root} (to {real})")
         if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
             raise SysfsError(rel, "is not a regular file in this recorded tree")

@@ -18,6 +18,7 @@ to iterate (a progress bar).
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -406,8 +407,8 @@ def measure_loaded_latency(
     if rates is not None:
         if isinstance(rates, str) or not rates:
             raise InvalidRequestError(f"rates {rates!r}: give bandwidths in bytes/s, above 0")
-        for r in rates:
-            _seconds(r, "rate (bytes/s)")
+        for r in rates:  # finite; how high a load can go is the load's to say
+            finite(r, "rate (bytes/s)", at_most=math.inf)
     if fractions is not None and (isinstance(fractions, str) or any(
         isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 < f <= 1
         for f in fractions
