@@ -300,3 +300,17 @@ def test_a_fifo_in_a_recorded_tree_is_an_error_not_a_hang(tmp_path: Path) -> Non
     os.mkfifo(serial)  # a reader of it would wait for a writer for ever
     p = pycxl_cli("list", "--sysroot", str(tree))
     one_error_line(p, 1, "mem0/serial", "not a regular file")
+
+
+def test_a_write_into_a_recorded_tree_never_leaves_it(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(REGION, tree, symlinks=True)
+    weights = tree / "sys/kernel/mm/mempolicy/weighted_interleave"
+    weights.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim"
+    victim.write_text("1\n")
+    (weights / "node0").unlink(missing_ok=True)
+    (weights / "node0").symlink_to(victim)  # out of the tree: /sys/... on a planted tree
+    p = pycxl_cli("numa", "--set-weights", "dram0=9", "--sysroot", str(tree))
+    one_error_line(p, 1, "leads out of the recorded tree")
+    assert victim.read_text() == "1\n"
