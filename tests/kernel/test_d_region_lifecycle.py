@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -28,11 +29,13 @@ from tests.ndctl_compare import compare
 MiB = 1 << 20
 
 
-def _region_cli(*args: str) -> dict[str, object]:
+def _region_cli(*args: str) -> Any:
+    """create's one object; the list destroy, disable and enable print, whatever the count."""
     p = pycxl_cli("region", *args, "--json")
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""  # nothing but JSON on stdout, nothing on stderr
-    doc: dict[str, object] = json.loads(p.stdout)
+    doc = json.loads(p.stdout)
+    assert isinstance(doc, dict if args[0] == "create" else list), doc
     return doc
 
 
@@ -80,10 +83,10 @@ def test_create_online_use_disable_enable_destroy() -> None:
     assert p.returncode == 0 and "cxl0" in p.stdout and str(name) in p.stdout
 
     # disable: memory offline and gone, decode still committed; enable brings it back
-    doc = _region_cli("disable", str(name))
+    (doc,) = _region_cli("disable", str(name))
     assert doc["state"] == "disabled" and doc["decode_state"] == "commit"
     assert doc["numa_node"] is None and snapshot(gpus=False).cxl.region(str(name)).dax_devices == []
-    doc = _region_cli("enable", str(name), "--zone", "movable")
+    (doc,) = _region_cli("enable", str(name), "--zone", "movable")
     assert doc["tier"] == "cxl0" and doc["numa_node"] == node
     assert pages_by_node(1, f"--membind={node}") == {node: MiB // 4096}
 
