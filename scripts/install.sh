@@ -159,7 +159,7 @@ echo "install.sh: pycxl $version in $prefix; command: $link" >&2
 found=$(command -v pycxl || true)
 if [ "$found" != "$link" ]; then
     hint=
-    [ "$bindir" = "$HOME/.local/bin" ] && hint=" (a new login shell adds it, now that it exists)"
+    [ "$bindir" = "${HOME:-}/.local/bin" ] && hint=" (a new login shell adds it, now that it exists)"
     echo "install.sh: note: PATH finds ${found:-no pycxl}, not $link: put $bindir" \
          "first on PATH$hint" >&2
 fi
