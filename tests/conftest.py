@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shlex
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -60,18 +58,31 @@ def _topology_of(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if REPORTING:
         _resume(config, items)
-    by_topology: dict[str, list[str]] = defaultdict(list)
     for item in items:
-        topo = _topology_of(item)
-        if topo is not None:
-            by_topology[topo].append(item.nodeid)
-        elif item.get_closest_marker("gpu") and not _cuda_present():
+        if _topology_of(item) is not None:
+            continue
+        if item.get_closest_marker("gpu") and not _cuda_present():
             item.add_marker(pytest.mark.skip(reason="no CUDA driver on this machine (GPU test)"))
         elif (need := item.get_closest_marker("gpus")) and _gpu_count() < need.args[0]:
             item.add_marker(pytest.mark.skip(
                 reason=f"needs {need.args[0]} GPUs; this machine has {_gpu_count()}"))  # fmt: skip
-    config._pycxl_kernel_tests = dict(by_topology)  # type: ignore[attr-defined]
-    config._pycxl_guest_results = {}  # type: ignore[attr-defined]
+
+
+def _plan_guests(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Host side, on the session's final list of tests: the testbed batches, and the
+    host's own tests first, so that they run while the guests boot and work."""
+    from tests import guests
+
+    units: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for item in items:
+        topo = _topology_of(item)
+        if topo is not None:
+            units[topo].setdefault(_resume_unit(item), []).append(item.nodeid)
+    batches = guests.plan_batches({t: list(u.items()) for t, u in units.items()},
+                                  guests.recorded_durations(), guests.guests_at_once())  # fmt: skip
+    config._pycxl_batches = batches  # type: ignore[attr-defined]
+    place = {n: i for i, b in enumerate(batches) for n in b.nodeids}
+    items.sort(key=lambda item: place.get(item.nodeid, -1))  # stable: host tests keep order
 
 
 def _gpu_count() -> int:
@@ -92,7 +103,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     topo = _topology_of(pyfuncitem)
     if topo is None or IN_GUEST:
         return None
-    results = _guest_results(pyfuncitem.config, topo)
+    results = _guest_results(pyfuncitem.config, pyfuncitem.nodeid)
     res = results.get(pyfuncitem.nodeid)
     if res is None:
         pytest.fail(
@@ -107,48 +118,69 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
-def _guest_results(config: pytest.Config, topo: str) -> dict[str, Any]:
-    cache: dict[str, dict[str, Any]] = config._pycxl_guest_results  # type: ignore[attr-defined]
-    if topo in cache:
-        return cache[topo]
-    from pycxl.errors import NotAvailableError, TestbedError
-    from pycxl.testbed import check_requirements, run_in_guest
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Host side: the testbed's boots start now, beside the host's own tests."""
+    config = session.config
+    if IN_GUEST or config.option.collectonly:
+        return
+    _plan_guests(config, session.items)
+    batches = config._pycxl_batches  # type: ignore[attr-defined]
+    config._pycxl_unavailable = None  # type: ignore[attr-defined]
+    if not batches:
+        return
+    from pycxl.errors import NotAvailableError
+    from pycxl.testbed import check_requirements
 
     try:
         check_requirements()
     except NotAvailableError as e:
-        if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
-            pytest.fail(str(e), pytrace=False)
-        pytest.skip(f"testbed unavailable: {e}")
-    from pycxl.testbed import progress
-    from pycxl.testbed.runner import new_workdir
+        config._pycxl_unavailable = str(e)  # type: ignore[attr-defined]
+        return
+    import compileall
+    import functools
 
-    nodeids = config._pycxl_kernel_tests[topo]  # type: ignore[attr-defined]
-    cmd = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids])
-    workdir = new_workdir(topo)
-    try:
-        result = run_in_guest(
-            cmd,
-            topo,
-            cwd=str(config.rootpath),
-            env=GUEST_PYTEST_ENV,
-            workdir=workdir,
-        )
-        output = result.output
-        said = f"{result.boots} boot(s), guest pytest exit {result.returncode}"
-    except TestbedError as e:
-        # What the guest reported before its boots stopped still stands; the tests it
-        # never reported fail with this error (remembered, so they report it instead
-        # of booting again one by one).
-        output, said = str(e), "the guest stopped before it finished"
-    out: dict[str, Any] = {"__output__": {"text": output}}
-    for rec in progress.outcomes(workdir):
-        prev = out.get(rec["nodeid"])
-        # a failure in any phase (setup, call, teardown) fails the test
-        if prev is None or prev["outcome"] == "passed":
-            out[rec["nodeid"]] = rec
-    sys.stderr.write(f"\n[testbed {topo}: {len(nodeids)} tests, {said}]\n")
-    cache[topo] = out
+    from tests import guests
+
+    # the guests' Pythons cannot write bytecode (the host's files are read-only there):
+    # compiled once here, each of their many starts reads it
+    for folder in ("pycxl", "cli", "tests"):
+        compileall.compile_dir(config.rootpath / folder, quiet=2, workers=1)
+    run = functools.partial(guests.run_batch, rootpath=config.rootpath, env=GUEST_PYTEST_ENV)
+    config._pycxl_guests = guests.GuestRuns(batches, run)  # type: ignore[attr-defined]
+    _end_on_sigterm()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    runs = getattr(config, "_pycxl_guests", None)
+    if runs is not None:
+        runs.close()
+
+
+def _end_on_sigterm() -> None:
+    """SIGTERM and SIGHUP (a cancelled CI job) end the session as Ctrl-C does, so that
+    pytest_unconfigure ends the boots: by default they end Python at once and the
+    emulators, processes of their own, would run on."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) == signal.SIG_DFL:
+            signal.signal(s, interrupt)
+
+
+def _guest_results(config: pytest.Config, nodeid: str) -> dict[str, Any]:
+    unavailable = getattr(config, "_pycxl_unavailable", None)
+    if unavailable is not None:
+        if os.environ.get("PYCXL_REQUIRE_TESTBED") == "1":
+            pytest.fail(unavailable, pytrace=False)
+        pytest.skip(f"testbed unavailable: {unavailable}")
+    runs = getattr(config, "_pycxl_guests", None)
+    batch = runs.batch_of(nodeid) if runs is not None else None
+    if runs is None or batch is None:
+        pytest.fail("this kernel test was in no testbed batch of the session", pytrace=False)
+    out: dict[str, Any] = runs.outcomes(batch)
     return out
 
 

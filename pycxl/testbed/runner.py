@@ -132,13 +132,16 @@ def run_in_guest(
     boot_timeout: float = progress.BOOT_TIMEOUT_S,
     on_output: Callable[[str], None] | None = None,
     workdir: Path | None = None,
+    stop: threading.Event | None = None,
 ) -> GuestResult:
     """Boot and run ``command`` with sh in the guest; boot again when a boot is cut short.
 
     ``timeout``: seconds of emulator CPU time the running command may go without progress
     (new output, or a unit of work recorded in the work directory) before the boot is
     ended as stuck; ``boot_timeout``: the same, for the guest to reach the command. The
-    wall clock ends a boot at three times either (a guest that uses no CPU: clock.py)."""
+    wall clock ends a boot at three times either (a guest that uses no CPU: clock.py).
+    ``stop``, once set (from another thread), ends the boot and raises TestbedError: the
+    emulator never outlives the caller that no longer waits for it."""
     topo = topology(topology_name)
     check_requirements()
     kernel = prepare_kernel()
@@ -167,7 +170,7 @@ def run_in_guest(
         boot += 1
         done_before = progress.finished(workdir)
         outcome = _boot(argv, _GuestFiles(workdir), limits, on_output, env=vng_environment(vng),
-                        serve=lambda: serve_requests(workdir, qmp, ids))  # fmt: skip
+                        serve=lambda: serve_requests(workdir, qmp, ids), stop=stop)  # fmt: skip
         if outcome.returncode is not None:
             return GuestResult(outcome.returncode, outcome.output, boot, workdir)
         if not outcome.started:
@@ -261,6 +264,7 @@ def _boot(
     on_output: Callable[[str], None] | None,
     serve: Callable[[], None] | None = None,
     env: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
 ) -> _Outcome:
     """Run one boot, following the command's output file as it grows, until the guest
     ends, its device breaks, or it runs out of time: ``limits.boot`` to reach the command,
@@ -305,6 +309,8 @@ def _boot(
                 follower.poll()
                 if serve is not None:
                     serve()  # the guest's injection requests, through QMP
+                if stop is not None and stop.is_set():
+                    break
                 broken = _device_broken(files.vng_log)
                 if broken:
                     stopped = f"QEMU stopped the guest's virtio device ({broken})"
@@ -314,6 +320,8 @@ def _boot(
     finally:
         if proc.poll() is None:  # interrupted: never leave an emulator running
             _end(proc)
+    if stop is not None and stop.is_set():
+        raise TestbedError("the boot was stopped before the command ended: its caller gave up")
     follower.poll(final=True)
     vng_text = files.vng_log.read_text(errors="replace")
     rc = files.exit_status()

@@ -229,5 +229,8 @@ def test_chase_windows_in_calls_fill_the_time(monkeypatch: pytest.MonkeyPatch) -
     compiled.chase_build(arena.ctypes.data, size, 256, 64 * 4096)
     began = time.monotonic()
     windows = compiled.ChaseCursor(arena.ctypes.data).windows(64, 0.05)
-    assert time.monotonic() - began >= 0.05
-    assert windows and all(w > 0 for w in windows)
+    elapsed = time.monotonic() - began
+    # the windows fill the time, or the buffer sized for 10 ns a load first (a 1 MiB
+    # arena can sit in a cache, where a load takes less)
+    assert elapsed >= 0.05 or len(windows) == int(0.05e9 / (64 * 10)) + 16, (elapsed, len(windows))
+    assert len(windows) > 1 and all(w > 0 for w in windows)
