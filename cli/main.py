@@ -35,6 +35,7 @@ COMMANDS = {
     "monitor": ("monitor_cmd", "monitor_command"),
     "stat": ("stat_cmd", "stat_command"),
     "labels": ("labels_cmd", "labels_command"),
+    "spill": ("spill_cmd", "spill_command"),
 }
 
 
@@ -53,7 +54,7 @@ class LazyGroup(click.Group):
 
 # Commands whose own output is not pycxl's: run becomes the command it starts, which
 # meets its standard output itself (as under numactl).
-_STDOUT_NOT_OURS = frozenset({"run"})
+_STDOUT_NOT_OURS = frozenset({"run", "spill"})
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

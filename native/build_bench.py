@@ -1,5 +1,7 @@
 """cffi build script for pycxl._bench: the measurement loops (bench.c), the threaded
-copy of staged GPU transfers (copy.c) and the paced loads of loaded latency (loaded.c),
+copy of staged GPU transfers (copy.c), the paced loads of loaded latency (loaded.c) and
+the allocators of GPU-addressable memory on a tier (tier.c, whose exported functions
+PyTorch loads from this module's file as a pluggable allocator),
 in API mode, compiled at install time.
 
 No -march flag: the build must run on any CPU of the architecture; bench.c picks wide
@@ -47,14 +49,24 @@ ffibuilder.cdef(
     void load_stop(void *handle);
     size_t chase_windows(void **cursor, uint64_t loads, uint64_t duration_ns, uint32_t *win_ns,
                          size_t max_windows);
+    int tier_open(int slot, int node, const int *devices, int ndevices, char *err, size_t errlen);
+    int tier_spill_to(int slot);
+    int tier_prefer(int slot);
+    int tier_stats(int slot, uint64_t *out, char *error, size_t errlen);
+    uint64_t tier_alloc(int slot, size_t size, void *stream);
+    void tier_free(uint64_t ptr, void *stream);
+    int tier_trim(int slot);
+    void tier_log(int on);
+    uint64_t tier_unlogged_spills(void);
+    extern "Python" void tier_spilled(int slot, size_t size, int in_python);
     """
 )
 ffibuilder.set_source(
     "pycxl._bench",
-    "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c", "loaded.c")),
+    "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c", "loaded.c", "tier.c")),
     include_dirs=[str(HERE)],  # pinned_thread.h
     extra_compile_args=["-O3", "-fno-strict-aliasing", "-pthread"],
-    extra_link_args=["-pthread"],
+    extra_link_args=["-pthread", "-ldl"],
 )
 
 if __name__ == "__main__":

@@ -66,10 +66,14 @@ if TYPE_CHECKING:
         host_memory as host_memory,
         map_dax as map_dax,
         migrate as migrate,
+        move as move,
         offload_layers as offload_layers,
+        on_tier as on_tier,
         pinned_array as pinned_array,
         pinned_tensor as pinned_tensor,
         probe_longterm_pins as probe_longterm_pins,
+        spill_to as spill_to,
+        tier_pool as tier_pool,
     )
     from .cxl.read import read_cxl as read_cxl
     from .cxl.region_layout import RegionRequest as RegionRequest
@@ -87,7 +91,7 @@ _LAZY = {
     **dict.fromkeys(
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
          "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
-         "enable_region"),
+         "enable_region", "tier_pool", "on_tier", "spill_to", "move"),
         "by_name",
     ),
     "RegionRequest": "cxl.region_layout",

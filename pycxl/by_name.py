@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .gpu.memory import HostMemory
+    from .gpu.tier_pool import TierPool
     from .gpu.torch_offload import LayerOffload, Weights
     from .numa.longterm import PinnedPlacement
     from .numa.placement import HugePages, NumaBuffer
@@ -356,3 +357,61 @@ def map_dax(name: str, size: int | str | None = None, *, sysroot: str | None = N
 
 destroy_region = _regions.destroy_region
 disable_region = _regions.disable_region
+
+
+# --- CUDA memory on a tier -------------------------------------------------------------
+def tier_pool(target: str | int, *, system: System | None = None) -> TierPool:
+    """The CUDA memory pool on ``target``'s node (one tier: ``"cxl0"``, ``"dram0"``, a node
+    id), opened once per process: GPU-addressable pinned memory on that node, checked
+    there. ``.allocate(size)`` gives memory with ``__cuda_array_interface__``; ``.stats()``
+    counts what it holds."""
+    from .gpu.tier_pool import open_pool
+
+    s = given_or_read(system, gpus=False)
+    nodes = s.placement_nodes(target)
+    if len(nodes) != 1:
+        raise InvalidRequestError(
+            f"a tier pool is on one node, not {len(nodes)} ({target}): name one tier"
+        )
+    t = s.tier(nodes[0])
+    return open_pool(nodes[0], t.name if t is not None else f"node{nodes[0]}")
+
+
+def on_tier(target: str | int | TierPool, *, system: System | None = None) -> Any:
+    """A ``with`` block whose CUDA tensors (those this thread allocates) are on ``target``.
+
+    >>> with pycxl.on_tier("cxl0"):
+    ...     kv = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")   # on cxl0
+    """
+    from .gpu import torch_tier
+    from .gpu.tier_pool import TierPool
+
+    pool = target if isinstance(target, TierPool) else tier_pool(target, system=system)
+    return torch_tier.on_tier(pool)
+
+
+def spill_to(
+    target: str | int, *, log: bool | None = None, system: System | None = None
+) -> TierPool:
+    """From now on, CUDA allocations that the GPU's memory refuses land on ``target``
+    instead of raising out-of-memory. Call it before the first CUDA allocation; ``log``
+    (default: PYCXL_SPILL_LOG=1) logs each spill with its size and call site."""
+    from .gpu import torch_tier
+
+    return torch_tier.spill_to(tier_pool(target, system=system), log_spills=log)
+
+
+def move(tensor: Any, where: str | int, *, system: System | None = None) -> Any:
+    """A copy of a CUDA tensor on tier ``where`` (``"cxl0"``) or in GPU ``where``'s memory
+    (``"gpu0"``)."""
+    from .gpu import torch_tier
+    from .gpu.torch_offload import import_torch
+
+    s = given_or_read(system, gpus=False)
+    if isinstance(where, str) and where.strip().lower().startswith("gpu"):
+        torch = import_torch("move")
+        gpu = given_or_read(system).gpu(where)
+        from .gpu.cuda_devices import ordinal_of
+
+        return torch_tier.move(tensor, torch.device("cuda", ordinal_of(gpu.pci_bus_id)))
+    return torch_tier.move(tensor, tier_pool(where, system=s))

@@ -255,3 +255,86 @@ class CopyStream:
     def wait(self, chunk: int) -> None:
         """Return when chunk ``chunk`` is copied."""
         self._lib.copy_stream_wait(self._pool, chunk)
+
+
+# --- GPU-addressable memory on a tier (tier.c) ------------------------------------------------
+TIER_SLOTS = 8
+TIER_STAT_FIELDS = ("bytes_now", "bytes_peak", "allocations", "bytes_allocated", "refused",
+                    "misplaced_pages", "reserved", "gpu_refusals")  # fmt: skip
+
+
+def module_path() -> str:
+    """The compiled module's file: PyTorch loads the tier allocators from it by name."""
+    bench = importlib.import_module("pycxl._bench")
+    return str(bench.__file__)
+
+
+def tier_open(slot: int, node: int, devices: Sequence[int]) -> tuple[int, str]:
+    """Open tier slot ``slot`` as a pool on host ``node`` for the CUDA ``devices``: 0, or
+    the CUDA result (-1: no driver entry point), with the message."""
+    ffi, lib = _compiled()
+    err = ffi.new("char[512]")
+    rc = int(lib.tier_open(slot, node, ffi.new("int[]", list(devices)), len(devices), err, 512))
+    return rc, ffi.string(err).decode(errors="replace")
+
+
+def tier_stats(slot: int) -> tuple[dict[str, int], str]:
+    """The slot's counters (TIER_STAT_FIELDS) and its last error."""
+    ffi, lib = _compiled()
+    out, err = ffi.new("uint64_t[8]"), ffi.new("char[256]")
+    if lib.tier_stats(slot, out, err, 256) != 0:
+        raise InvalidRequestError(f"tier slot {slot} is not open")
+    return dict(zip(TIER_STAT_FIELDS, (int(v) for v in out), strict=True)), ffi.string(err).decode(
+        errors="replace"
+    )
+
+
+def tier_alloc(slot: int, size: int, stream: int = 0) -> int:
+    """Device pointer of ``size`` bytes from the slot's pool, in ``stream``'s order; 0 when
+    refused (tier_stats says why)."""
+    ffi, lib = _compiled()
+    return int(lib.tier_alloc(slot, size, ffi.cast("void *", stream)))
+
+
+def tier_free(pointer: int, stream: int = 0) -> None:
+    ffi, lib = _compiled()
+    lib.tier_free(pointer, ffi.cast("void *", stream))
+
+
+def tier_trim(slot: int) -> None:
+    _compiled()[1].tier_trim(slot)
+
+
+def tier_spill_to(slot: int) -> None:
+    """The slot the whole-process allocator spills to (-1: none)."""
+    if _compiled()[1].tier_spill_to(slot) != 0:
+        raise InvalidRequestError(f"tier slot {slot} is not open")
+
+
+def tier_prefer(slot: int) -> int:
+    """This thread's allocations through the whole-process allocator go to ``slot`` (-1:
+    the GPU's memory first); returns the slot before."""
+    return int(_compiled()[1].tier_prefer(slot))
+
+
+_spill_listener: list[Any] = []
+
+
+def tier_log(listener: Any) -> None:
+    """Call ``listener(slot, size)`` on each spill made on this thread (None: stop)."""
+    ffi, lib = _compiled()
+    if not _spill_listener:
+
+        @ffi.def_extern()  # type: ignore[untyped-decorator]
+        def tier_spilled(slot: int, size: int, in_python: int) -> None:
+            if _spill_listener and _spill_listener[0] is not None:
+                _spill_listener[0](int(slot), int(size))
+
+        _spill_listener.append(None)
+    _spill_listener[0] = listener
+    lib.tier_log(1 if listener is not None else 0)
+
+
+def tier_unlogged_spills() -> int:
+    """Spills made on threads other than the one that asked for the log."""
+    return int(_compiled()[1].tier_unlogged_spills())

@@ -71,6 +71,12 @@ def page_nodes(obj: Any) -> list[int]:
     return [s if s >= 0 else NOT_PRESENT for s in _move_pages(_pages(address, length), None)]
 
 
+def span_by_node(address: int, length: int) -> dict[int, int]:
+    """Pages of [address, address + length) per node; NOT_PRESENT counts untouched ones."""
+    nodes = [s if s >= 0 else NOT_PRESENT for s in _move_pages(_pages(address, length), None)]
+    return dict(sorted(Counter(nodes).items()))
+
+
 def pages_by_node(obj: Any) -> dict[int, int]:
     """Pages of ``obj`` per node; key NOT_PRESENT (-1) counts untouched pages."""
     return dict(sorted(Counter(page_nodes(obj)).items()))

@@ -1,0 +1,59 @@
+"""GPU reads and writes of tier memory against the pinned copy of the same run (on the
+GPU machine; dram0 stands for the tier): a 1 GiB CUDA tensor on the tier (pycxl.on_tier)
+read by a GPU kernel in place (sum), written in place (fill), and copied to and from HBM;
+beside them torch's pinned h2d/d2h copy_ of 1 GiB. Best of 10, CUDA events.
+
+    python3 benchmarks/tier_tensors.py [TIER]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import pycxl
+
+GiB = 1 << 30
+
+
+def best_gbs(fn, nbytes: int, runs: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b) / 1e3)
+    return nbytes / best / 1e9
+
+
+def main() -> None:
+    tier = sys.argv[1] if len(sys.argv) > 1 else "dram0"
+    n = GiB // 4
+    hbm = torch.empty(n, dtype=torch.float32, device="cuda")
+    pinned = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    with pycxl.on_tier(tier):
+        t = torch.ones(n, dtype=torch.float32, device="cuda")
+    out = torch.empty((), device="cuda")
+    rows = {
+        "pinned h2d copy_ (torch)": best_gbs(lambda: hbm.copy_(pinned, non_blocking=True), GiB),
+        "pinned d2h copy_ (torch)": best_gbs(lambda: pinned.copy_(hbm, non_blocking=True), GiB),
+        f"{tier} tensor read in place (sum)": best_gbs(lambda: torch.sum(t, out=out), GiB),
+        f"{tier} tensor written in place (fill_)": best_gbs(lambda: t.fill_(2.0), GiB),
+        f"{tier} -> HBM copy_": best_gbs(lambda: hbm.copy_(t), GiB),
+        f"HBM -> {tier} copy_": best_gbs(lambda: t.copy_(hbm), GiB),
+    }
+    h2d = rows["pinned h2d copy_ (torch)"]
+    d2h = rows["pinned d2h copy_ (torch)"]
+    for name, gbs in rows.items():
+        ref = d2h if ("written" in name or name.startswith("HBM ->")) else h2d
+        print(f"{name:40s} {gbs:7.2f} GB/s  {gbs / ref:5.3f}x pinned")
+    print("tier pool:", pycxl.tier_pool(tier).stats())
+
+
+if __name__ == "__main__":
+    main()

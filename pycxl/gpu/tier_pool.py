@@ -1,0 +1,141 @@
+"""GPU-addressable memory on a tier: a CUDA stream-ordered memory pool whose location is
+one host NUMA node (native/tier.c). What it allocates is pinned host memory on that
+node that every GPU reads and writes in place (zero-copy) and copies by DMA; the pool
+caches it and frees it in stream order. Where the pool takes new pages from the kernel
+their node is asked (move_pages), and an allocation with a page elsewhere is refused.
+
+``TierPool`` is one open pool (one per node, at most eight); ``TierMemory`` one
+allocation, with ``__cuda_array_interface__`` for CuPy, Numba or PyTorch. The PyTorch
+side (a MemPool per tier, spilling on out-of-memory) is torch_tier.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from .._lib import compiled
+from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..numa import pages
+from . import driver as drv
+from .memory import byte_array_interface
+
+CUDA_ERROR_NOT_SUPPORTED = 801
+CUDA_ERROR_INVALID_VALUE = 1
+
+_lock = threading.Lock()
+_pools: dict[int, TierPool] = {}  # node -> its pool: one per node for the process
+
+
+@dataclass(frozen=True)
+class TierStats:
+    """A tier pool's counters. ``gpu_refusals``: allocations the GPU's own memory
+    refused that the whole-process allocator sent to the spill tier (any tier)."""
+
+    tier: str
+    node: int
+    bytes_now: int
+    bytes_peak: int
+    allocations: int
+    bytes_allocated: int
+    refused: int
+    misplaced_pages: int
+    reserved: int  # what the pool holds from the kernel, in use or cached
+    gpu_refusals: int
+    last_error: str
+
+
+class TierPool:
+    """The pool of one tier; ``allocate`` gives TierMemory, ``stats`` its counters."""
+
+    def __init__(self, slot: int, node: int, tier: str) -> None:
+        self.slot, self.node, self.tier = slot, node, tier
+
+    def __repr__(self) -> str:
+        return f"TierPool({self.tier}, node {self.node})"
+
+    @property
+    def allocator_symbols(self) -> tuple[str, str]:
+        """The C functions (malloc, free) of this pool, in ``compiled.module_path()``."""
+        return f"pycxl_tier_malloc_{self.slot}", f"pycxl_tier_free_{self.slot}"
+
+    def stats(self) -> TierStats:
+        counts, error = compiled.tier_stats(self.slot)
+        return TierStats(self.tier, self.node, **counts, last_error=error)
+
+    def allocate(self, size: int, stream: int = 0) -> TierMemory:
+        """``size`` bytes in ``stream``'s order (0: the current context's default
+        stream); OperationError, saying why, when the pool refuses."""
+        if size <= 0:
+            raise InvalidRequestError(f"an allocation needs a positive size, not {size}")
+        pointer = compiled.tier_alloc(self.slot, size, stream)
+        if pointer == 0:
+            raise OperationError(f"{self.tier}: {self.stats().last_error or 'allocation refused'}")
+        return TierMemory(self, pointer, size, stream)
+
+    def trim(self) -> None:
+        """Give what the pool caches, unused, back to the kernel."""
+        compiled.tier_trim(self.slot)
+
+
+class TierMemory:
+    """``size`` bytes on a tier that GPUs read and write in place; freed (in stream
+    order) on ``close()``, at the end of a ``with`` block, or when collected."""
+
+    def __init__(self, pool: TierPool, pointer: int, size: int, stream: int) -> None:
+        self.pool, self.ptr, self.size = pool, pointer, size
+        self._free = weakref.finalize(self, compiled.tier_free, pointer, stream)
+
+    def __repr__(self) -> str:
+        return f"TierMemory({self.pool.tier}, ptr={self.ptr:#x}, size={self.size})"
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if not self._free.alive:
+            raise InvalidRequestError("this tier memory was freed")
+        return byte_array_interface(self.ptr, self.size)
+
+    def pages_by_node(self) -> dict[int, int]:
+        """Pages per node, asked of the kernel."""
+        return pages.span_by_node(self.ptr, self.size)
+
+    def close(self) -> None:
+        self._free()
+
+    def __enter__(self) -> TierMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_pool(node: int, tier: str) -> TierPool:
+    """The pool on ``node`` (a node with memory, checked by the caller), opened once for
+    the process, usable by every CUDA device."""
+    with _lock:
+        if node in _pools:
+            return _pools[node]
+        if len(_pools) >= compiled.TIER_SLOTS:
+            raise InvalidRequestError(
+                f"at most {compiled.TIER_SLOTS} tiers have pools in one process; "
+                f"open: {', '.join(p.tier for p in _pools.values())}"
+            )
+        ffi, lib = drv.driver()
+        count = ffi.new("int *")
+        drv.check("cuDeviceGetCount", lib.cuDeviceGetCount(count))
+        slot = len(_pools)
+        rc, message = compiled.tier_open(slot, node, range(count[0]))
+        if rc == -1:
+            raise NotAvailableError(message)
+        if rc in (CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE):
+            raise NotAvailableError(
+                f"{tier}: this CUDA driver has no memory pools on a host NUMA node "
+                f"({message}: {drv.error('cuMemPoolCreate', rc)}); they need driver 12.2 "
+                "or later on Linux; pinned host memory (pycxl.host_memory) works without"
+            )
+        if rc:
+            raise drv.error(message, rc)
+        pool = _pools[node] = TierPool(slot, node, tier)
+        return pool

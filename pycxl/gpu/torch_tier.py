@@ -1,0 +1,154 @@
+"""PyTorch CUDA tensors on a tier, and CUDA out-of-memory that spills onto one.
+
+Two mechanisms over the tier pools of tier_pool.py:
+
+- ``TierTensors`` (``pycxl.on_tier``): a ``torch.cuda.MemPool`` whose allocator is one
+  tier's pool; inside ``with``, the CUDA tensors this thread allocates live on the tier
+  (PyTorch's caching allocator keeps its blocks in that pool). Works beside PyTorch's
+  own allocator, at any time.
+- ``spill_to``: the process's CUDA allocator becomes tier.c's, which takes the GPU's own
+  memory first (its stream-ordered pool, as PyTorch's ``backend:cudaMallocAsync``) and,
+  where that is out of memory, the tier's. It must come before the first CUDA
+  allocation (PyTorch allows one allocator per process). ``on_tier`` then steers this
+  thread's allocations to a tier through the same allocator.
+
+Spills are counted (``TierPool.stats``), and with ``log=True`` (or PYCXL_SPILL_LOG=1) each
+one made on the thread that asked is logged with its size, tier and Python call site.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from .._lib import compiled
+from .._log import get_logger
+from ..errors import InvalidRequestError, NotAvailableError
+from .tier_pool import TierPool
+from .torch_offload import import_torch
+
+log = get_logger("pycxl.spill")
+SPILL_LOG_ENV = "PYCXL_SPILL_LOG"
+
+_spilling: TierPool | None = None  # the tier spill_to installed, once per process
+_pools: dict[int, Any] = {}  # slot -> its torch MemPool
+
+
+def _mem_pool(pool: TierPool) -> Any:
+    torch = import_torch("tier tensors")
+    mem_pool_type = getattr(torch.cuda, "MemPool", None)
+    if mem_pool_type is None or not hasattr(torch.cuda, "use_mem_pool"):
+        raise NotAvailableError(
+            f"tensors on a tier need torch.cuda.MemPool and use_mem_pool (PyTorch 2.8 or "
+            f"later); this is PyTorch {torch.__version__}"
+        )
+    if pool.slot not in _pools:
+        from torch.cuda.memory import CUDAPluggableAllocator
+
+        malloc, free = pool.allocator_symbols
+        allocator = CUDAPluggableAllocator(compiled.module_path(), malloc, free)
+        _pools[pool.slot] = mem_pool_type(allocator.allocator())  # type: ignore[no-untyped-call]
+    return _pools[pool.slot]
+
+
+@contextlib.contextmanager
+def on_tier(pool: TierPool) -> Iterator[TierPool]:
+    """CUDA tensors this thread allocates inside the block are on ``pool``'s tier."""
+    torch = import_torch("tier tensors")
+    if _spilling is not None:  # the process's allocator is tier.c's: steer it
+        before = compiled.tier_prefer(pool.slot)
+        try:
+            yield pool
+        finally:
+            compiled.tier_prefer(before)
+        return
+    with torch.cuda.use_mem_pool(_mem_pool(pool)):
+        yield pool
+
+
+def move(tensor: Any, where: TierPool | Any) -> Any:
+    """A copy of CUDA ``tensor`` on a tier (a TierPool) or in a GPU's own memory (a
+    ``torch.device``); the original is left to the caller (``del`` frees it)."""
+    torch = import_torch("tier tensors")
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda:
+        raise InvalidRequestError("move takes a CUDA tensor; a CPU tensor goes with .to('cuda')")
+    if isinstance(where, TierPool):
+        with on_tier(where):
+            out = torch.empty_like(tensor)
+    else:
+        with _in_gpu_memory():
+            out = torch.empty_like(tensor, device=where)
+    out.copy_(tensor)
+    return out
+
+
+@contextlib.contextmanager
+def _in_gpu_memory() -> Iterator[None]:
+    if _spilling is None:
+        yield
+        return
+    before = compiled.tier_prefer(-1)
+    try:
+        yield
+    finally:
+        compiled.tier_prefer(before)
+
+
+def spill_to(pool: TierPool, *, log_spills: bool | None = None) -> TierPool:
+    """CUDA allocations that the GPU's memory refuses land on ``pool``'s tier, for the
+    rest of the process. Call it before the program's first CUDA allocation."""
+    global _spilling
+    torch = import_torch("spilling onto a tier")
+    if _spilling is not None:
+        if _spilling is pool:
+            return pool
+        raise InvalidRequestError(
+            f"this process spills to {_spilling.tier} already; one spill tier per process"
+        )
+    from torch.cuda.memory import CUDAPluggableAllocator, change_current_allocator
+
+    if torch.cuda.is_initialized() and torch.cuda.memory_allocated() > 0:
+        raise InvalidRequestError(
+            "CUDA memory is allocated already: call spill_to before the program's first "
+            "CUDA allocation (PyTorch takes one allocator per process), or run the "
+            "program with pycxl run --spill TIER"
+        )
+    try:
+        allocator = CUDAPluggableAllocator(compiled.module_path(), "pycxl_cuda_malloc",
+                                           "pycxl_cuda_free")  # fmt: skip
+        change_current_allocator(allocator)
+    except RuntimeError as e:
+        raise InvalidRequestError(
+            f"PyTorch refused a new allocator ({e}): call spill_to before the first CUDA allocation"
+        ) from None
+    compiled.tier_spill_to(pool.slot)
+    _spilling = pool
+    if log_spills is None:
+        log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")
+    if log_spills:
+        compiled.tier_log(_log_spill)
+    return pool
+
+
+def spilling() -> TierPool | None:
+    """The tier this process spills to, if any."""
+    return _spilling
+
+
+def _log_spill(slot: int, size: int) -> None:
+    tier = _spilling.tier if _spilling is not None else f"slot {slot}"
+    site = _call_site()
+    log.warning("spilled %d bytes to %s at %s", size, tier, site)
+
+
+def _call_site() -> str:
+    """The innermost frame outside torch and pycxl."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        path = frame.filename.replace(os.sep, "/")
+        if "/torch/" in path or "/pycxl/" in path:
+            continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "(no Python frame)"

@@ -1,0 +1,67 @@
+"""CUDA memory on a tier, where no GPU is: names are checked before any driver is
+loaded, the compiled allocators exist under the names PyTorch loads, and without a CUDA
+driver the pool says so (the allocator itself runs in tests/gpu)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+import pycxl
+from pycxl._lib import compiled
+from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
+from pycxl.system import snapshot
+
+
+def test_the_allocators_pytorch_loads_are_exported_by_name() -> None:
+    lib = ctypes.CDLL(compiled.module_path())
+    for n in range(compiled.TIER_SLOTS):
+        assert getattr(lib, f"pycxl_tier_malloc_{n}") and getattr(lib, f"pycxl_tier_free_{n}")
+    assert lib.pycxl_cuda_malloc and lib.pycxl_cuda_free
+
+
+def test_a_slot_that_is_not_open_allocates_nothing() -> None:
+    assert compiled.tier_alloc(3, 1 << 20) == 0
+    with pytest.raises(InvalidRequestError, match="not open"):
+        compiled.tier_stats(3)
+    with pytest.raises(InvalidRequestError, match="not open"):
+        compiled.tier_spill_to(5)
+    assert compiled.tier_open(compiled.TIER_SLOTS, 0, [0])[0] == -1
+
+
+def test_without_a_cuda_driver_the_pool_says_so(trees: object) -> None:
+    from pycxl._lib.libs import LIBCUDA
+
+    if LIBCUDA.available():
+        pytest.skip("a CUDA driver is present: tests/gpu runs the pool")
+    rc, message = compiled.tier_open(0, 0, [0])
+    assert rc == -1 and "libcuda.so.1" in message
+    with pytest.raises(NotAvailableError, match="libcuda"):
+        pycxl.tier_pool("dram0")
+
+
+@pytest.mark.parametrize(
+    ("target", "error", "said"),
+    [
+        ("cpu0", InvalidRequestError, "cpu0"),
+        ("dram0,dram0", None, None),  # the same node twice is one node
+        ("node99", NotFoundError, "node99"),
+        ("", InvalidRequestError, ""),
+    ],
+)
+def test_a_tier_is_checked_before_any_driver(
+    target: str, error: type | None, said: str | None
+) -> None:
+    if error is None:
+        assert len(snapshot(gpus=False).placement_nodes(target)) == 1
+        return
+    with pytest.raises(error) as e:
+        pycxl.tier_pool(target)
+    assert said in str(e.value)
+
+
+def test_a_recorded_tree_gets_no_pool(trees: object) -> None:
+    tree = snapshot(sysroot=f"{trees}/two-dev", gpus=False)
+    with pytest.raises(InvalidRequestError, match="recorded tree"):
+        pycxl.tier_pool("cxl0", system=tree)
