@@ -1,19 +1,25 @@
 /* Device-addressable memory on a host NUMA node (a tier), for CUDA programs.
  *
- * Each tier is a CUDA stream-ordered memory pool whose location is a host NUMA node
- * (CU_MEM_LOCATION_TYPE_HOST_NUMA), readable and writable by the GPU: allocations are
- * pinned host pages on that node, cached by the pool, freed in stream order. Two ways in:
+ * Each allocation is physical memory the driver creates on one host node
+ * (cuMemCreate with a CU_MEM_LOCATION_TYPE_HOST_NUMA location), mapped at a virtual
+ * address of the GPU's address space (cuMemAddressReserve + cuMemMap) and made readable
+ * and writable by every GPU (cuMemSetAccess). Mapped so, it is device memory as far as
+ * CUDA's copies are concerned (cudaMemcpy device to device works on it, which it does
+ * not on host-typed memory such as a host-NUMA memory pool's), while every byte is on
+ * the host node. Freed mappings are kept for reuse, in stream order: a free records an
+ * event on its stream, and a reuse on another stream waits for it.
  *
+ * Two ways in:
  * - pycxl_tier_malloc_N / pycxl_tier_free_N: the allocator of one tier (slot N), for a
  *   PyTorch MemPool (CUDAPluggableAllocator) or any caller that wants tier memory;
  * - pycxl_cuda_malloc / pycxl_cuda_free: a whole-process allocator that takes the GPU's
  *   own memory first (its default stream-ordered pool) and, when that is out of memory,
  *   the spill tier; a thread may prefer a tier for what it allocates (tier_prefer).
  *
- * Placement is checked, not assumed: whenever a pool's reserve grows, the pages of the
- * new allocation are asked for their node (move_pages without moving); an allocation
- * with a page elsewhere is freed and refused. The driver is reached through dlopen, so
- * the module loads on machines without it. */
+ * Placement is checked, not assumed: the pages of each new mapping are asked for their
+ * node (move_pages without moving); a mapping with a page elsewhere is released and the
+ * allocation refused. The driver is reached through dlopen, so the module loads on
+ * machines without it. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -25,47 +31,65 @@
 #include <unistd.h>
 
 #define TIER_SLOTS 8
+#define TIER_DEVICES 64
 #define TIER_PAGE 4096
 #define CU_OK 0
 #define CU_OUT_OF_MEMORY 2
 
 typedef int cu_result;
 typedef unsigned long long cu_ptr;
-typedef void *cu_pool;
+typedef unsigned long long cu_handle;
 typedef void *cu_stream;
+typedef void *cu_event;
 typedef struct { int type; int id; } cu_location;
 typedef struct {
-    int alloc_type;
+    int type;
     int handle_types;
     cu_location location;
-    void *win32_security;
-    unsigned char rest[64]; /* maxSize, usage, reserved: zero */
-} cu_pool_props;
+    void *win32_metadata;
+    unsigned char flags[8]; /* compression, RDMA, usage, reserved: zero */
+} cu_alloc_prop;
 typedef struct { cu_location location; int flags; } cu_access;
 
-enum { LOC_DEVICE = 1, LOC_HOST_NUMA = 3, ALLOC_PINNED = 1, ACCESS_READWRITE = 3 };
-enum { POOL_RELEASE_THRESHOLD = 4, POOL_RESERVED_CURRENT = 5 };
+enum { LOC_DEVICE = 1, LOC_HOST = 2, LOC_HOST_NUMA = 3 };
+enum { ALLOC_PINNED = 1, ACCESS_READWRITE = 3, GRANULARITY_MINIMUM = 0, EVENT_NO_TIMING = 2 };
 
 static struct {
     int loaded;
-    cu_result (*pool_create)(cu_pool *, const cu_pool_props *);
-    cu_result (*pool_destroy)(cu_pool);
-    cu_result (*pool_set_access)(cu_pool, const cu_access *, size_t);
-    cu_result (*pool_set_attribute)(cu_pool, int, void *);
-    cu_result (*pool_get_attribute)(cu_pool, int, void *);
-    cu_result (*pool_trim)(cu_pool, size_t);
-    cu_result (*alloc_from_pool)(cu_ptr *, size_t, cu_pool, cu_stream);
+    cu_result (*create)(cu_handle *, size_t, const cu_alloc_prop *, unsigned long long);
+    cu_result (*release)(cu_handle);
+    cu_result (*reserve)(cu_ptr *, size_t, size_t, cu_ptr, unsigned long long);
+    cu_result (*address_free)(cu_ptr, size_t);
+    cu_result (*map)(cu_ptr, size_t, size_t, cu_handle, unsigned long long);
+    cu_result (*unmap)(cu_ptr, size_t);
+    cu_result (*set_access)(cu_ptr, size_t, const cu_access *, size_t);
+    cu_result (*granularity)(size_t *, const cu_alloc_prop *, int);
     cu_result (*alloc_async)(cu_ptr *, size_t, cu_stream);
     cu_result (*free_async)(cu_ptr, cu_stream);
-    cu_result (*stream_sync)(cu_stream);
+    cu_result (*event_create)(cu_event *, unsigned int);
+    cu_result (*event_record)(cu_event, cu_stream);
+    cu_result (*event_sync)(cu_event);
+    cu_result (*event_destroy)(cu_event);
+    cu_result (*stream_wait)(cu_stream, cu_event, unsigned int);
 } tier_cu;
 
+/* One mapping: live (in the hash by address) or cached (on its slot's free list). */
+struct tier_seg {
+    cu_ptr ptr;
+    size_t size; /* mapped: a multiple of the granularity */
+    size_t asked;
+    cu_handle handle;
+    cu_event freed; /* recorded on the stream of the last free */
+    int slot;
+    struct tier_seg *next;
+};
+
 struct tier_slot {
-    int open, node;
-    cu_pool pool;
-    uint64_t reserved;             /* the pool's reserve after its last growth */
-    uint64_t now, peak, allocations, bytes_total, refused;
-    uint64_t misplaced_pages;
+    int open, node, ndevices, host_access;
+    int devices[TIER_DEVICES];
+    size_t granularity;
+    struct tier_seg *cached;
+    uint64_t now, peak, allocations, bytes_total, refused, misplaced_pages, mapped;
     char error[256];
 };
 
@@ -79,32 +103,24 @@ static pid_t log_thread;
 static uint64_t unlogged_spills;
 static void tier_spilled(int slot, size_t size, int in_python);
 
-/* ptr -> slot of each live tier allocation (the whole-process allocator frees both) */
 #define BUCKETS 4096
-struct tier_entry { cu_ptr ptr; size_t size; int slot; struct tier_entry *next; };
-static struct tier_entry *tier_live[BUCKETS];
+static struct tier_seg *tier_live[BUCKETS];
 
-static unsigned tier_bucket(cu_ptr p) { return (unsigned)((p >> 9) ^ (p >> 21)) % BUCKETS; }
+static unsigned tier_bucket(cu_ptr p) { return (unsigned)((p >> 12) ^ (p >> 24)) % BUCKETS; }
 
-static void tier_remember(cu_ptr p, size_t size, int slot) {
-    struct tier_entry *l = malloc(sizeof *l);
-    if (!l) return;
-    l->ptr = p, l->size = size, l->slot = slot;
-    l->next = tier_live[tier_bucket(p)], tier_live[tier_bucket(p)] = l;
+static void tier_remember(struct tier_seg *s) {
+    s->next = tier_live[tier_bucket(s->ptr)];
+    tier_live[tier_bucket(s->ptr)] = s;
 }
 
-static int tier_forget(cu_ptr p, size_t *size) {
-    struct tier_entry **at = &tier_live[tier_bucket(p)];
-    for (; *at; at = &(*at)->next)
+static struct tier_seg *tier_forget(cu_ptr p) {
+    for (struct tier_seg **at = &tier_live[tier_bucket(p)]; *at; at = &(*at)->next)
         if ((*at)->ptr == p) {
-            struct tier_entry *l = *at;
-            int slot = l->slot;
-            *size = l->size;
-            *at = l->next;
-            free(l);
-            return slot;
+            struct tier_seg *s = *at;
+            *at = s->next;
+            return s;
         }
-    return -1;
+    return NULL;
 }
 
 static int load_driver(char *err, size_t errlen) {
@@ -116,60 +132,63 @@ static int load_driver(char *err, size_t errlen) {
     }
 #define BIND(field, name) \
     if (!(*(void **)&tier_cu.field = dlsym(h, name))) { \
-        snprintf(err, errlen, "the CUDA driver lacks %s (stream-ordered memory pools " \
-                 "need driver 11.2 or later; host NUMA pools 12.2)", name); \
+        snprintf(err, errlen, "the CUDA driver lacks %s (memory on a host NUMA node " \
+                 "needs driver 12.2 or later)", name); \
         return -1; \
     }
-    BIND(pool_create, "cuMemPoolCreate");
-    BIND(pool_destroy, "cuMemPoolDestroy");
-    BIND(pool_set_access, "cuMemPoolSetAccess");
-    BIND(pool_set_attribute, "cuMemPoolSetAttribute");
-    BIND(pool_get_attribute, "cuMemPoolGetAttribute");
-    BIND(pool_trim, "cuMemPoolTrimTo");
-    BIND(alloc_from_pool, "cuMemAllocFromPoolAsync");
+    BIND(create, "cuMemCreate");
+    BIND(release, "cuMemRelease");
+    BIND(reserve, "cuMemAddressReserve");
+    BIND(address_free, "cuMemAddressFree");
+    BIND(map, "cuMemMap");
+    BIND(unmap, "cuMemUnmap");
+    BIND(set_access, "cuMemSetAccess");
+    BIND(granularity, "cuMemGetAllocationGranularity");
     BIND(alloc_async, "cuMemAllocAsync");
     BIND(free_async, "cuMemFreeAsync");
-    BIND(stream_sync, "cuStreamSynchronize");
+    BIND(event_create, "cuEventCreate");
+    BIND(event_record, "cuEventRecord");
+    BIND(event_sync, "cuEventSynchronize");
+    BIND(event_destroy, "cuEventDestroy_v2");
+    BIND(stream_wait, "cuStreamWaitEvent");
 #undef BIND
     tier_cu.loaded = 1;
     return 0;
 }
 
-/* Open slot ``slot`` as a pool on host node ``node``, usable by each of ``ndevices``
- * CUDA devices. 0, or the CUDA result (a message in err), or -1 (a message in err). */
+static cu_alloc_prop prop_of(int node) {
+    cu_alloc_prop p;
+    memset(&p, 0, sizeof p);
+    p.type = ALLOC_PINNED;
+    p.location.type = LOC_HOST_NUMA;
+    p.location.id = node;
+    return p;
+}
+
+/* Open slot ``slot`` on host node ``node`` for the CUDA ``devices``. 0, or the CUDA
+ * result (the call in err), or -1 (a message in err). */
 int tier_open(int slot, int node, const int *devices, int ndevices, char *err, size_t errlen) {
-    if (slot < 0 || slot >= TIER_SLOTS) {
-        snprintf(err, errlen, "tier slot %d is not one of 0-%d", slot, TIER_SLOTS - 1);
+    if (slot < 0 || slot >= TIER_SLOTS || ndevices < 1 || ndevices > TIER_DEVICES) {
+        snprintf(err, errlen, "tier slot %d is not one of 0-%d (or no devices)", slot,
+                 TIER_SLOTS - 1);
         return -1;
     }
     if (load_driver(err, errlen)) return -1;
     pthread_mutex_lock(&tier_lock);
     struct tier_slot *s = &tier_slots[slot];
     int rc = 0;
-    if (s->open) goto out;
-    cu_pool_props props;
-    memset(&props, 0, sizeof props);
-    props.alloc_type = ALLOC_PINNED;
-    props.location.type = LOC_HOST_NUMA;
-    props.location.id = node;
-    cu_pool pool = 0;
-    if ((rc = tier_cu.pool_create(&pool, &props))) {
-        snprintf(err, errlen, "cuMemPoolCreate on host node %d", node);
-        goto out;
-    }
-    for (int i = 0; i < ndevices; i++) {
-        cu_access a = {{LOC_DEVICE, devices[i]}, ACCESS_READWRITE};
-        if ((rc = tier_cu.pool_set_access(pool, &a, 1))) {
-            snprintf(err, errlen, "cuMemPoolSetAccess for CUDA device %d", devices[i]);
-            tier_cu.pool_destroy(pool);
-            goto out;
+    if (!s->open) {
+        cu_alloc_prop prop = prop_of(node);
+        size_t g = 0;
+        if ((rc = tier_cu.granularity(&g, &prop, GRANULARITY_MINIMUM))) {
+            snprintf(err, errlen, "cuMemGetAllocationGranularity on host node %d", node);
+        } else {
+            memset(s, 0, sizeof *s);
+            s->open = 1, s->node = node, s->granularity = g, s->ndevices = ndevices;
+            s->host_access = 1;
+            memcpy(s->devices, devices, sizeof(int) * (size_t)ndevices);
         }
     }
-    uint64_t keep = UINT64_MAX; /* the pool keeps what it reserved: no release per sync */
-    tier_cu.pool_set_attribute(pool, POOL_RELEASE_THRESHOLD, &keep);
-    memset(s, 0, sizeof *s);
-    s->open = 1, s->node = node, s->pool = pool;
-out:
     pthread_mutex_unlock(&tier_lock);
     return rc;
 }
@@ -181,11 +200,10 @@ static uint64_t pages_elsewhere(cu_ptr p, size_t size, int node) {
     void *addr[BATCH];
     int status[BATCH];
     uint64_t off = 0, bad = 0;
-    cu_ptr first = p & ~(cu_ptr)(TIER_PAGE - 1);
-    size_t n = (size_t)((p + size - first + TIER_PAGE - 1) / TIER_PAGE);
+    size_t n = (size + TIER_PAGE - 1) / TIER_PAGE;
     while (off < n) {
         size_t k = n - off < BATCH ? n - off : BATCH;
-        for (size_t i = 0; i < k; i++) addr[i] = (void *)(uintptr_t)(first + (off + i) * TIER_PAGE);
+        for (size_t i = 0; i < k; i++) addr[i] = (void *)(uintptr_t)(p + (off + i) * TIER_PAGE);
         if (syscall(SYS_move_pages, 0, k, addr, NULL, status, 0) != 0) return n - off + bad;
         for (size_t i = 0; i < k; i++) bad += status[i] != node;
         off += k;
@@ -193,64 +211,163 @@ static uint64_t pages_elsewhere(cu_ptr p, size_t size, int node) {
     return bad;
 }
 
-static uint64_t reserve_of(struct tier_slot *s) {
-    uint64_t v = 0;
-    tier_cu.pool_get_attribute(s->pool, POOL_RESERVED_CURRENT, &v);
-    return v;
+static void unmap_seg(struct tier_seg *g) {
+    if (g->freed) {
+        tier_cu.event_sync(g->freed);
+        tier_cu.event_destroy(g->freed);
+    }
+    tier_cu.unmap(g->ptr, g->size);
+    tier_cu.release(g->handle);
+    tier_cu.address_free(g->ptr, g->size);
+    free(g);
+}
+
+/* A new mapping of ``size`` bytes (rounded up) on the slot's node; NULL with the reason
+ * in the slot's error. Called without the lock. */
+static struct tier_seg *map_new(struct tier_slot *s, int slot, size_t size, char *why, size_t whylen) {
+    size_t g = s->granularity, rounded = (size + g - 1) / g * g;
+    cu_alloc_prop prop = prop_of(s->node);
+    struct tier_seg *seg = calloc(1, sizeof *seg);
+    cu_result rc;
+    const char *call = "";
+    if (!seg) return NULL;
+    seg->size = rounded, seg->slot = slot;
+    if ((rc = tier_cu.reserve(&seg->ptr, rounded, g, 0, 0))) { call = "cuMemAddressReserve"; goto fail; }
+    if ((rc = tier_cu.create(&seg->handle, rounded, &prop, 0))) {
+        call = "cuMemCreate";
+        tier_cu.address_free(seg->ptr, rounded);
+        goto fail;
+    }
+    if ((rc = tier_cu.map(seg->ptr, rounded, 0, seg->handle, 0))) {
+        call = "cuMemMap";
+        tier_cu.release(seg->handle);
+        tier_cu.address_free(seg->ptr, rounded);
+        goto fail;
+    }
+    cu_access acc[TIER_DEVICES + 1];
+    int n = 0;
+    for (int i = 0; i < s->ndevices; i++)
+        acc[n++] = (cu_access){{LOC_DEVICE, s->devices[i]}, ACCESS_READWRITE};
+    if ((rc = tier_cu.set_access(seg->ptr, rounded, acc, (size_t)n))) {
+        call = "cuMemSetAccess (GPUs)";
+        goto unmap;
+    }
+    /* the CPU reads and writes it too (and the kernel can say where its pages are) */
+    cu_access host = {{LOC_HOST, 0}, ACCESS_READWRITE};
+    if (tier_cu.set_access(seg->ptr, rounded, &host, 1)) s->host_access = 0;
+    if ((rc = tier_cu.event_create(&seg->freed, EVENT_NO_TIMING))) {
+        seg->freed = NULL;
+        call = "cuEventCreate";
+        goto unmap;
+    }
+    return seg;
+unmap:
+    {
+        cu_event e = seg->freed;
+        seg->freed = NULL;
+        if (e) tier_cu.event_destroy(e);
+        unmap_seg(seg);
+        snprintf(why, whylen, "%s of %zu bytes on host node %d: CUDA error %d", call, rounded, s->node, rc);
+        return NULL;
+    }
+fail:
+    snprintf(why, whylen, "%s of %zu bytes on host node %d: CUDA error %d", call, rounded, s->node, rc);
+    free(seg);
+    return NULL;
+}
+
+/* The cached mapping that fits ``size`` best (at most twice it), taken off the list. */
+static struct tier_seg *take_cached(struct tier_slot *s, size_t size) {
+    struct tier_seg **best = NULL;
+    for (struct tier_seg **at = &s->cached; *at; at = &(*at)->next)
+        if ((*at)->size >= size && (*at)->size <= 2 * size + s->granularity &&
+            (!best || (*at)->size < (*best)->size))
+            best = at;
+    if (!best) return NULL;
+    struct tier_seg *g = *best;
+    *best = g->next;
+    return g;
+}
+
+static void release_cached(struct tier_slot *s) {
+    while (s->cached) {
+        struct tier_seg *g = s->cached;
+        s->cached = g->next;
+        s->mapped -= g->size;
+        unmap_seg(g);
+    }
 }
 
 static void *alloc_on(int slot, size_t size, cu_stream stream) {
     if (slot < 0 || slot >= TIER_SLOTS || !tier_slots[slot].open || size == 0) return NULL;
     struct tier_slot *s = &tier_slots[slot];
-    cu_ptr p = 0;
-    cu_result rc = tier_cu.alloc_from_pool(&p, size, s->pool, stream);
+    char why[256] = "";
     pthread_mutex_lock(&tier_lock);
-    if (rc != CU_OK) {
-        s->refused++;
-        snprintf(s->error, sizeof s->error, "cuMemAllocFromPoolAsync of %zu bytes on host "
-                 "node %d: CUDA error %d", size, s->node, rc);
-        pthread_mutex_unlock(&tier_lock);
-        return NULL;
-    }
-    uint64_t reserve = reserve_of(s);
-    if (reserve > s->reserved) { /* new pages: where did they land? */
-        /* the pages exist once the GPU or the CPU touched them; the pool backs them at
-         * allocation (pinned), so the kernel answers now */
-        tier_cu.stream_sync(stream);
-        uint64_t bad = pages_elsewhere(p, size, s->node);
-        if (bad) {
-            s->misplaced_pages += bad;
-            s->refused++;
-            snprintf(s->error, sizeof s->error, "%llu of the %zu-byte allocation's pages are "
-                     "not on node %d", (unsigned long long)bad, size, s->node);
+    struct tier_seg *seg = take_cached(s, size);
+    pthread_mutex_unlock(&tier_lock);
+    if (seg) {
+        tier_cu.stream_wait(stream, seg->freed, 0); /* after the GPU work of its last use */
+    } else {
+        seg = map_new(s, slot, size, why, sizeof why);
+        if (!seg) { /* the node may be full of what is cached: give that back, try again */
+            pthread_mutex_lock(&tier_lock);
+            int had = s->cached != NULL;
+            release_cached(s);
             pthread_mutex_unlock(&tier_lock);
-            tier_cu.free_async(p, stream);
+            if (had) seg = map_new(s, slot, size, why, sizeof why);
+        }
+        uint64_t bad = 0;
+        if (seg && s->host_access) bad = pages_elsewhere(seg->ptr, seg->size, s->node);
+        pthread_mutex_lock(&tier_lock);
+        if (seg) s->mapped += seg->size;
+        if (seg && bad) {
+            s->misplaced_pages += bad;
+            s->mapped -= seg->size;
+            snprintf(why, sizeof why, "%llu of the %zu-byte mapping's pages are not on node %d",
+                     (unsigned long long)bad, seg->size, s->node);
+            pthread_mutex_unlock(&tier_lock);
+            unmap_seg(seg);
+            seg = NULL;
+            pthread_mutex_lock(&tier_lock);
+        }
+        if (!seg) {
+            s->refused++;
+            snprintf(s->error, sizeof s->error, "%s", why);
+            pthread_mutex_unlock(&tier_lock);
             return NULL;
         }
-        s->reserved = reserve;
+        pthread_mutex_unlock(&tier_lock);
     }
-    s->now += size;
+    pthread_mutex_lock(&tier_lock);
+    seg->asked = size;
+    s->now += seg->size;
     s->allocations++;
     s->bytes_total += size;
     if (s->now > s->peak) s->peak = s->now;
-    tier_remember(p, size, slot);
+    tier_remember(seg);
     pthread_mutex_unlock(&tier_lock);
-    return (void *)(uintptr_t)p;
+    return (void *)(uintptr_t)seg->ptr;
 }
 
-static void free_on(cu_ptr p, cu_stream stream) {
-    size_t size = 0;
+/* 1 if ``p`` was a tier mapping (now cached for reuse after ``stream``'s work), else 0. */
+static int free_on(cu_ptr p, cu_stream stream) {
     pthread_mutex_lock(&tier_lock);
-    int slot = tier_forget(p, &size);
-    if (slot >= 0) tier_slots[slot].now -= size;
+    struct tier_seg *seg = tier_forget(p);
+    if (seg) {
+        struct tier_slot *s = &tier_slots[seg->slot];
+        tier_cu.event_record(seg->freed, stream);
+        s->now -= seg->size;
+        seg->next = s->cached;
+        s->cached = seg;
+    }
     pthread_mutex_unlock(&tier_lock);
-    tier_cu.free_async(p, stream);
+    return seg != NULL;
 }
 
 /* The per-tier allocators (PyTorch's pluggable allocator signature). */
 #define SLOT_ALLOCATOR(N) \
     __attribute__((visibility("default"))) void *pycxl_tier_malloc_##N(ssize_t size, int device, cu_stream stream) { \
-        (void)device; return alloc_on(N, (size_t)size, stream); } \
+        (void)device; return size > 0 ? alloc_on(N, (size_t)size, stream) : NULL; } \
     __attribute__((visibility("default"))) void pycxl_tier_free_##N(void *ptr, ssize_t size, int device, cu_stream stream) { \
         (void)size; (void)device; free_on((cu_ptr)(uintptr_t)ptr, stream); }
 SLOT_ALLOCATOR(0) SLOT_ALLOCATOR(1) SLOT_ALLOCATOR(2) SLOT_ALLOCATOR(3)
@@ -273,23 +390,15 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
      * taking the GIL inside an allocation that a Python thread may be waiting for could
      * deadlock, so its spills are only counted */
     if (out && log_spills) {
-        int mine = (pid_t)syscall(SYS_gettid) == log_thread;
-        if (!mine) __atomic_add_fetch(&unlogged_spills, 1, __ATOMIC_RELAXED);
-        else tier_spilled(spill_slot, (size_t)size, 1);
+        if ((pid_t)syscall(SYS_gettid) == log_thread) tier_spilled(spill_slot, (size_t)size, 1);
+        else __atomic_add_fetch(&unlogged_spills, 1, __ATOMIC_RELAXED);
     }
     return out;
 }
 
-void tier_log(int on) {
-    log_thread = (pid_t)syscall(SYS_gettid);
-    log_spills = on;
-}
-
-uint64_t tier_unlogged_spills(void) { return __atomic_load_n(&unlogged_spills, __ATOMIC_RELAXED); }
-
 __attribute__((visibility("default"))) void pycxl_cuda_free(void *ptr, ssize_t size, int device, cu_stream stream) {
     (void)size; (void)device;
-    free_on((cu_ptr)(uintptr_t)ptr, stream);
+    if (!free_on((cu_ptr)(uintptr_t)ptr, stream)) tier_cu.free_async((cu_ptr)(uintptr_t)ptr, stream);
 }
 
 int tier_spill_to(int slot) {
@@ -304,14 +413,21 @@ int tier_prefer(int slot) {
     return before;
 }
 
-/* now, peak, allocations, bytes ever, refused, misplaced pages, the pool's reserve, and
- * (for every slot the same) the GPU allocations the whole-process allocator sent on */
+void tier_log(int on) {
+    log_thread = (pid_t)syscall(SYS_gettid);
+    log_spills = on;
+}
+
+uint64_t tier_unlogged_spills(void) { return __atomic_load_n(&unlogged_spills, __ATOMIC_RELAXED); }
+
+/* now, peak, allocations, bytes ever asked, refused, misplaced pages, bytes mapped (in use
+ * or cached), and (for every slot the same) the GPU allocations sent on to the spill tier */
 int tier_stats(int slot, uint64_t *out, char *error, size_t errlen) {
     if (slot < 0 || slot >= TIER_SLOTS || !tier_slots[slot].open) return -1;
     pthread_mutex_lock(&tier_lock);
     struct tier_slot *s = &tier_slots[slot];
     out[0] = s->now, out[1] = s->peak, out[2] = s->allocations, out[3] = s->bytes_total;
-    out[4] = s->refused, out[5] = s->misplaced_pages, out[6] = reserve_of(s);
+    out[4] = s->refused, out[5] = s->misplaced_pages, out[6] = s->mapped;
     out[7] = __atomic_load_n(&hbm_refusals, __ATOMIC_RELAXED);
     snprintf(error, errlen, "%s", s->error);
     pthread_mutex_unlock(&tier_lock);
@@ -325,12 +441,11 @@ uint64_t tier_alloc(int slot, size_t size, void *stream) {
 
 void tier_free(uint64_t ptr, void *stream) { free_on((cu_ptr)ptr, stream); }
 
-/* Give the pool's unused reserve back to the system (after frees, once synchronised). */
+/* Give the cached mappings back (each after the GPU work of its last use). */
 int tier_trim(int slot) {
     if (slot < 0 || slot >= TIER_SLOTS || !tier_slots[slot].open) return -1;
     pthread_mutex_lock(&tier_lock);
-    int rc = tier_cu.pool_trim(tier_slots[slot].pool, 0);
-    tier_slots[slot].reserved = reserve_of(&tier_slots[slot]);
+    release_cached(&tier_slots[slot]);
     pthread_mutex_unlock(&tier_lock);
-    return rc;
+    return 0;
 }

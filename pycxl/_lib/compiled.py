@@ -260,7 +260,7 @@ class CopyStream:
 # --- GPU-addressable memory on a tier (tier.c) ------------------------------------------------
 TIER_SLOTS = 8
 TIER_STAT_FIELDS = ("bytes_now", "bytes_peak", "allocations", "bytes_allocated", "refused",
-                    "misplaced_pages", "reserved", "gpu_refusals")  # fmt: skip
+                    "misplaced_pages", "mapped", "gpu_refusals")  # fmt: skip
 
 
 def module_path() -> str:

@@ -1,8 +1,8 @@
-"""GPU-addressable memory on a tier: a CUDA stream-ordered memory pool whose location is
-one host NUMA node (native/tier.c). What it allocates is pinned host memory on that
-node that every GPU reads and writes in place (zero-copy) and copies by DMA; the pool
-caches it and frees it in stream order. Where the pool takes new pages from the kernel
-their node is asked (move_pages), and an allocation with a page elsewhere is refused.
+"""GPU-addressable memory on a tier (native/tier.c): physical memory the CUDA driver
+creates on one host NUMA node, mapped into the GPUs' address space, which every GPU reads
+and writes in place (zero-copy) and CUDA copies as device memory; freed mappings are
+cached for reuse in stream order. The node of each new mapping's pages is asked of the
+kernel (move_pages), and a mapping with a page elsewhere is refused.
 
 ``TierPool`` is one open pool (one per node, at most eight); ``TierMemory`` one
 allocation, with ``__cuda_array_interface__`` for CuPy, Numba or PyTorch. The PyTorch
@@ -20,7 +20,7 @@ from .._lib import compiled
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa import pages
 from . import driver as drv
-from .memory import byte_array_interface
+from .memory import GpuContext, byte_array_interface
 
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_INVALID_VALUE = 1
@@ -42,7 +42,7 @@ class TierStats:
     bytes_allocated: int
     refused: int
     misplaced_pages: int
-    reserved: int  # what the pool holds from the kernel, in use or cached
+    mapped: int  # what the pool holds from the driver, in use or cached for reuse
     gpu_refusals: int
     last_error: str
 
@@ -52,6 +52,7 @@ class TierPool:
 
     def __init__(self, slot: int, node: int, tier: str) -> None:
         self.slot, self.node, self.tier = slot, node, tier
+        self._context: GpuContext | None = None
 
     def __repr__(self) -> str:
         return f"TierPool({self.tier}, node {self.node})"
@@ -70,6 +71,9 @@ class TierPool:
         stream); OperationError, saying why, when the pool refuses."""
         if size <= 0:
             raise InvalidRequestError(f"an allocation needs a positive size, not {size}")
+        if self._context is None:  # outside PyTorch, the driver calls need a context
+            self._context = GpuContext(0)
+        self._context.activate()
         pointer = compiled.tier_alloc(self.slot, size, stream)
         if pointer == 0:
             raise OperationError(f"{self.tier}: {self.stats().last_error or 'allocation refused'}")
@@ -131,9 +135,9 @@ def open_pool(node: int, tier: str) -> TierPool:
             raise NotAvailableError(message)
         if rc in (CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE):
             raise NotAvailableError(
-                f"{tier}: this CUDA driver has no memory pools on a host NUMA node "
-                f"({message}: {drv.error('cuMemPoolCreate', rc)}); they need driver 12.2 "
-                "or later on Linux; pinned host memory (pycxl.host_memory) works without"
+                f"{tier}: this CUDA driver cannot create memory on a host NUMA node "
+                f"({drv.error(message, rc)}); that needs driver 12.2 or later on Linux; "
+                "pinned host memory (pycxl.host_memory) works without"
             )
         if rc:
             raise drv.error(message, rc)
