@@ -46,6 +46,21 @@ class TierStats:
     gpu_refusals: int
     last_error: str
 
+    def summary(self) -> str:
+        """A few lines, as ``torch.cuda.memory_summary`` gives them, for logs."""
+        from ..units import format_size
+
+        lines = [
+            f"{self.tier} (node {self.node}): {format_size(self.bytes_now)} in use, "
+            f"{format_size(self.bytes_peak)} at peak, {format_size(self.mapped)} mapped",
+            f"  {self.allocations} allocations ({format_size(self.bytes_allocated)} asked), "
+            f"{self.refused} refused, {self.misplaced_pages} misplaced pages, "
+            f"{self.gpu_refusals} spilled from the GPU's memory",
+        ]
+        if self.last_error:
+            lines.append(f"  last refusal: {self.last_error}")
+        return "\n".join(lines)
+
 
 class TierPool:
     """The pool of one tier; ``allocate`` gives TierMemory, ``stats`` its counters."""

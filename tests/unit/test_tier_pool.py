@@ -65,3 +65,17 @@ def test_a_recorded_tree_gets_no_pool(trees: object) -> None:
     tree = snapshot(sysroot=f"{trees}/two-dev", gpus=False)
     with pytest.raises(InvalidRequestError, match="recorded tree"):
         pycxl.tier_pool("cxl0", system=tree)
+
+
+def test_the_summary_says_what_is_on_the_tier() -> None:
+    from pycxl.gpu.tier_pool import TierStats
+
+    GiB = 1 << 30
+    s = TierStats("cxl0", 1, 4 * GiB, 12 * GiB, 3, 12 * GiB, 1, 0, 12 * GiB, 3, "cuMemCreate: 2")
+    text = s.summary()
+    assert (
+        text.splitlines()[0]
+        == "cxl0 (node 1): 4.00 GiB in use, 12.00 GiB at peak, 12.00 GiB mapped"
+    )
+    assert "3 allocations (12.00 GiB asked), 1 refused" in text and "3 spilled" in text
+    assert text.endswith("last refusal: cuMemCreate: 2")
