@@ -297,11 +297,13 @@ def tier_alloc(slot: int, size: int, stream: int = 0) -> int:
 
 
 def tier_free(pointer: int, stream: int = 0) -> None:
+    """Free a tier allocation after ``stream``'s work on it (kept for reuse)."""
     ffi, lib = _compiled()
     lib.tier_free(pointer, ffi.cast("void *", stream))
 
 
 def tier_trim(slot: int) -> None:
+    """Give the slot's cached mappings back to the driver."""
     _compiled()[1].tier_trim(slot)
 
 

@@ -78,6 +78,7 @@ class TierPool:
         return f"pycxl_tier_malloc_{self.slot}", f"pycxl_tier_free_{self.slot}"
 
     def stats(self) -> TierStats:
+        """The pool's counters now."""
         counts, error = compiled.tier_stats(self.slot)
         return TierStats(self.tier, self.node, **counts, last_error=error)
 
@@ -121,6 +122,7 @@ class TierMemory:
         return pages.span_by_node(self.ptr, self.size)
 
     def close(self) -> None:
+        """Free it, after the work queued on its stream (twice is once)."""
         self._free()
 
     def __enter__(self) -> TierMemory:

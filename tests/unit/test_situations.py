@@ -61,8 +61,9 @@ SITUATIONS: Counter[str] = Counter()  # situations tried, by class (conftest rep
 USAGE = 2
 NOT_FOUND = 5
 # Values for what a command requires, safe to run here: read-only targets, plans, `true`
-SAFE = {"target": ["dram0"], "gpu": ["gpu0"], "fmt": ["json"], "regions": ["all"],
-        "command": ["--", "true"], "interval": ["0.05"], "count": ["1"]}  # fmt: skip
+SAFE = {"target": ["dram0"], "tier": ["dram0"], "gpu": ["gpu0"], "fmt": ["json"],
+        "regions": ["all"], "command": ["--", "true"], "interval": ["0.05"],
+        "count": ["1"]}  # fmt: skip
 LIST_TYPES = (P.NamesType, P.ObjectNamesType, P.IntListType, P.RatesType, P.WeightsType)
 NUMBER_TYPES = (P.FiniteType, P.CountType, P.SizeType, P.IntListType, P.RatesType, P.PidType,
                 click.types.IntParamType, click.types.FloatParamType)  # fmt: skip
