@@ -50,7 +50,7 @@ ffibuilder.cdef(
     size_t chase_windows(void **cursor, uint64_t loads, uint64_t duration_ns, uint32_t *win_ns,
                          size_t max_windows);
     int tier_open(int slot, int node, const int *devices, int ndevices, char *err, size_t errlen);
-    int tier_spill_to(int slot);
+    int tier_spill_to(int slot, size_t headroom);
     int tier_prefer(int slot);
     int tier_stats(int slot, uint64_t *out, char *error, size_t errlen);
     uint64_t tier_alloc(int slot, size_t size, void *stream);

@@ -71,6 +71,11 @@ static struct {
     cu_result (*event_sync)(cu_event);
     cu_result (*event_destroy)(cu_event);
     cu_result (*stream_wait)(cu_stream, cu_event, unsigned int);
+    cu_result (*ctx_get_current)(void **);
+    cu_result (*ctx_set_current)(void *);
+    cu_result (*device_get)(int *, int);
+    cu_result (*primary_retain)(void **, int);
+    cu_result (*mem_info)(size_t *, size_t *);
 } tier_cu;
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
@@ -96,6 +101,10 @@ struct tier_slot {
 static struct tier_slot tier_slots[TIER_SLOTS];
 static pthread_mutex_t tier_lock = PTHREAD_MUTEX_INITIALIZER;
 static int spill_slot = -1;
+/* What a spilling process leaves free of the GPU's memory for what does not come through
+ * this allocator (cuBLAS and cuDNN handles and workspaces, made on first use on each
+ * thread): a large allocation that would eat into it goes to the tier. */
+static size_t spill_headroom = (size_t)512 << 20;
 static __thread int preferred_slot = -1;
 static uint64_t hbm_refusals;
 static int log_spills; /* tier_log(1): each spill is told to Python (tier_spilled) */
@@ -151,9 +160,34 @@ static int load_driver(char *err, size_t errlen) {
     BIND(event_sync, "cuEventSynchronize");
     BIND(event_destroy, "cuEventDestroy_v2");
     BIND(stream_wait, "cuStreamWaitEvent");
+    BIND(ctx_get_current, "cuCtxGetCurrent");
+    BIND(ctx_set_current, "cuCtxSetCurrent");
+    BIND(device_get, "cuDeviceGet");
+    BIND(primary_retain, "cuDevicePrimaryCtxRetain");
+    BIND(mem_info, "cuMemGetInfo_v2");
 #undef BIND
     tier_cu.loaded = 1;
     return 0;
+}
+
+/* A thread PyTorch allocates on (autograd's backward thread) may have no current driver
+ * context: the runtime binds one lazily for its own calls, the driver calls here need
+ * it. The device's primary context is the runtime's. */
+static void *primary_contexts[TIER_DEVICES];
+
+static void ensure_context(int device) {
+    void *current = NULL;
+    if (!tier_cu.loaded || (tier_cu.ctx_get_current(&current) == CU_OK && current)) return;
+    if (device < 0 || device >= TIER_DEVICES) return;
+    pthread_mutex_lock(&tier_lock);
+    if (!primary_contexts[device]) {
+        int dev = 0;
+        if (tier_cu.device_get(&dev, device) == CU_OK)
+            tier_cu.primary_retain(&primary_contexts[device], dev);
+    }
+    void *ctx = primary_contexts[device];
+    pthread_mutex_unlock(&tier_lock);
+    if (ctx) tier_cu.ctx_set_current(ctx);
 }
 
 static cu_alloc_prop prop_of(int node) {
@@ -367,21 +401,28 @@ static int free_on(cu_ptr p, cu_stream stream) {
 /* The per-tier allocators (PyTorch's pluggable allocator signature). */
 #define SLOT_ALLOCATOR(N) \
     __attribute__((visibility("default"))) void *pycxl_tier_malloc_##N(ssize_t size, int device, cu_stream stream) { \
-        (void)device; return size > 0 ? alloc_on(N, (size_t)size, stream) : NULL; } \
+        ensure_context(device); return size > 0 ? alloc_on(N, (size_t)size, stream) : NULL; } \
     __attribute__((visibility("default"))) void pycxl_tier_free_##N(void *ptr, ssize_t size, int device, cu_stream stream) { \
-        (void)size; (void)device; free_on((cu_ptr)(uintptr_t)ptr, stream); }
+        (void)size; ensure_context(device); free_on((cu_ptr)(uintptr_t)ptr, stream); }
 SLOT_ALLOCATOR(0) SLOT_ALLOCATOR(1) SLOT_ALLOCATOR(2) SLOT_ALLOCATOR(3)
 SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
 
 /* The whole-process allocator: this thread's preferred tier, else the GPU's memory, else
  * the spill tier. */
 __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int device, cu_stream stream) {
-    (void)device;
     if (size <= 0) return NULL;
+    ensure_context(device);
     if (preferred_slot >= 0) return alloc_on(preferred_slot, (size_t)size, stream);
     cu_ptr p = 0;
-    cu_result rc = tier_cu.alloc_async(&p, (size_t)size, stream);
-    if (rc == CU_OK) return (void *)(uintptr_t)p;
+    cu_result rc = CU_OUT_OF_MEMORY;
+    size_t free_bytes = 0, total = 0;
+    int spill_now = spill_slot >= 0 && (size_t)size >= ((size_t)1 << 20) &&
+                    tier_cu.mem_info(&free_bytes, &total) == CU_OK &&
+                    free_bytes < (size_t)size + spill_headroom;
+    if (!spill_now) {
+        rc = tier_cu.alloc_async(&p, (size_t)size, stream);
+        if (rc == CU_OK) return (void *)(uintptr_t)p;
+    }
     if (rc != CU_OUT_OF_MEMORY || spill_slot < 0) return NULL;
     __atomic_add_fetch(&hbm_refusals, 1, __ATOMIC_RELAXED);
     void *out = alloc_on(spill_slot, (size_t)size, stream);
@@ -397,12 +438,14 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
 }
 
 __attribute__((visibility("default"))) void pycxl_cuda_free(void *ptr, ssize_t size, int device, cu_stream stream) {
-    (void)size; (void)device;
+    (void)size;
+    ensure_context(device);
     if (!free_on((cu_ptr)(uintptr_t)ptr, stream)) tier_cu.free_async((cu_ptr)(uintptr_t)ptr, stream);
 }
 
-int tier_spill_to(int slot) {
+int tier_spill_to(int slot, size_t headroom) {
     if (slot >= TIER_SLOTS || (slot >= 0 && !tier_slots[slot].open)) return -1;
+    spill_headroom = headroom;
     spill_slot = slot;
     return 0;
 }

@@ -307,9 +307,10 @@ def tier_trim(slot: int) -> None:
     _compiled()[1].tier_trim(slot)
 
 
-def tier_spill_to(slot: int) -> None:
-    """The slot the whole-process allocator spills to (-1: none)."""
-    if _compiled()[1].tier_spill_to(slot) != 0:
+def tier_spill_to(slot: int, headroom: int) -> None:
+    """The slot the whole-process allocator spills to (-1: none), and the GPU memory it
+    leaves free for what does not come through it (cuBLAS, cuDNN)."""
+    if _compiled()[1].tier_spill_to(slot, headroom) != 0:
         raise InvalidRequestError(f"tier slot {slot} is not open")
 
 

@@ -97,9 +97,16 @@ def _in_gpu_memory() -> Iterator[None]:
         compiled.tier_prefer(before)
 
 
-def spill_to(pool: TierPool, *, log_spills: bool | None = None) -> TierPool:
+HEADROOM = 512 << 20  # GPU memory left for cuBLAS and cuDNN, which allocate on their own
+
+
+def spill_to(
+    pool: TierPool, *, log_spills: bool | None = None, headroom: int = HEADROOM
+) -> TierPool:
     """CUDA allocations that the GPU's memory refuses land on ``pool``'s tier, for the
-    rest of the process. Call it before the program's first CUDA allocation."""
+    rest of the process; so do large ones that would leave less than ``headroom`` bytes
+    of it free (cuBLAS and cuDNN make their handles and workspaces on first use, on each
+    thread, outside PyTorch's allocator). Call it before the first CUDA allocation."""
     global _spilling
     torch = import_torch("spilling onto a tier")
     if _spilling is not None:
@@ -124,7 +131,7 @@ def spill_to(pool: TierPool, *, log_spills: bool | None = None) -> TierPool:
         raise InvalidRequestError(
             f"PyTorch refused a new allocator ({e}): call spill_to before the first CUDA allocation"
         ) from None
-    compiled.tier_spill_to(pool.slot)
+    compiled.tier_spill_to(pool.slot, headroom)
     _spilling = pool
     if log_spills is None:
         log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")

@@ -26,7 +26,7 @@ def test_a_slot_that_is_not_open_allocates_nothing() -> None:
     with pytest.raises(InvalidRequestError, match="not open"):
         compiled.tier_stats(3)
     with pytest.raises(InvalidRequestError, match="not open"):
-        compiled.tier_spill_to(5)
+        compiled.tier_spill_to(5, 0)
     assert compiled.tier_open(compiled.TIER_SLOTS, 0, [0])[0] == -1
 
 
