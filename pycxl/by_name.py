@@ -405,13 +405,12 @@ def move(tensor: Any, where: str | int, *, system: System | None = None) -> Any:
     """A copy of a CUDA tensor on tier ``where`` (``"cxl0"``) or in GPU ``where``'s memory
     (``"gpu0"``)."""
     from .gpu import torch_tier
-    from .gpu.torch_offload import import_torch
+    from .system import wants_gpus
 
-    s = given_or_read(system, gpus=False)
-    if isinstance(where, str) and where.strip().lower().startswith("gpu"):
-        torch = import_torch("move")
-        gpu = given_or_read(system).gpu(where)
+    torch = torch_tier.require_cuda_tensor(tensor)  # before any name or driver
+    if isinstance(where, str) and wants_gpus(where):
         from .gpu.cuda_devices import ordinal_of
 
+        gpu = given_or_read(system).gpu(where)
         return torch_tier.move(tensor, torch.device("cuda", ordinal_of(gpu.pci_bus_id)))
-    return torch_tier.move(tensor, tier_pool(where, system=s))
+    return torch_tier.move(tensor, tier_pool(where, system=system))

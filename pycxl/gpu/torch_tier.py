@@ -69,12 +69,18 @@ def on_tier(pool: TierPool) -> Iterator[TierPool]:
         yield pool
 
 
-def move(tensor: Any, where: TierPool | Any) -> Any:
-    """A copy of CUDA ``tensor`` on a tier (a TierPool) or in a GPU's own memory (a
-    ``torch.device``); the original is left to the caller (``del`` frees it)."""
+def require_cuda_tensor(tensor: Any) -> Any:
+    """torch, once ``tensor`` is a CUDA tensor; InvalidRequestError otherwise."""
     torch = import_torch("tier tensors")
     if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda:
         raise InvalidRequestError("move takes a CUDA tensor; a CPU tensor goes with .to('cuda')")
+    return torch
+
+
+def move(tensor: Any, where: TierPool | Any) -> Any:
+    """A copy of CUDA ``tensor`` on a tier (a TierPool) or in a GPU's own memory (a
+    ``torch.device``); the original is left to the caller (``del`` frees it)."""
+    torch = require_cuda_tensor(tensor)
     if isinstance(where, TierPool):
         with on_tier(where):
             out = torch.empty_like(tensor)

@@ -79,3 +79,10 @@ def test_the_summary_says_what_is_on_the_tier() -> None:
     )
     assert "3 allocations (12.00 GiB asked), 1 refused" in text and "3 spilled" in text
     assert text.endswith("last refusal: cuMemCreate: 2")
+
+
+@pytest.mark.parametrize("where", ["dram0", "gpu0"])
+def test_move_takes_a_cuda_tensor_before_any_name_or_driver(where: str) -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(InvalidRequestError, match="CUDA tensor"):
+        pycxl.move(torch.ones(2), where)
