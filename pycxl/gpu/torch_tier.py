@@ -2,15 +2,15 @@
 
 Two mechanisms over the tier pools of tier_pool.py:
 
-- ``TierTensors`` (``pycxl.on_tier``): a ``torch.cuda.MemPool`` whose allocator is one
-  tier's pool; inside ``with``, the CUDA tensors this thread allocates live on the tier
+- ``on_tier`` (``pycxl.on_tier``): a ``torch.cuda.MemPool`` whose allocator is one
+  tier's; inside ``with``, the CUDA tensors this thread allocates live on the tier
   (PyTorch's caching allocator keeps its blocks in that pool). Works beside PyTorch's
   own allocator, at any time.
 - ``spill_to``: the process's CUDA allocator becomes tier.c's, which takes the GPU's own
   memory first (its stream-ordered pool, as PyTorch's ``backend:cudaMallocAsync``) and,
-  where that is out of memory, the tier's. It must come before the first CUDA
-  allocation (PyTorch allows one allocator per process). ``on_tier`` then steers this
-  thread's allocations to a tier through the same allocator.
+  where that is out of memory or a large allocation would leave less than HEADROOM free,
+  the tier's. It must come before the first CUDA allocation (PyTorch allows one allocator
+  per process). ``on_tier`` then steers this thread's allocations through it.
 
 Spills are counted (``TierPool.stats``), and with ``log=True`` (or PYCXL_SPILL_LOG=1) each
 one made on the thread that asked is logged with its size, tier and Python call site.
