@@ -57,8 +57,7 @@ ffibuilder.cdef(
     void tier_free(uint64_t ptr, void *stream);
     int tier_trim(int slot);
     void tier_log(int on);
-    uint64_t tier_unlogged_spills(void);
-    extern "Python" void tier_spilled(int slot, size_t size, int in_python);
+    extern "Python" void tier_spilled(int slot, size_t size);
     """
 )
 ffibuilder.set_source(

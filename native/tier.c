@@ -90,7 +90,7 @@ struct tier_seg {
 };
 
 struct tier_slot {
-    int open, node, ndevices, host_access;
+    int open, node, ndevices;
     int devices[TIER_DEVICES];
     size_t granularity;
     struct tier_seg *cached;
@@ -109,8 +109,7 @@ static __thread int preferred_slot = -1;
 static uint64_t hbm_refusals;
 static int log_spills; /* tier_log(1): each spill is told to Python (tier_spilled) */
 static pid_t log_thread;
-static uint64_t unlogged_spills;
-static void tier_spilled(int slot, size_t size, int in_python);
+static void tier_spilled(int slot, size_t size);
 
 #define BUCKETS 4096
 static struct tier_seg *tier_live[BUCKETS];
@@ -219,7 +218,6 @@ int tier_open(int slot, int node, const int *devices, int ndevices, char *err, s
         } else {
             memset(s, 0, sizeof *s);
             s->open = 1, s->node = node, s->granularity = g, s->ndevices = ndevices;
-            s->host_access = 1;
             memcpy(s->devices, devices, sizeof(int) * (size_t)ndevices);
         }
     }
@@ -286,9 +284,13 @@ static struct tier_seg *map_new(struct tier_slot *s, int slot, size_t size, char
         call = "cuMemSetAccess (GPUs)";
         goto unmap;
     }
-    /* the CPU reads and writes it too (and the kernel can say where its pages are) */
+    /* the CPU reads and writes it too, and must: otherwise the kernel cannot say where
+     * its pages are, and memory whose node is not known is not given out */
     cu_access host = {{LOC_HOST, 0}, ACCESS_READWRITE};
-    if (tier_cu.set_access(seg->ptr, rounded, &host, 1)) s->host_access = 0;
+    if ((rc = tier_cu.set_access(seg->ptr, rounded, &host, 1))) {
+        call = "cuMemSetAccess (the CPU, to count its pages)";
+        goto unmap;
+    }
     if ((rc = tier_cu.event_create(&seg->freed, EVENT_NO_TIMING))) {
         seg->freed = NULL;
         call = "cuEventCreate";
@@ -351,7 +353,7 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
             if (had) seg = map_new(s, slot, size, why, sizeof why);
         }
         uint64_t bad = 0;
-        if (seg && s->host_access) bad = pages_elsewhere(seg->ptr, seg->size, s->node);
+        if (seg) bad = pages_elsewhere(seg->ptr, seg->size, s->node);
         pthread_mutex_lock(&tier_lock);
         if (seg) s->mapped += seg->size;
         if (seg && bad) {
@@ -429,11 +431,9 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
     /* Python hears of a spill only on the thread that turned the log on (the program's
      * own, running Python code: its frames are the call site); another thread (autograd's)
      * taking the GIL inside an allocation that a Python thread may be waiting for could
-     * deadlock, so its spills are only counted */
-    if (out && log_spills) {
-        if ((pid_t)syscall(SYS_gettid) == log_thread) tier_spilled(spill_slot, (size_t)size, 1);
-        else __atomic_add_fetch(&unlogged_spills, 1, __ATOMIC_RELAXED);
-    }
+     * deadlock, so its spills are only counted (in the slot's allocations) */
+    if (out && log_spills && (pid_t)syscall(SYS_gettid) == log_thread)
+        tier_spilled(spill_slot, (size_t)size);
     return out;
 }
 
@@ -460,8 +460,6 @@ void tier_log(int on) {
     log_thread = (pid_t)syscall(SYS_gettid);
     log_spills = on;
 }
-
-uint64_t tier_unlogged_spills(void) { return __atomic_load_n(&unlogged_spills, __ATOMIC_RELAXED); }
 
 /* now, peak, allocations, bytes ever asked, refused, misplaced pages, bytes mapped (in use
  * or cached), and (for every slot the same) the GPU allocations sent on to the spill tier */

@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reason=f"needs {need.args[0]} GPUs; this machine has {_gpu_count()}"))  # fmt: skip
 
 
-def _plan_guests(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _plan_guests(items: list[pytest.Item]) -> list[Any]:
     """Host side, on the session's final list of tests: the testbed batches, and the
     host's own tests first, so that they run while the guests boot and work."""
     from tests import guests
@@ -80,9 +80,9 @@ def _plan_guests(config: pytest.Config, items: list[pytest.Item]) -> None:
             units[topo].setdefault(_resume_unit(item), []).append(item.nodeid)
     batches = guests.plan_batches({t: list(u.items()) for t, u in units.items()},
                                   guests.recorded_durations(), guests.guests_at_once())  # fmt: skip
-    config._pycxl_batches = batches  # type: ignore[attr-defined]
     place = {n: i for i, b in enumerate(batches) for n in b.nodeids}
     items.sort(key=lambda item: place.get(item.nodeid, -1))  # stable: host tests keep order
+    return batches
 
 
 def _gpu_count() -> int:
@@ -123,8 +123,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if IN_GUEST or config.option.collectonly:
         return
-    _plan_guests(config, session.items)
-    batches = config._pycxl_batches  # type: ignore[attr-defined]
+    batches = _plan_guests(session.items)
     config._pycxl_unavailable = None  # type: ignore[attr-defined]
     if not batches:
         return
@@ -148,6 +147,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     run = functools.partial(guests.run_batch, rootpath=config.rootpath, env=GUEST_PYTEST_ENV)
     config._pycxl_guests = guests.GuestRuns(batches, run)  # type: ignore[attr-defined]
     _end_on_sigterm()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """How each testbed boot went, beside the results (the tests' own output is captured)."""
+    runs = getattr(config, "_pycxl_guests", None)
+    for line in runs.told() if runs is not None else ():
+        terminalreporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

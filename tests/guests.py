@@ -89,18 +89,20 @@ class GuestRuns:
         for batch in batches:
             self._futures[batch] = self._pool.submit(run, batch, self._stop)
             self._batch_of.update(dict.fromkeys(batch.nodeids, batch))
-        self._told: set[Batch] = set()
+        self._told: dict[Batch, str] = {}
 
     def batch_of(self, nodeid: str) -> Batch | None:
         return self._batch_of.get(nodeid)
 
     def outcomes(self, batch: Batch) -> dict[str, Any]:
         out = self._futures[batch].result()
-        if batch not in self._told:
-            self._told.add(batch)
-            sys.stderr.write(f"\n[testbed {batch.topology}: {len(batch.nodeids)} tests, "
-                             f"{out['__said__']}]\n")  # fmt: skip
+        self._told[batch] = (f"testbed {batch.topology}: {len(batch.nodeids)} tests, "
+                             f"{out['__said__']}")  # fmt: skip
         return out
+
+    def told(self) -> list[str]:
+        """A line for each batch whose outcomes were read: its boots and exit."""
+        return list(self._told.values())
 
     def close(self) -> None:
         """Ends every boot still running (a session cut short) and waits for the threads."""

@@ -329,15 +329,10 @@ def tier_log(listener: Any) -> None:
     if not _spill_listener:
 
         @ffi.def_extern()  # type: ignore[untyped-decorator]
-        def tier_spilled(slot: int, size: int, in_python: int) -> None:
+        def tier_spilled(slot: int, size: int) -> None:
             if _spill_listener and _spill_listener[0] is not None:
                 _spill_listener[0](int(slot), int(size))
 
         _spill_listener.append(None)
     _spill_listener[0] = listener
     lib.tier_log(1 if listener is not None else 0)
-
-
-def tier_unlogged_spills() -> int:
-    """Spills made on threads other than the one that asked for the log."""
-    return int(_compiled()[1].tier_unlogged_spills())

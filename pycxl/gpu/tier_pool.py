@@ -31,8 +31,9 @@ _pools: dict[int, TierPool] = {}  # node -> its pool: one per node for the proce
 
 @dataclass(frozen=True)
 class TierStats:
-    """A tier pool's counters. ``gpu_refusals``: allocations the GPU's own memory
-    refused that the whole-process allocator sent to the spill tier (any tier)."""
+    """A tier pool's counters. ``gpu_refusals``: allocations the whole-process allocator
+    sent to the spill tier (any tier) because the GPU's memory refused them or they would
+    have eaten into the headroom left for cuBLAS and cuDNN."""
 
     tier: str
     node: int

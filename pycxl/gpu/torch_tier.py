@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -158,10 +159,12 @@ def _log_spill(slot: int, size: int) -> None:
 
 
 def _call_site() -> str:
-    """The innermost frame outside torch and pycxl."""
+    """The innermost frame outside PyTorch's and pycxl's own packages."""
+    torch = import_torch()
+    skip = tuple(os.path.dirname(os.path.abspath(m.__file__ or "")) + os.sep
+                 for m in (torch, sys.modules["pycxl"]))  # fmt: skip
     for frame in reversed(traceback.extract_stack()[:-2]):
-        path = frame.filename.replace(os.sep, "/")
-        if "/torch/" in path or "/pycxl/" in path:
+        if os.path.abspath(frame.filename).startswith(skip):
             continue
         return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return "(no Python frame)"

@@ -67,14 +67,16 @@ def _move_pages(pages: list[int], node: int | None) -> list[int]:
 
 def page_nodes(obj: Any) -> list[int]:
     """The node of each page of ``obj`` (NOT_PRESENT for pages never touched)."""
-    address, length = buffer_span(obj)
+    return _span_nodes(*buffer_span(obj))
+
+
+def _span_nodes(address: int, length: int) -> list[int]:
     return [s if s >= 0 else NOT_PRESENT for s in _move_pages(_pages(address, length), None)]
 
 
 def span_by_node(address: int, length: int) -> dict[int, int]:
     """Pages of [address, address + length) per node; NOT_PRESENT counts untouched ones."""
-    nodes = [s if s >= 0 else NOT_PRESENT for s in _move_pages(_pages(address, length), None)]
-    return dict(sorted(Counter(nodes).items()))
+    return dict(sorted(Counter(_span_nodes(address, length)).items()))
 
 
 def pages_by_node(obj: Any) -> dict[int, int]:

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -159,6 +160,11 @@ def test_a_terminated_harness_leaves_no_emulator_running() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert _processes_of(workdir) == []
+
+
+def _processes_of(workdir: Path) -> list[str]:
+    """Command lines of the processes that name ``workdir`` (the emulator does)."""
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -167,4 +173,30 @@ def test_a_terminated_harness_leaves_no_emulator_running() -> None:
             continue
         if str(workdir).encode() in cmdline:
             left.append(cmdline.replace(b"\0", b" ")[:120].decode(errors="replace"))
-    assert left == []
+    return left
+
+
+def test_a_boot_stopped_from_another_thread_ends_and_leaves_no_emulator() -> None:
+    """The session runs its boots in threads, which take no signal: run_in_guest(stop=)
+    ends a boot when the event is set, raises TestbedError, and the emulator is gone."""
+    _require_testbed()
+    from pycxl.errors import TestbedError
+    from pycxl.testbed import run_in_guest
+    from pycxl.testbed.runner import new_workdir
+
+    workdir = new_workdir("two-dev")
+    stop = threading.Event()
+
+    def stop_once_started() -> None:
+        deadline = time.monotonic() + 900
+        while not (workdir / "started").exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        stop.set()
+
+    threading.Thread(target=stop_once_started, daemon=True).start()
+    began = time.monotonic()
+    with pytest.raises(TestbedError, match="stopped before the command ended"):
+        run_in_guest("sleep 600", workdir=workdir, stop=stop)
+    assert time.monotonic() - began < 600  # it did not wait for the command
+    assert (workdir / "started").exists()
+    assert _processes_of(workdir) == []
