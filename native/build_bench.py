@@ -1,7 +1,8 @@
 """cffi build script for pycxl._bench: the measurement loops (bench.c), the threaded
 copy of staged GPU transfers (copy.c), the paced loads of loaded latency (loaded.c) and
 the allocators of GPU-addressable memory on a tier (tier.c, whose exported functions
-PyTorch loads from this module's file as a pluggable allocator),
+PyTorch loads from this module's file as a pluggable allocator) and the fused CPU Adam
+step over state on a tier (adam.c),
 in API mode, compiled at install time.
 
 No -march flag: the build must run on any CPU of the architecture; bench.c picks wide
@@ -58,13 +59,21 @@ ffibuilder.cdef(
     int tier_trim(int slot);
     void tier_log(int on);
     extern "Python" void tier_spilled(int slot, size_t size);
+    void *adam_team_start(int nthreads, const int *cpus, int *err);
+    void adam_team_end(void *team);
+    int adam_step(void *team, size_t n, float *master, float *m, float *v, float *vmax,
+                  const void *grad, int grad_kind, void *weight, int weight_kind, double lr,
+                  double beta1, double beta2, double eps, double weight_decay, int decoupled,
+                  int maximize, int64_t step, double grad_scale);
     """
 )
 ffibuilder.set_source(
     "pycxl._bench",
-    "\n".join((HERE / name).read_text() for name in ("bench.c", "copy.c", "loaded.c", "tier.c")),
+    "\n".join(
+        (HERE / name).read_text() for name in ("bench.c", "copy.c", "loaded.c", "tier.c", "adam.c")
+    ),
     include_dirs=[str(HERE)],  # pinned_thread.h
-    extra_compile_args=["-O3", "-fno-strict-aliasing", "-pthread"],
+    extra_compile_args=["-O3", "-fno-strict-aliasing", "-fno-math-errno", "-pthread"],
     extra_link_args=["-pthread", "-ldl"],
 )
 

@@ -24,7 +24,9 @@ What is here:
   ``probe_longterm_pins``: whether a tier keeps long-term-pinned pages, by trying;
   ``map_dax``: a devdax region's memory mapped directly.
 - ``offload_layers``: a PyTorch model's layers streamed to the GPU from a tier while it
-  computes, and their optimizer state kept and updated there (ZeRO-Offload).
+  computes, and their optimizer state kept and updated there (ZeRO-Offload);
+  ``offload_model``: a whole model trained with its blocks' optimizer state on a tier,
+  each block updated on the CPU or the GPU, whichever finishes it first.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
         migrate as migrate,
         move as move,
         offload_layers as offload_layers,
+        offload_model as offload_model,
         on_tier as on_tier,
         pinned_array as pinned_array,
         pinned_tensor as pinned_tensor,
@@ -90,8 +93,8 @@ _LAZY = {
     "read_cxl": "cxl.read",
     **dict.fromkeys(
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
-         "pinned_tensor", "offload_layers", "create_region", "destroy_region", "disable_region",
-         "enable_region", "tier_pool", "on_tier", "spill_to", "move"),
+         "pinned_tensor", "offload_layers", "offload_model", "create_region", "destroy_region",
+         "disable_region", "enable_region", "tier_pool", "on_tier", "spill_to", "move"),
         "by_name",
     ),
     "RegionRequest": "cxl.region_layout",

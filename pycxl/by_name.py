@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .gpu.memory import HostMemory
+    from .gpu.model_offload import ModelOffload
     from .gpu.tier_pool import TierPool
     from .gpu.torch_offload import LayerOffload, Weights
     from .numa.longterm import PinnedPlacement
@@ -289,7 +290,67 @@ def offload_layers(
         engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
     return LayerOffload(list(layers), tier_allocator(nodes, ctx, huge), engine=engine,
                         device=device, weights=weights, lookahead=lookahead,
-                        optimizer=optimizer)  # fmt: skip
+                        optimizer=optimizer, cpus=_tier_cpus(s, nodes))  # fmt: skip
+
+
+def _tier_cpus(s: System, nodes: Iterable[int]) -> list[int]:
+    """The CPUs of the socket nearest the tier that this process may use (the CPU
+    Adam step's threads), or all it may use where that socket has none of them."""
+    import os
+
+    allowed = os.sched_getaffinity(0)
+    near = s.nearest_cpu_node(next(iter(nodes))).node.cpus
+    return [c for c in near if c in allowed] or sorted(allowed)
+
+
+def offload_model(
+    model: Any,
+    target: Names,
+    gpu: str | None = "gpu0",
+    *,
+    optimizer: Any,
+    blocks: Iterable[Any] | None = None,
+    update: str = "auto",
+    cpus: Iterable[int] | None = None,
+    huge: HugePages = "auto",
+    system: System | None = None,
+) -> ModelOffload:
+    """Train ``model`` (on ``gpu``; ``None``: on the CPU) with the fp32 master weights
+    and Adam moments of its repeated blocks (a transformer's layers, found, or given as
+    ``blocks``) on ``target``. ``optimizer`` is a torch Adam or AdamW over the model's
+    parameters (or a factory taking them); use ``.optimizer`` of the result in its
+    place: its ``step()`` updates each block on the CPU (threads on the tier's socket,
+    or ``cpus``) or on the GPU (state streamed through), split so both finish together
+    (``update="auto"``; ``"cpu"``, ``"gpu"`` to choose). ``.plan()`` shows the split.
+
+    >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
+    >>> model(**batch).loss.backward(); off.optimizer.step(); off.optimizer.zero_grad()
+    >>> off.pages_by_node()                        # {1: 2621440}: counted, not assumed
+    """
+    from .gpu.model_offload import ModelOffload
+    from .gpu.prefetch import CudaEngine, HostEngine
+    from .gpu.torch_offload import import_torch, tier_allocator
+
+    torch = import_torch()
+    s = given_or_read(system, gpus=gpu is not None)
+    nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
+    chosen = _tier_cpus(s, nodes) if cpus is None else list(s.cpus([str(c) for c in cpus]))
+    engine: Any
+    ctx = None
+    if gpu is None:
+        engine, device = HostEngine(), torch.device("cpu")
+    else:
+        from .gpu.cuda_devices import ordinal_of
+        from .gpu.memory import GpuContext
+
+        ordinal = ordinal_of(s.gpu(gpu).pci_bus_id)
+        torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
+        ctx = GpuContext(ordinal)
+        engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
+    return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
+                        cpus=chosen, optimizer=optimizer, blocks=blocks,
+                        update=update)  # type: ignore[arg-type]  # fmt: skip
 
 
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:

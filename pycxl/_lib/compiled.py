@@ -336,3 +336,53 @@ def tier_log(listener: Any) -> None:
         _spill_listener.append(None)
     _spill_listener[0] = listener
     lib.tier_log(1 if listener is not None else 0)
+
+
+# --- the CPU Adam step over state on a tier (adam.c) ------------------------------------
+# adam.c's precisions: of the gradient, and of the weight copy written beside the master
+ADAM_KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
+ADAM_NO_WEIGHT = -1
+
+
+class AdamTeam:
+    """Threads pinned to ``cpus`` that run Adam and AdamW steps; stopped on ``close()``
+    or when collected. One step at a time: callers on several threads take turns."""
+
+    def __init__(self, cpus: Sequence[int]) -> None:
+        ffi, lib = _compiled()
+        err = ffi.new("int *")
+        team = lib.adam_team_start(len(cpus), ffi.new("int[]", list(cpus)), err)
+        if team == ffi.NULL:
+            raise OperationError(f"cannot start {len(cpus)} optimizer threads (errno {err[0]})")
+        self._ffi, self._lib, self._team = ffi, lib, team
+        self._stop = weakref.finalize(self, lib.adam_team_end, team)
+        self.threads = len(cpus)
+        self.cpus = tuple(cpus)
+
+    def step(
+        self, n: int, master: int, exp_avg: int, exp_avg_sq: int, max_exp_avg_sq: int | None,
+        grad: int, grad_kind: int, weight: int | None, weight_kind: int, *, lr: float,
+        betas: tuple[float, float], eps: float, weight_decay: float, decoupled: bool,
+        maximize: bool, step: int, grad_scale: float,
+    ) -> None:  # fmt: skip
+        """One step over ``n`` fp32 elements at the addresses given (the caller owns
+        the memory and keeps it alive); ``weight`` (or None) receives the new weights
+        in ``weight_kind``. Releases the GIL while the threads run."""
+        ffi = self._ffi
+
+        def f32(address: int | None) -> Any:
+            return ffi.NULL if address is None else ffi.cast("float *", address)
+
+        rc = self._lib.adam_step(
+            self._team, n, f32(master), f32(exp_avg), f32(exp_avg_sq), f32(max_exp_avg_sq),
+            ffi.cast("void *", grad), grad_kind,
+            ffi.NULL if weight is None else ffi.cast("void *", weight), weight_kind,
+            lr, betas[0], betas[1], eps, weight_decay, int(decoupled), int(maximize), step,
+            grad_scale,
+        )  # fmt: skip
+        if rc:
+            raise InvalidRequestError(f"adam step {step}: bad precision or step number")
+
+    def close(self) -> None:
+        """Stop the threads (waits for none: a step returns only when done)."""
+        self._stop()

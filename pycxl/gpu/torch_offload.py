@@ -149,6 +149,7 @@ class LayerOffload:
         weights: Weights = "stream",
         lookahead: int = 1,
         optimizer: Callable[[list[Any]], Any] | None = None,
+        cpus: Sequence[int] | None = None,
     ) -> None:
         torch = import_torch()
         self.device = torch.device(device)
@@ -183,6 +184,13 @@ class LayerOffload:
                 "to offload (or weights='stream' to stream the layers)"
             )
         self._place_host_memory(optimizer)
+        # The fused CPU step (one pass: gradient in, master and moments, weight out) for
+        # Adam and AdamW; PyTorch's step for what it does not run
+        self._fused = None
+        if cpus and optimizer is not None and self._fused_settings(self._layers[0]) is not None:
+            from .adam_step import CpuAdam
+
+            self._fused = CpuAdam(cpus)
         self.ring: Prefetcher | None = None
         if weights == "stream":
             self.ring = Prefetcher(
@@ -359,11 +367,48 @@ class LayerOffload:
             L.update = self._pool.submit(self._update, L)
 
     # --- the optimizer step of one layer (worker thread) ---------------------------
+    def _fused_settings(self, L: _Layer) -> Any:
+        """The layer's optimizer settings for the fused CPU step, or None where it is
+        not one the fused step runs (amsgrad)."""
+        from .adam_step import AdamSettings
+
+        opt = L.optimizer
+        if opt is None or len(opt.param_groups) != 1:
+            return None
+        try:
+            return AdamSettings.of(opt, opt.param_groups[0])
+        except InvalidRequestError:
+            return None
+
+    def _fused_update(self, L: _Layer) -> None:
+        """One pass per parameter: the gradient (host copy, or the parameter's own),
+        the master and moments on the tier, and the weight in the layer's dtype."""
+        assert self._fused is not None
+        settings = self._fused_settings(L)
+        grads = L.views(L.grads) if not self._params_on_tier else []
+        weights = L.views(L.weights)
+        for k in L.trainable:
+            master = L.masters[k]
+            st = L.optimizer.state[master]
+            st["step"] += 1
+            grad = grads[k] if not self._params_on_tier else L.params[k].grad
+            weight = weights[k] if weights[k].data_ptr() != master.data_ptr() else None
+            state = (master.data.view(-1), st["exp_avg"].view(-1), st["exp_avg_sq"].view(-1))
+            out = None if weight is None else weight.view(-1)
+            grad = grad.contiguous().view(-1)
+            self._fused.step(state, grad, out, int(st["step"].item()), settings)
+            if self._params_on_tier:
+                L.params[k].grad = None
+
     def _update(self, L: _Layer) -> None:
         torch = import_torch()
         for c in L.copies:
             c.wait()
         L.copies = []
+        if self._fused is not None and self._fused_settings(L) is not None:
+            self._fused_update(L)
+            self._after_update(L)
+            return
         with torch.no_grad():
             grads = L.views(L.grads) if not self._params_on_tier else []
             for k in L.trainable:
@@ -384,10 +429,13 @@ class LayerOffload:
             for m, w in zip(L.masters, L.views(L.weights), strict=True):
                 if m.data_ptr() != w.data_ptr():
                     w.copy_(m)  # fp32 master -> the layer's dtype
-            if self._on_gpu and self.weights == "resident":
-                L.updated = copy_to_device(
-                    self.engine, L.weights, [p.data for p in L.params], L.offsets
-                )
+        self._after_update(L)
+
+    def _after_update(self, L: _Layer) -> None:
+        if self._on_gpu and self.weights == "resident":
+            L.updated = copy_to_device(
+                self.engine, L.weights, [p.data for p in L.params], L.offsets
+            )
         with self._lock:
             self._updates += 1
 
@@ -488,6 +536,8 @@ class LayerOffload:
             h.remove()
         self._hooks = []
         self._pool.shutdown(wait=True)
+        if self._fused is not None:
+            self._fused.close()
         self._views.clear()  # views into the ring's device buffers, freed next
         if self.ring is not None:
             self.ring.close()

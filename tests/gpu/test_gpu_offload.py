@@ -112,7 +112,8 @@ def test_offloaded_training_equals_plain_pytorch(weights: str) -> None:
     assert got == pytest.approx(want, rel=1e-4)
     if weights == "resident":
         for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-            assert torch.allclose(p, q, atol=1e-5)
+            # the CPU step and CUDA's round apart; Adam magnifies that where |g| ~ eps
+            assert torch.allclose(p, q, atol=1e-4)
     else:
         assert all(p.numel() == 0 for p in model.parameters())  # no GPU memory held
         with torch.no_grad():

@@ -1,6 +1,7 @@
 """Optimizer state on a CXL node, on the real kernel, without a GPU: offload_layers
 places each layer's parameters and Adam's moments on the CXL tier, the training steps
-update them there in place, and the pages are counted on that node (not assumed)."""
+update them there in place, and the pages are counted on that node (not assumed); so
+does offload_model for a whole model's blocks."""
 
 from __future__ import annotations
 
@@ -35,3 +36,30 @@ def test_layers_and_adam_state_live_on_the_cxl_node_and_train_in_place() -> None
     pages = offload.pages_by_node()
     assert set(pages) == {node} and pages[node] >= 3 * len(layers)  # params, two moments
     offload.close()
+
+    # A whole model with offload_model: its blocks' fp32 masters and both moments on the
+    # CXL node, updated there by the fused CPU step, the model equal to plain AdamW
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(3))
+    whole = torch.nn.Sequential(torch.nn.Linear(64, 64), blocks)
+    ref = [p.detach().clone().requires_grad_() for p in whole.parameters()]
+    plain = torch.optim.AdamW(ref, lr=1e-2)
+    off = pycxl.offload_model(whole, "cxl0", None,
+                              optimizer=torch.optim.AdamW(whole.parameters(), lr=1e-2))  # fmt: skip
+
+    def forward(params: list[torch.Tensor]) -> torch.Tensor:
+        h = x
+        for k in range(0, len(params), 2):
+            h = torch.tanh(torch.nn.functional.linear(h, params[k], params[k + 1]))
+        return torch.nn.functional.mse_loss(h, y)
+
+    for _ in range(3):
+        for params, opt in ((ref, plain), (list(whole.parameters()), off.optimizer)):
+            forward(params).backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(ref, whole.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    pages = off.pages_by_node()
+    assert set(pages) == {node} and pages[node] >= 3  # a page of state per block at least
+    off.close()

@@ -1,0 +1,303 @@
+/* The optimizer step of Adam and AdamW on the CPU, over state that lives on a memory
+ * tier: one pass over memory per step. Each element's gradient is read in its own
+ * precision (fp32, bf16 or fp16) and scaled (a clipping coefficient, a loss scale's
+ * inverse), the fp32 master weight and both moments are updated in place, and the
+ * weight is written back in the model's precision beside it: 28 bytes of traffic per
+ * bf16 parameter, where separate conversions and an unfused step read and write the
+ * state three times.
+ *
+ * The work runs on a team of threads pinned to the tier's socket; they take chunks from
+ * one counter, so a preempted thread delays one chunk. The arithmetic is PyTorch's
+ * (torch.optim.Adam's single-tensor step) in fp32; the loop is compiled for several
+ * instruction sets and the widest one the CPU has runs. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pinned_thread.h"
+
+/* No contraction into fused multiply-adds: each operation rounds as PyTorch's do. */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+#define ADAM_CHUNK 16384 /* elements a thread takes at a time: 448 KiB of traffic */
+#if defined(__x86_64__)
+#define ADAM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ADAM_CLONES
+#endif
+
+enum { ADAM_F32 = 0, ADAM_BF16 = 1, ADAM_F16 = 2, ADAM_NONE = -1 };
+
+struct adam_job {
+    size_t n;
+    float *master, *m, *v, *vmax; /* vmax: amsgrad's running maximum, or NULL */
+    const void *grad;
+    int grad_kind;
+    void *weight; /* the model's copy in weight_kind, or NULL */
+    int weight_kind;
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    float step_size, bc2_sqrt;
+    int decoupled, maximize;
+};
+
+struct adam_team {
+    int nthreads;
+    pthread_t *tids;
+    pthread_mutex_t lock;
+    pthread_cond_t go, done;
+    unsigned long generation;
+    int remaining;
+    int stop;
+    struct adam_job *job;
+    atomic_size_t next;
+};
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even, as PyTorch converts */
+    return (uint16_t)(u >> 16);
+}
+
+/* One range of elements; gk and wk are constants in each call site, so each copy of the
+ * loop is specialised and vectorised for its precisions. */
+static inline void adam_range(const struct adam_job *j, size_t lo, size_t hi, int gk, int wk)
+{
+    float *restrict p = j->master, *restrict m = j->m, *restrict v = j->v;
+    const uint16_t *restrict g16 = j->grad;
+    const _Float16 *restrict gh = j->grad;
+    const float *restrict g32 = j->grad;
+    uint16_t *restrict w16 = j->weight;
+    _Float16 *restrict wh = j->weight;
+    float *restrict w32 = j->weight;
+    const float b1 = j->beta1, b2 = j->beta2, scale = j->maximize ? -j->grad_scale : j->grad_scale;
+    const float decay = j->decoupled ? 1.0f - j->lr * j->weight_decay : 1.0f;
+    const float l2 = j->decoupled ? 0.0f : j->weight_decay;
+    const float step = j->step_size, bc2 = j->bc2_sqrt, eps = j->eps;
+    for (size_t i = lo; i < hi; i++) {
+        float g;
+        if (gk == ADAM_BF16)
+            g = bf16_to_f32(g16[i]);
+        else if (gk == ADAM_F16)
+            g = (float)gh[i];
+        else
+            g = g32[i];
+        g *= scale;
+        float w = p[i] * decay;
+        g += l2 * w;
+        float mi = m[i] + (1.0f - b1) * (g - m[i]); /* PyTorch's lerp */
+        float vi = v[i] * b2 + (1.0f - b2) * (g * g); /* PyTorch's mul_ then addcmul_ */
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2 + eps;
+        w += -step * (mi / denom); /* addcdiv_ */
+        p[i] = w;
+        if (wk == ADAM_BF16)
+            w16[i] = f32_to_bf16(w);
+        else if (wk == ADAM_F16)
+            wh[i] = (_Float16)w;
+        else if (wk == ADAM_F32)
+            w32[i] = w;
+    }
+}
+
+ADAM_CLONES static void adam_range_bf16_bf16(const struct adam_job *j, size_t lo, size_t hi)
+{
+    adam_range(j, lo, hi, ADAM_BF16, ADAM_BF16);
+}
+
+ADAM_CLONES static void adam_range_f32_none(const struct adam_job *j, size_t lo, size_t hi)
+{
+    adam_range(j, lo, hi, ADAM_F32, ADAM_NONE);
+}
+
+ADAM_CLONES static void adam_range_f16_f16(const struct adam_job *j, size_t lo, size_t hi)
+{
+    adam_range(j, lo, hi, ADAM_F16, ADAM_F16);
+}
+
+/* The general case (mixed precisions, amsgrad): correct for all, specialised for none. */
+static void adam_range_any(const struct adam_job *j, size_t lo, size_t hi)
+{
+    if (j->vmax == NULL) {
+        adam_range(j, lo, hi, j->grad_kind, j->weight_kind);
+        return;
+    }
+    const float b1 = j->beta1, b2 = j->beta2, scale = j->maximize ? -j->grad_scale : j->grad_scale;
+    const float decay = j->decoupled ? 1.0f - j->lr * j->weight_decay : 1.0f;
+    const float l2 = j->decoupled ? 0.0f : j->weight_decay;
+    for (size_t i = lo; i < hi; i++) {
+        float g;
+        if (j->grad_kind == ADAM_BF16)
+            g = bf16_to_f32(((const uint16_t *)j->grad)[i]);
+        else if (j->grad_kind == ADAM_F16)
+            g = (float)((const _Float16 *)j->grad)[i];
+        else
+            g = ((const float *)j->grad)[i];
+        g *= scale;
+        float w = j->master[i] * decay;
+        g += l2 * w;
+        float mi = j->m[i] + (1.0f - b1) * (g - j->m[i]);
+        float vi = j->v[i] * b2 + (1.0f - b2) * (g * g);
+        j->m[i] = mi;
+        j->v[i] = vi;
+        float vm = j->vmax[i] > vi ? j->vmax[i] : vi;
+        j->vmax[i] = vm;
+        w += -j->step_size * (mi / (sqrtf(vm) / j->bc2_sqrt + j->eps));
+        j->master[i] = w;
+        if (j->weight_kind == ADAM_BF16)
+            ((uint16_t *)j->weight)[i] = f32_to_bf16(w);
+        else if (j->weight_kind == ADAM_F16)
+            ((_Float16 *)j->weight)[i] = (_Float16)w;
+        else if (j->weight_kind == ADAM_F32)
+            ((float *)j->weight)[i] = w;
+    }
+}
+
+static void adam_run(const struct adam_job *j, size_t lo, size_t hi)
+{
+    if (j->vmax == NULL && j->grad_kind == ADAM_BF16 && j->weight_kind == ADAM_BF16)
+        adam_range_bf16_bf16(j, lo, hi);
+    else if (j->vmax == NULL && j->grad_kind == ADAM_F32 && j->weight_kind == ADAM_NONE)
+        adam_range_f32_none(j, lo, hi);
+    else if (j->vmax == NULL && j->grad_kind == ADAM_F16 && j->weight_kind == ADAM_F16)
+        adam_range_f16_f16(j, lo, hi);
+    else
+        adam_range_any(j, lo, hi);
+}
+
+static void adam_chunks(struct adam_team *t, const struct adam_job *j)
+{
+    for (;;) {
+        size_t lo = atomic_fetch_add(&t->next, ADAM_CHUNK);
+        if (lo >= j->n)
+            return;
+        size_t hi = lo + ADAM_CHUNK < j->n ? lo + ADAM_CHUNK : j->n;
+        adam_run(j, lo, hi);
+    }
+}
+
+static void *adam_worker(void *arg)
+{
+    struct adam_team *t = arg;
+    unsigned long seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&t->lock);
+        while (t->generation == seen && !t->stop)
+            pthread_cond_wait(&t->go, &t->lock);
+        if (t->stop) {
+            pthread_mutex_unlock(&t->lock);
+            return NULL;
+        }
+        seen = t->generation;
+        struct adam_job *j = t->job;
+        pthread_mutex_unlock(&t->lock);
+        adam_chunks(t, j);
+        pthread_mutex_lock(&t->lock);
+        if (--t->remaining == 0)
+            pthread_cond_signal(&t->done);
+        pthread_mutex_unlock(&t->lock);
+    }
+}
+
+void adam_team_end(void *team);
+
+/* A team of nthreads threads, one pinned to each of cpus; NULL with *err set (an errno
+ * value) when a thread cannot start. */
+void *adam_team_start(int nthreads, const int *cpus, int *err)
+{
+    struct adam_team *t = calloc(1, sizeof(*t));
+    if (t == NULL || nthreads < 1) {
+        free(t);
+        *err = 12; /* ENOMEM */
+        return NULL;
+    }
+    t->tids = calloc((size_t)nthreads, sizeof(pthread_t));
+    if (t->tids == NULL) {
+        free(t);
+        *err = 12;
+        return NULL;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->go, NULL);
+    pthread_cond_init(&t->done, NULL);
+    for (int i = 0; i < nthreads; i++) {
+        int rc = start_pinned_thread(&t->tids[i], cpus[i], adam_worker, t);
+        if (rc) {
+            t->nthreads = i;
+            adam_team_end(t);
+            *err = rc;
+            return NULL;
+        }
+        t->nthreads = i + 1;
+    }
+    *err = 0;
+    return t;
+}
+
+void adam_team_end(void *team)
+{
+    struct adam_team *t = team;
+    pthread_mutex_lock(&t->lock);
+    t->stop = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->lock);
+    for (int i = 0; i < t->nthreads; i++)
+        pthread_join(t->tids[i], NULL);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->go);
+    pthread_cond_destroy(&t->done);
+    free(t->tids);
+    free(t);
+}
+
+/* One Adam (decoupled=0) or AdamW (decoupled=1) step over n elements, run by the team;
+ * returns when every element is done. step is the step number after this one (1 for
+ * the first). One caller at a time per team. */
+int adam_step(void *team, size_t n, float *master, float *m, float *v, float *vmax,
+              const void *grad, int grad_kind, void *weight, int weight_kind, double lr,
+              double beta1, double beta2, double eps, double weight_decay, int decoupled,
+              int maximize, int64_t step, double grad_scale)
+{
+    struct adam_team *t = team;
+    if (step < 1 || grad_kind < ADAM_F32 || grad_kind > ADAM_F16 || weight_kind < ADAM_NONE ||
+        weight_kind > ADAM_F16 || (weight_kind != ADAM_NONE && weight == NULL))
+        return -1;
+    struct adam_job j = {
+        .n = n, .master = master, .m = m, .v = v, .vmax = vmax, .grad = grad,
+        .grad_kind = grad_kind, .weight = weight, .weight_kind = weight_kind,
+        .lr = (float)lr, .beta1 = (float)beta1, .beta2 = (float)beta2, .eps = (float)eps,
+        .weight_decay = (float)weight_decay, .grad_scale = (float)grad_scale,
+        .decoupled = decoupled, .maximize = maximize,
+    };
+    /* The bias corrections in double, as PyTorch computes them in Python floats */
+    j.step_size = (float)(lr / (1.0 - pow(beta1, (double)step)));
+    j.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
+    pthread_mutex_lock(&t->lock);
+    atomic_store(&t->next, 0);
+    t->job = &j;
+    t->remaining = t->nthreads;
+    t->generation++;
+    pthread_cond_broadcast(&t->go);
+    while (t->remaining > 0)
+        pthread_cond_wait(&t->done, &t->lock);
+    t->job = NULL;
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+#pragma GCC pop_options

@@ -1,0 +1,215 @@
+"""offload_model without a GPU, on this machine's DRAM node: a tiny Hugging Face Llama
+trains equal to plain PyTorch AdamW, with gradient accumulation, clipping, a scheduler
+and activation checkpointing; its state dict resumes; the fused CPU step equals
+torch.optim's; the split of blocks between the sides; bad input refused by name."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+import pycxl
+from pycxl.errors import InvalidRequestError
+from pycxl.gpu.adam_step import AdamSettings, CpuAdam
+from pycxl.gpu.model_offload import find_blocks, split
+from pycxl.system import snapshot
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+LR = 1e-3
+
+
+def _llama(layers: int = 3) -> Any:
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _data(steps: int, micro: int = 1) -> list[list[Any]]:
+    g = torch.Generator().manual_seed(1)
+    return [
+        [torch.randint(0, 256, (2, 32), generator=g) for _ in range(micro)] for _ in range(steps)
+    ]
+
+
+def _train(
+    model: Any, opt: Any, data: list[list[Any]], *, clip: float | None = None, sched: Any = None
+) -> list[float]:
+    losses = []
+    for micro in data:
+        total = 0.0
+        for x in micro:
+            loss = model(input_ids=x, labels=x).loss / len(micro)
+            loss.backward()
+            total += float(loss.detach())
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+        losses.append(total)
+    return losses
+
+
+def _adamw(model: Any) -> Any:
+    return torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+
+
+def _pair(layers: int = 3) -> tuple[Any, Any, Any]:
+    ref = _llama(layers)
+    model = copy.deepcopy(ref)
+    return ref, model, pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model))
+
+
+def test_a_llama_trains_equal_to_plain_adamw_with_its_state_on_the_node() -> None:
+    ref, model, off = _pair()
+    data = _data(5)
+    want = _train(ref, _adamw(ref), data)
+    got = _train(model, off.optimizer, data)
+    assert got == pytest.approx(want, abs=1e-4)
+    assert got[-1] < got[0]
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-4)  # Adam magnifies rounding where |g| ~ eps
+    node = snapshot(gpus=False).resolve("dram0").node
+    pages = off.pages_by_node()
+    assert set(pages) == {node} and pages[node] >= 3  # each block's state at least a page
+    assert off.plan().cpu == (0, 1, 2) and off.plan().gpu == ()
+    off.close()
+
+
+def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_plain_pytorch() -> None:
+    ref, model, off = _pair()
+    for m in (ref, model):
+        m.gradient_checkpointing_enable()
+        m.train()
+    opt = _adamw(ref)
+    data = _data(4, micro=2)
+    want = _train(
+        ref, opt, data, clip=0.5, sched=torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    )
+    got = _train(
+        model,
+        off.optimizer,
+        data,
+        clip=0.5,
+        sched=torch.optim.lr_scheduler.StepLR(off.optimizer, 1, gamma=0.5),
+    )
+    assert got == pytest.approx(want, abs=1e-4)
+    assert off.optimizer.param_groups[0]["lr"] == pytest.approx(LR / 16)
+    off.close()
+
+
+def test_param_groups_keep_their_own_settings() -> None:
+    ref = _llama()
+    model = copy.deepcopy(ref)
+
+    def groups(m: Any) -> list[dict[str, Any]]:
+        decay = [p for n, p in m.named_parameters() if p.ndim > 1]
+        flat = [p for n, p in m.named_parameters() if p.ndim <= 1]
+        return [{"params": decay, "weight_decay": 0.1}, {"params": flat, "weight_decay": 0.0}]
+
+    off = pycxl.offload_model(
+        model, "dram0", None, optimizer=torch.optim.AdamW(groups(model), lr=LR)
+    )
+    data = _data(3)
+    want = _train(ref, torch.optim.AdamW(groups(ref), lr=LR), data)
+    assert _train(model, off.optimizer, data) == pytest.approx(want, abs=1e-4)
+    off.close()
+
+
+def test_a_saved_optimizer_resumes_to_the_same_losses(tmp_path: Any) -> None:
+    _, model, off = _pair()
+    data = _data(6)
+    _train(model, off.optimizer, data[:3])
+    torch.save({"model": model.state_dict(), "opt": off.optimizer.state_dict()}, tmp_path / "c.pt")
+    after = _train(model, off.optimizer, data[3:])
+    off.close()
+    saved = torch.load(tmp_path / "c.pt")
+    fresh = _llama()
+    fresh.load_state_dict(saved["model"])
+    off2 = pycxl.offload_model(fresh, "dram0", None, optimizer=_adamw(fresh))
+    off2.optimizer.load_state_dict(saved["opt"])
+    assert _train(fresh, off2.optimizer, data[3:]) == pytest.approx(after, abs=1e-5)
+    bad = saved["opt"]
+    del bad["state"][0]["master"]
+    with pytest.raises(InvalidRequestError, match="no master and moments"):
+        off2.optimizer.load_state_dict(bad)
+    off2.close()
+
+
+@pytest.mark.parametrize("grad_dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_the_fused_cpu_step_equals_torch_adam(grad_dtype: str, decoupled: bool) -> None:
+    torch.manual_seed(0)
+    n = 70_001  # not a multiple of a chunk or a vector
+    dtype = getattr(torch, grad_dtype)
+    p = torch.randn(n)
+    ref = p.clone().requires_grad_()
+    cls = torch.optim.AdamW if decoupled else torch.optim.Adam
+    opt = cls([ref], lr=1e-2, weight_decay=0.1)
+    state = (p.clone(), torch.zeros(n), torch.zeros(n))
+    weight = torch.empty(n, dtype=dtype)
+    settings = AdamSettings.of(opt, opt.param_groups[0])
+    adam = CpuAdam([0])
+    for step in range(1, 4):
+        g = (torch.randn(n) * step).to(dtype)
+        ref.grad = g.float()
+        opt.step()
+        adam.step(state, g, None if dtype == torch.float32 else weight, step, settings)
+        assert torch.allclose(state[0], ref.detach(), atol=2e-6)
+        assert torch.allclose(state[1], opt.state[ref]["exp_avg"], atol=2e-6)
+        # Adam's L2 term cancels against the gradient: rounding shows relative to the scale
+        assert torch.allclose(state[2], opt.state[ref]["exp_avg_sq"], rtol=1e-4, atol=1e-5)
+    if dtype != torch.float32:
+        assert torch.equal(weight, state[0].to(dtype))  # the master, rounded as PyTorch rounds
+    adam.close()
+
+
+def test_the_split_puts_each_block_where_it_finishes_first() -> None:
+    sizes = {i: 100 for i in range(8)}
+    cpu, gpu = split(sizes, cpu_rate=100.0, gpu_rate=300.0)
+    assert sorted(cpu + gpu) == list(range(8)) and len(cpu) == 2 and len(gpu) == 6
+    assert split(sizes, 1.0, 1.0) == ([0, 2, 4, 6], [1, 3, 5, 7])
+
+
+def test_the_blocks_of_a_model_are_its_largest_list_of_one_kind() -> None:
+    model = _llama()
+    assert find_blocks(model) == list(model.model.layers)
+    with pytest.raises(InvalidRequestError, match="no list of repeated blocks"):
+        find_blocks(torch.nn.Linear(4, 4))
+
+
+def test_optimizers_and_settings_it_cannot_hold_are_refused_before_anything_is_placed() -> None:
+    model = _llama()
+    with pytest.raises(InvalidRequestError, match="Adam and AdamW"):
+        pycxl.offload_model(
+            model, "dram0", None, optimizer=torch.optim.SGD(model.parameters(), lr=1)
+        )
+    with pytest.raises(InvalidRequestError, match="amsgrad"):
+        pycxl.offload_model(
+            model, "dram0", None, optimizer=torch.optim.AdamW(model.parameters(), amsgrad=True)
+        )
+    some = list(model.parameters())[:3]
+    with pytest.raises(InvalidRequestError, match="does not update"):
+        pycxl.offload_model(model, "dram0", None, optimizer=torch.optim.AdamW(some))
+    with pytest.raises(InvalidRequestError, match="update 'fast'"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), update="fast")
+    with pytest.raises(InvalidRequestError, match="needs a GPU"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), update="gpu")
+    off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model))
+    with pytest.raises(InvalidRequestError, match="no GPU"):
+        off.set_plan(gpu=[0])
+    with pytest.raises(InvalidRequestError, match=r"blocks \[7\]"):
+        off.set_plan(gpu=[7])
+    off.close()
