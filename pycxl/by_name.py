@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .cxl.dax import DaxMapping
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
+    from .gpu import model_offload
     from .gpu.memory import HostMemory
     from .gpu.model_offload import ModelOffload
     from .gpu.tier_pool import TierPool
@@ -309,19 +310,27 @@ def offload_model(
     gpu: str | None = "gpu0",
     *,
     optimizer: Any,
+    weights: model_offload.Weights = "resident",
     blocks: Iterable[Any] | None = None,
-    update: str = "auto",
+    update: model_offload.Update = "auto",
+    lookahead: int = 1,
+    overlap: bool = True,
     cpus: Iterable[int] | None = None,
     huge: HugePages = "auto",
     system: System | None = None,
 ) -> ModelOffload:
     """Train ``model`` (on ``gpu``; ``None``: on the CPU) with the fp32 master weights
     and Adam moments of its repeated blocks (a transformer's layers, found, or given as
-    ``blocks``) on ``target``. ``optimizer`` is a torch Adam or AdamW over the model's
-    parameters (or a factory taking them); use ``.optimizer`` of the result in its
-    place: its ``step()`` updates each block on the CPU (threads on the tier's socket,
-    or ``cpus``) or on the GPU (state streamed through), split so both finish together
-    (``update="auto"``; ``"cpu"``, ``"gpu"`` to choose). ``.plan()`` shows the split.
+    ``blocks``) on ``target``; with ``weights="stream"`` the blocks' weights and
+    gradients live there too and visit the GPU only while their block runs (a model
+    larger than HBM: build it on the CPU, the rest of it is moved to the GPU), with
+    ``"resident"`` they stay on the GPU. ``optimizer`` is a torch Adam or AdamW over the
+    model's parameters (or a factory taking them); use ``.optimizer`` of the result in
+    its place: its ``step()`` updates each block on the CPU (threads on the tier's
+    socket, or ``cpus``) or on the GPU (state streamed through), split so both finish
+    together (``update="auto"``; ``"cpu"``, ``"gpu"`` to choose), and with ``overlap``
+    returns while the update runs beside the next forward pass. ``.plan()`` shows the
+    split.
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
@@ -333,6 +342,8 @@ def offload_model(
     from .gpu.torch_offload import import_torch, tier_allocator
 
     torch = import_torch()
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
+        raise InvalidRequestError(f"lookahead {lookahead!r}: give a whole number >= 1")
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     chosen = _tier_cpus(s, nodes) if cpus is None else list(s.cpus([str(c) for c in cpus]))
@@ -349,8 +360,8 @@ def offload_model(
         ctx = GpuContext(ordinal)
         engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
     return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
-                        cpus=chosen, optimizer=optimizer, blocks=blocks,
-                        update=update)  # type: ignore[arg-type]  # fmt: skip
+                        cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
+                        weights=weights, lookahead=lookahead, overlap=overlap)  # fmt: skip
 
 
 def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:

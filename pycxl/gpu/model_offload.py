@@ -1,163 +1,55 @@
-"""A whole model trained with its optimizer state on a memory tier: the blocks' fp32
-master weights and Adam moments live on the tier, and each block's update runs where it
-is fastest.
+"""A whole model trained with its optimizer state, and optionally its weights, on a
+memory tier: the blocks' fp32 master weights and Adam moments live on the tier, and each
+block's update runs where it is fastest.
 
 ``ModelOffload(model, ...)`` finds the model's repeated blocks (a Hugging Face model's
-decoder layers: the largest ``ModuleList`` of modules of one type), keeps their
-parameters where they are (on the GPU, in the model's precision) and moves their
-optimizer state onto the tier. ``offload.optimizer`` is a ``torch.optim.Optimizer``:
-gradients accumulate in ``param.grad`` as in plain PyTorch, so gradient accumulation,
-clipping by global norm, GradScaler, learning-rate schedulers and activation
-checkpointing see an ordinary model. Its ``step()`` updates:
+decoder layers: the largest ``ModuleList`` of modules of one type, see block_layout) and
+moves their optimizer state onto the tier. Their weights either stay on the GPU
+(``weights="resident"``) or live on the tier too and visit the GPU only while their
+block runs (``weights="stream"``, see block_stream: for a model larger than HBM).
+``offload.optimizer`` is a ``torch.optim.Optimizer``: gradients accumulate in
+``param.grad`` as in plain PyTorch (for streamed blocks, CPU tensors on the tier), so
+gradient accumulation, clipping by global norm, GradScaler, learning-rate schedulers and
+activation checkpointing see an ordinary model. Its ``step()`` updates:
 
-- each block planned for the GPU: its state is copied from the tier (pinned) into one of
-  three device buffers, updated there by PyTorch's fused CUDA Adam and copied back, the
-  copies of the next and the last block running beside the update (the link carries both
-  directions at once);
-- each block planned for the CPU: its gradients are copied to the tier, the fused CPU
-  step of native/adam.c updates master and moments in one pass and writes the weights in
-  the model's precision, which are copied back to the GPU;
+- each block planned for the GPU: its state (and, streamed, its gradients) is copied
+  from the tier in pieces into three small device buffers, updated there by PyTorch's
+  fused CUDA Adam and copied back (with the new weights, streamed), the copies of the
+  next and the last piece running beside the update (the link carries both directions);
+- each block planned for the CPU: the fused CPU step of native/adam.c reads its
+  gradients on the tier (copied there first, resident), updates master and moments in
+  one pass and writes the weights in the model's precision (copied to the GPU,
+  resident; in their home, streamed);
 - the rest of the model (embeddings, norm, head): fp32 masters and moments in HBM,
   PyTorch's fused CUDA Adam.
 
-Both sides run at once; the plan splits the blocks so that they finish together, from
-rates measured on this host at set-up (the CPU step over the tier's memory; the link
-both ways) and refined from the first steps' timings. ``plan()`` shows it and why;
-``set_plan(gpu=[...])`` fixes it. Without a GPU every block is updated on the CPU.
+Both sides run at once; ``update_plan`` splits the blocks so that they finish together,
+from rates measured at set-up and refined from the first steps' timings. With
+``overlap`` (the default on a GPU) ``step()`` returns once the update is under way, and
+each block's next forward pass waits for its own update only: the update runs beside
+the next forward pass. Reading the weights outside a forward pass: ``model.state_dict()``
+and ``optimizer.state_dict()`` wait by themselves; anything else calls
+``synchronize()`` first.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from ..errors import InvalidRequestError
 from .adam_step import AdamSettings, CpuAdam, gpu_adam_step
+from .block_layout import Block, ParamSlot, chunks_of, find_blocks, layout_blocks, piece
+from .block_stream import BlockStream
 from .torch_offload import HostAlloc, import_torch
+from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
 
-Side = Literal["cpu", "gpu"]
-ALIGN_ELEMENTS = 64  # 256 bytes of fp32: each parameter's state starts aligned
+Update = Literal["auto", "cpu", "gpu"]
+Weights = Literal["resident", "stream"]
 GPU_SLOTS = 3  # copy in, update, copy out
-REFINE_STEPS = 3  # steps whose timings adjust the split
-BALANCED = 0.1  # sides within 10% of each other: the split stays
-
-
-def find_blocks(model: Any) -> list[Any]:
-    """The model's repeated blocks: the ``ModuleList`` holding the most parameters whose
-    entries are all of one type (a transformer's layers)."""
-    torch = import_torch()
-    best: list[Any] = []
-    best_size = 0
-    for module in model.modules():
-        if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
-            continue
-        kinds = {type(m) for m in module}
-        size = sum(p.numel() for p in module.parameters())
-        if len(kinds) == 1 and size > best_size:
-            best, best_size = list(module), size
-    if not best:
-        raise InvalidRequestError(
-            f"{type(model).__name__} has no list of repeated blocks (a ModuleList of "
-            "layers of one type): pass the blocks yourself (blocks=model.layers)"
-        )
-    return best
-
-
-@dataclass
-class _Param:
-    """One trainable parameter and where its state sits in its block's flat state."""
-
-    param: Any
-    group: int  # index into the optimizer's param_groups
-    offset: int  # in elements
-    numel: int
-
-
-@dataclass
-class _Block:
-    index: int
-    params: list[_Param]
-    numel: int  # elements of the flat state, alignment included
-    dtype: Any
-    state: Any = None  # fp32 host tensor [master | exp_avg | exp_avg_sq], on the tier
-    grads: Any = None  # host tensor of the params' dtype (a GPU's CPU-side updates)
-    weights: Any = None  # host tensor: the CPU step's new weights, copied to the GPU
-    grads_landed: Any = None  # event: the gradients are in host memory
-
-    def part(self, flat: Any, which: int, p: _Param) -> Any:
-        """``p``'s piece of region ``which`` (0 master, 1 exp_avg, 2 exp_avg_sq, 3 a
-        GPU's fp32 gradient) of a flat fp32 tensor laid out like ``state``."""
-        at = which * self.numel + p.offset
-        return flat[at : at + p.numel]
-
-
-@dataclass(frozen=True)
-class UpdatePlan:
-    """Which blocks are updated where, and the rates that chose it (parameters per
-    second: the CPU step over the tier's memory, the GPU's over state streamed both
-    ways), with the update time they predict."""
-
-    cpu: tuple[int, ...]
-    gpu: tuple[int, ...]
-    cpu_rate: float | None
-    gpu_rate: float | None
-    predicted_s: float | None
-    why: str
-
-    def __str__(self) -> str:
-        def rate(r: float | None) -> str:
-            return "not measured" if r is None else f"{r / 1e9:.2f} G parameters/s"
-
-        lines = [
-            f"CPU: blocks {_ranges(self.cpu) or 'none'} ({rate(self.cpu_rate)})",
-            f"GPU: blocks {_ranges(self.gpu) or 'none'} ({rate(self.gpu_rate)})",
-        ]
-        if self.predicted_s is not None:
-            lines.append(f"update predicted {self.predicted_s * 1e3:.0f} ms: {self.why}")
-        else:
-            lines.append(self.why)
-        return "\n".join(lines)
-
-
-def _ranges(ids: Sequence[int]) -> str:
-    from ..values import format_ranges
-
-    return format_ranges(list(ids))
-
-
-@dataclass
-class StepTimes:
-    """The last step's update: seconds on each side (the CPU's from its first block to
-    its last weight copied; the GPU's from the first copy in to the last copy out)."""
-
-    cpu_s: float = 0.0
-    gpu_s: float = 0.0
-    total_s: float = 0.0
-    steps: int = 0
-    history: list[tuple[float, float]] = field(default_factory=list)
-
-
-def split(
-    sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float
-) -> tuple[list[int], list[int]]:
-    """Blocks (index -> parameters) for each side, in index order, each block to the
-    side that would finish it first: both sides end together and early blocks (the next
-    forward pass's first) are spread over both."""
-    cpu: list[int] = []
-    gpu: list[int] = []
-    t_cpu = t_gpu = 0.0
-    for index, n in sorted(sizes.items()):
-        if t_cpu + n / cpu_rate <= t_gpu + n / gpu_rate:
-            cpu.append(index)
-            t_cpu += n / cpu_rate
-        else:
-            gpu.append(index)
-            t_gpu += n / gpu_rate
-    return cpu, gpu
+CHUNK_ELEMENTS = 1 << 23  # the GPU side's piece: 8 Mi elements, 160 MiB of buffers each
 
 
 def _optimizer_class() -> type:
@@ -212,17 +104,25 @@ class ModelOffload:
         cpus: Sequence[int],
         optimizer: Any,
         blocks: Iterable[Any] | None = None,
-        update: Literal["auto", "cpu", "gpu"] = "auto",
+        update: Update = "auto",
+        weights: Weights = "resident",
+        lookahead: int = 1,
+        overlap: bool = True,
     ) -> None:
         torch = import_torch()
         if update not in ("auto", "cpu", "gpu"):
             raise InvalidRequestError(f"update {update!r}: give 'auto', 'cpu' or 'gpu'")
+        if weights not in ("resident", "stream"):
+            raise InvalidRequestError(f"weights {weights!r}: give 'resident' or 'stream'")
+        if not isinstance(overlap, bool):
+            raise InvalidRequestError(f"overlap {overlap!r}: give True or False")
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
         if update == "gpu" and not self._on_gpu:
             raise InvalidRequestError("update='gpu' needs a GPU: name one, or use 'cpu'")
         self.model = model
         self.engine = engine
+        self.weights: Weights = weights
         self._host_alloc = host_alloc
         modules = list(blocks) if blocks is not None else find_blocks(model)
         base = (
@@ -231,31 +131,52 @@ class ModelOffload:
             else optimizer
         )
         self._group_of, groups = self._groups(model, base)
-        self._settings_class_decoupled = isinstance(base, torch.optim.AdamW)
-        self._blocks = self._layout(modules)
-        in_blocks = {id(p.param) for B in self._blocks for p in B.params}
+        self._decoupled = isinstance(base, torch.optim.AdamW)
+        self._blocks = layout_blocks(modules, self._group_of, with_frozen=weights == "stream")
+        in_blocks = {id(p.param) for B in self._blocks for p in B.everything}
+        if weights == "stream":
+            self._move_rest(model, in_blocks)
+        else:
+            self._check_on_device(model)
         self._rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
         self._steps = 0
         self._place_state()
         self._rest_state = self._place_rest()
         self._cpu = CpuAdam(cpus)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pycxl-cpu-adam")
-        self._lock = threading.Lock()
         self.times = StepTimes()
-        self._slots: list[Any] = []
-        self._in_flight: list[Any] = []
-        self._gpu_views: dict[tuple[int, int], Any] = {}
+        self._cpu_window: list[float] = [0.0, 0.0]  # the CPU side's first start, last end
+        self._gpu_window: tuple[Any, Any] | None = None  # events around the GPU side
+        self._slots: list[tuple[Any, Any]] = []
+        self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
-            largest = max(B.numel for B in self._blocks)
+            from .streams import Event
+
+            low = self._blocks[0].dtype
             self._slots = [
-                torch.empty(4 * largest, dtype=torch.float32, device=self.device)
+                (torch.empty(4 * self._chunk, dtype=torch.float32, device=self.device),
+                 torch.empty(2 * self._chunk, dtype=low, device=self.device))
                 for _ in range(GPU_SLOTS)
-            ]
+            ]  # fmt: skip
             self._update_stream = torch.cuda.Stream(self.device)
             self._events = {
                 name: [engine.event() for _ in range(GPU_SLOTS)]
                 for name in ("loaded", "updated", "free")
             }
+            self._timing = (Event(), Event())
+        self.stream: BlockStream | None = None
+        if weights == "stream":
+            self.stream = BlockStream(
+                self._blocks, engine, self.device, lookahead=lookahead,
+                before_copy=self._before_copy, host_alloc=self._gradient_memory,
+            )  # fmt: skip
+        self._overlap = overlap and self._on_gpu
+        self._hooks: list[Any] = []
+        if self._overlap and weights == "resident":
+            for B in self._blocks:
+                self._hooks.append(B.module.register_forward_pre_hook(self._forward_waiter(B)))
+        self._hooks.append(model.register_state_dict_pre_hook(self._before_model_state))
+        self._hooks.append(model.register_load_state_dict_post_hook(self._after_model_load))
         self._fixed = update != "auto"
         self._plan = self._first_plan(update)
         self.optimizer = _optimizer_class()(self, groups, dict(base.defaults))
@@ -283,47 +204,50 @@ class ModelOffload:
             )
         return group_of, groups
 
-    def _layout(self, modules: list[Any]) -> list[_Block]:
-        out = []
-        seen: set[int] = set()
-        for i, module in enumerate(modules):
-            params = [p for p in module.parameters() if p.requires_grad and id(p) not in seen]
-            seen.update(id(p) for p in params)
-            dtypes = {p.dtype for p in params}
-            if len(dtypes) > 1:
+    def _check_on_device(self, model: Any) -> None:
+        for name, p in model.named_parameters():
+            if p.device != self.device:
                 raise InvalidRequestError(
-                    f"block {i} mixes parameter dtypes {sorted(map(str, dtypes))}: give its "
-                    "parameters one dtype (model.to(torch.bfloat16))"
+                    f"{name} is on {p.device}, not {self.device}: move the model there "
+                    "first (model.to(device)), or stream its blocks (weights='stream')"
                 )
-            at, placed = 0, []
-            for p in params:
-                placed.append(_Param(p, self._group_of[id(p)], at, p.numel()))
-                at += -(-p.numel() // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
-            if params and any(p.device != self.device for p in params):
-                raise InvalidRequestError(
-                    f"block {i}'s parameters are on {params[0].device}, not {self.device}: "
-                    "move the model there first (model.to(device))"
-                )
-            out.append(_Block(i, placed, at, params[0].dtype if params else None))
-        blocks = [B for B in out if B.params]
-        if not blocks:
-            raise InvalidRequestError("the blocks have no trainable parameters")
-        return blocks
+
+    def _move_rest(self, model: Any, in_blocks: set[int]) -> None:
+        """Streamed: what is not a block's parameter (embeddings, norm, head, every
+        buffer) onto the device; the blocks' parameters go home (BlockStream)."""
+        torch = import_torch()
+        with torch.no_grad():
+            for p in model.parameters():
+                if id(p) not in in_blocks and p.device != self.device:
+                    p.data = p.data.to(self.device)
+            for module in model.modules():
+                for name, buf in module._buffers.items():
+                    if buf is not None and buf.device != self.device:
+                        module._buffers[name] = buf.to(self.device)
 
     def _place_state(self) -> None:
         torch = import_torch()
+        pinned = self._on_gpu
         for B in self._blocks:
-            flat = self._host_alloc(3 * B.numel * 4, self._on_gpu).view(torch.float32)
-            flat.zero_()
+            size = B.dtype.itemsize
+            state = self._host_alloc(3 * B.numel * 4, pinned).view(torch.float32).zero_()
             with torch.no_grad():
                 for p in B.params:
-                    B.part(flat, 0, p).copy_(p.param.detach().reshape(-1))
-            B.state = flat
+                    B.part(state, 0, p).copy_(p.param.detach().reshape(-1))
+            B.state = state
+            if self.weights == "stream":
+                B.weights = self._host_alloc(B.total * size, pinned).view(B.dtype).zero_()
+                B.grads = self._host_alloc(B.numel * size, pinned).view(B.dtype).zero_()
+            elif self._on_gpu:
+                B.grads = self._host_alloc(B.numel * size, True).view(B.dtype)
+                B.weights = self._host_alloc(B.numel * size, True).view(B.dtype)
             if self._on_gpu:
-                size = B.numel * B.dtype.itemsize
-                B.grads = self._host_alloc(size, True).view(B.dtype)
-                B.weights = self._host_alloc(size, True).view(B.dtype)
-                B.grads_landed = self.engine.event()
+                B.landed, B.updated = self.engine.event(), self.engine.event()
+
+    def _gradient_memory(self, B: Block) -> Any:
+        """More host memory like the block's gradients, on the tier (BlockStream's, for
+        a later micro-batch)."""
+        return self._host_alloc(B.numel * B.dtype.itemsize, self._on_gpu).view(B.dtype)
 
     def _place_rest(self) -> list[tuple[Any, Any, Any, Any]]:
         """(param, fp32 master, exp_avg, exp_avg_sq) in the device's memory for the
@@ -345,22 +269,25 @@ class ModelOffload:
         if update == "gpu":
             return UpdatePlan((), everything, None, None, None, "fixed: update='gpu'")
         cpu_rate, gpu_rate = self._measure_rates()
-        return self._split(cpu_rate, gpu_rate, "rates measured at set-up")
+        return plan_split(self._sizes(), cpu_rate, gpu_rate, "rates measured at set-up")
 
-    def _split(self, cpu_rate: float, gpu_rate: float, why: str) -> UpdatePlan:
-        sizes = {B.index: B.numel for B in self._blocks}
-        cpu, gpu = split(sizes, cpu_rate, gpu_rate)
-        predicted = max(
-            sum(sizes[i] for i in cpu) / cpu_rate, sum(sizes[i] for i in gpu) / gpu_rate
-        )
-        return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, predicted, why)
+    def _sizes(self) -> dict[int, int]:
+        return {B.index: B.numel for B in self._blocks}
+
+    def _bytes_per_param(self) -> int:
+        """What the GPU side moves over the link each way for a parameter: master and
+        moments, and streamed, the gradient in and the weight out."""
+        low = self._blocks[0].dtype.itemsize
+        return 12 + (low if self.weights == "stream" else 0)
 
     def _measure_rates(self) -> tuple[float, float]:
-        """Parameters per second of each side, on the largest block: the CPU step with a
-        zero learning rate and zero gradients (no state changes), and the state's copy
-        to the device beside its copy back (both directions at once, as in a step)."""
+        """Parameters per second of each side: the CPU step on the largest block with
+        a zero learning rate and zero gradients (the state is zero at set-up and stays
+        so; the weights written are the ones there), and the link carrying a piece of
+        state both ways at once, divided by what a parameter moves."""
         from .streams import Event
 
+        torch = import_torch()
         B = max(self._blocks, key=lambda b: b.numel)
         settings = AdamSettings(0.0, (0.9, 0.999), 1e-8, 0.0, True, False)
         grads = B.grads.zero_()
@@ -368,15 +295,16 @@ class ModelOffload:
         for _ in range(2):  # the first warms caches and page tables
             t0 = time.perf_counter()
             for p in B.params:
-                self._cpu_step(B, p, _piece(grads, p), 1, settings, weight=_piece(B.weights, p))
+                self._cpu_step(B, p, piece(grads, p), 1, settings, piece(B.weights, p))
             cpu_s = min(cpu_s, time.perf_counter() - t0)
         eng = self.engine
-        nbytes = 3 * B.numel * 4
+        n = 3 * self._chunk * 4
         host = eng.host_span(B.state)
-        into, out_of = (self._slots[0].data_ptr(), nbytes), (self._slots[1].data_ptr(), nbytes)
-        eng.copy_in(out_of, host)  # what goes back is what is there: the state is unchanged
+        host = (host[0], min(n, host[1]))
+        into, out_of = ((s[0].data_ptr(), host[1]) for s in self._slots[:2])
+        eng.copy_in(out_of, host)  # what goes back is what is there
         start, end_in, end_out = Event(), Event(), Event()
-        for _ in range(2):
+        for _ in range(3):
             start.record(_stream(eng.copy_in_stream))
             eng.wait(eng.copy_out_stream, start)
             eng.copy_in(into, host)
@@ -386,12 +314,9 @@ class ModelOffload:
             end_in.synchronize()
             end_out.synchronize()
             gpu_s = min(gpu_s, max(end_in.ms_since(start), end_out.ms_since(start)) / 1e3)
-        return B.numel / cpu_s, B.numel / gpu_s
-
-    def _record(self, stream: Any) -> Any:
-        event = self.engine.event()
-        self.engine.record(event, stream)
-        return event
+        torch.cuda.synchronize(self.device)
+        link = host[1] / gpu_s  # bytes per second each way
+        return B.numel / cpu_s, link / self._bytes_per_param()
 
     def plan(self) -> UpdatePlan:
         """Which blocks are updated on the CPU and which on the GPU, and why."""
@@ -405,10 +330,11 @@ class ModelOffload:
         bad = [i for i in chosen if i not in known]
         if bad:
             raise InvalidRequestError(
-                f"blocks {bad}: this model's blocks are {_ranges(sorted(known))}"
+                f"blocks {bad}: this model's blocks are {format_blocks(sorted(known))}"
             )
         if chosen and not self._on_gpu:
             raise InvalidRequestError("no GPU to update blocks on: the CPU updates them all")
+        self.synchronize()
         cpu = tuple(i for i in sorted(known) if i not in chosen)
         self._fixed = True
         self._plan = UpdatePlan(
@@ -416,167 +342,229 @@ class ModelOffload:
         )
         return self._plan
 
-    def _refine(self) -> None:
-        """After a step: when one side took more than BALANCED longer than the other,
-        split again by the rates the step showed."""
-        t = self.times
-        if self._fixed or not self._on_gpu or t.steps > REFINE_STEPS or not t.cpu_s or not t.gpu_s:
-            return
-        if not self._plan.cpu or not self._plan.gpu:  # a side without blocks shows no rate
-            return
-        if abs(t.cpu_s - t.gpu_s) <= BALANCED * max(t.cpu_s, t.gpu_s):
-            return
-        sizes = {B.index: B.numel for B in self._blocks}
-        cpu_rate = sum(sizes[i] for i in self._plan.cpu) / t.cpu_s
-        gpu_rate = sum(sizes[i] for i in self._plan.gpu) / t.gpu_s
-        self._plan = self._split(cpu_rate, gpu_rate, f"rates of step {t.steps}")
+    # --- waiting for a block's update ----------------------------------------------------
+    def _wait_for(self, B: Block, stream: Any) -> None:
+        """Until ``B``'s last update is done: the host for its CPU step (an error of the
+        step is raised here), ``stream`` for the copy or GPU update of its weights."""
+        pending = B.cpu_update
+        if pending is not None:
+            pending.result()
+        if self._on_gpu:
+            self.engine.wait(stream, B.updated)
+
+    def _forward_waiter(self, B: Block) -> Callable[..., None]:
+        torch = import_torch()
+
+        def before_forward(module: Any, args: Any) -> None:
+            self._wait_for(B, torch.cuda.current_stream(self.device))
+
+        waiter: Callable[..., None] = torch.compiler.disable(before_forward)
+        return waiter  # a compiled model calls it as it is
+
+    def _before_copy(self, position: int) -> None:
+        """Streamed: before the ring copies a block's home weights to the device."""
+        self._wait_for(self._blocks[position], self.engine.copy_in_stream)
 
     # --- the step ----------------------------------------------------------------------
     def _settings(self, groups: list[dict[str, Any]]) -> list[AdamSettings]:
-        decoupled = self._settings_class_decoupled
+        """Each group's settings now (a scheduler may move lr, and betas too)."""
         out = []
         for g in groups:
             lr = g["lr"]
             lr = float(lr.item()) if hasattr(lr, "item") else float(lr)
-            out.append(AdamSettings.from_group(g, lr=lr, decoupled=decoupled))
+            out.append(AdamSettings.from_group(g, lr=lr, decoupled=self._decoupled))
         return out
+
+    def _settle(self) -> None:
+        """The last step's update, finished: its CPU side waited for (its error raised),
+        both sides' times taken, and the split refined from them."""
+        for B in self._blocks:
+            if B.cpu_update is not None:
+                B.cpu_update.result()
+                B.cpu_update = None
+        if self._steps == 0:
+            return
+        gpu_s = 0.0
+        if self._gpu_window is not None:
+            start, end = self._gpu_window
+            end.synchronize()
+            gpu_s = end.ms_since(start) / 1e3
+            self._gpu_window = None
+        self.times.add(self._cpu_window[1] - self._cpu_window[0], gpu_s)
+        if not self._fixed and self._on_gpu:
+            new = refined(self._plan, self._sizes(), self.times)
+            if new is not None:
+                self._plan = new
 
     def _step(self, groups: list[dict[str, Any]]) -> None:
         torch = import_torch()
+        self._settle()
         settings = self._settings(groups)
         self._steps += 1
         step = self._steps
-        t0 = time.perf_counter()
         by_index = {B.index: B for B in self._blocks}
-        cpu_blocks = [by_index[i] for i in self._plan.cpu if _has_grads(by_index[i])]
-        gpu_blocks = [by_index[i] for i in self._plan.gpu if _has_grads(by_index[i])]
+        live = {
+            B.index: [p for p in B.params if p.param.grad is not None] for B in self._blocks
+        }  # decided here: the user may clear the gradients while the update runs
+        cpu_blocks = [by_index[i] for i in self._plan.cpu if live[i]]
+        gpu_blocks = [by_index[i] for i in self._plan.gpu if live[i]]
+        if self.stream is not None:
+            for B in cpu_blocks + gpu_blocks:
+                self.stream.invalidate(B)
         if not self._on_gpu:
+            t0 = time.perf_counter()
             for B in cpu_blocks:
-                for p in B.params:
-                    if p.param.grad is not None:
-                        self._cpu_step(
-                            B, p, _grad_of(p), step, settings[p.group], weight=p.param.data.view(-1)
-                        )
-            self.times.cpu_s = time.perf_counter() - t0
-        else:
-            from .streams import Event
-
-            current = torch.cuda.current_stream(self.device)
-            produced = self._record(current)  # the backward pass's gradients
-            self._copy_grads_out(cpu_blocks, produced)
-            cpu_done: Future[float] = self._worker.submit(
-                self._cpu_side, cpu_blocks, step, settings
-            )
-            start, end = Event(), Event()
-            start.record(_stream(self.engine.copy_in_stream))
-            self._gpu_side(gpu_blocks, produced, step, settings)
-            end.record(_stream(self.engine.copy_out_stream))
+                self._cpu_block(B, live[B.index], step, settings)
+            self._cpu_window = [t0, time.perf_counter()]
             self._rest_step(settings, step)
-            cpu_s = cpu_done.result()  # re-raises an error of the CPU side
-            self.engine.wait(current, self._record(self.engine.copy_in_stream))
-            current.wait_stream(self._update_stream)
-            end.synchronize()
-            self.times.cpu_s, self.times.gpu_s = (
-                cpu_s,
-                end.ms_since(start) / 1e3 if gpu_blocks else 0.0,
-            )
-        if not self._on_gpu:
-            self._rest_step(settings, step)
-        self.times.total_s = time.perf_counter() - t0
-        self.times.steps += 1
-        self.times.history.append((self.times.cpu_s, self.times.gpu_s))
-        self._refine()
+            return
+        current = torch.cuda.current_stream(self.device)
+        produced = self._record(current)  # the backward pass's gradients
+        if self.stream is None:
+            self._copy_grads_out(cpu_blocks, live, produced)
+        self._cpu_window = [0.0, 0.0]
+        for k, B in enumerate(cpu_blocks):
+            B.cpu_update = self._worker.submit(
+                self._cpu_block, B, live[B.index], step, settings,
+                first=k == 0, last=k == len(cpu_blocks) - 1,
+            )  # fmt: skip
+        if gpu_blocks:
+            self._gpu_side(gpu_blocks, live, produced, step, settings)
+        self._rest_step(settings, step)
+        if not self._overlap:
+            self.synchronize()
 
-    def _copy_grads_out(self, blocks: list[_Block], produced: Any) -> None:
+    def _record(self, stream: Any) -> Any:
+        event = self.engine.event()
+        self.engine.record(event, stream)
+        return event
+
+    def _copy_grads_out(
+        self, blocks: list[Block], live: dict[int, list[ParamSlot]], produced: Any
+    ) -> None:
+        """Resident: the CPU side's gradients to the tier, on the copy-out stream; each
+        block's CPU step waits for its own. The gradients' memory is kept until then."""
         eng = self.engine
         eng.wait(eng.copy_out_stream, produced)
-        self._in_flight = []  # gradients made contiguous for the copy live until the step ends
         for B in blocks:
             base, _ = eng.host_span(B.grads)
             size = B.dtype.itemsize
-            for p in B.params:
+            kept = []
+            for p in live[B.index]:
                 g = _grad_of(p)
-                self._in_flight.append(g)
+                kept.append(g)
                 eng.copy_out(
                     (base + p.offset * size, p.numel * size), (g.data_ptr(), p.numel * size)
                 )
-            eng.record(B.grads_landed, eng.copy_out_stream)
+            eng.record(B.landed, eng.copy_out_stream)
+            B.kept = kept
 
-    def _cpu_side(self, blocks: list[_Block], step: int, settings: list[AdamSettings]) -> float:
-        """The CPU's blocks (worker thread): wait for each one's gradients, step it,
-        copy its weights to the GPU. Returns the seconds it took."""
+    def _cpu_block(
+        self,
+        B: Block,
+        params: list[ParamSlot],
+        step: int,
+        settings: list[AdamSettings],
+        *,
+        first: bool = False,
+        last: bool = False,
+    ) -> None:
+        """One block's CPU step (on the worker thread, with a GPU): its gradients from
+        the tier (resident: once landed), the weights written where the next forward
+        pass reads them."""
+        if first:
+            self._cpu_window[0] = time.perf_counter()
         eng = self.engine
-        t0 = time.perf_counter()
-        for B in blocks:
-            eng.synchronize(B.grads_landed)
-            base, _ = eng.host_span(B.weights)
-            size = B.dtype.itemsize
-            for p in B.params:
-                if p.param.grad is None:
-                    continue
-                self._cpu_step(
-                    B, p, _piece(B.grads, p), step, settings[p.group], weight=_piece(B.weights, p)
-                )
-                eng.copy_in(
-                    (p.param.data_ptr(), p.numel * size), (base + p.offset * size, p.numel * size)
-                )
-        return time.perf_counter() - t0
+        resident_gpu = self._on_gpu and self.stream is None
+        if resident_gpu:
+            eng.synchronize(B.landed)
+            B.kept = []  # landed: the memory may go
+        size = B.dtype.itemsize
+        at = eng.host_span(B.weights)[0] if resident_gpu else 0
+        for p in params:
+            if B.grads is not None:  # the gradients on the tier
+                grad, weight = piece(B.grads, p), piece(B.weights, p)
+            else:  # the CPU, resident: the parameter's own
+                grad, weight = _grad_of(p), p.param.data.view(-1)
+            self._cpu_step(B, p, grad, step, settings[p.group], weight)
+            if resident_gpu:
+                src = (at + p.offset * size, p.numel * size)
+                eng.copy_in((p.param.data_ptr(), p.numel * size), src)
+        if resident_gpu:
+            eng.record(B.updated, eng.copy_in_stream)
+        if last:
+            self._cpu_window[1] = time.perf_counter()
 
     def _cpu_step(
-        self,
-        B: _Block,
-        p: _Param,
-        grad: Any,
-        step: int,
-        settings: AdamSettings,
-        weight: Any | None = None,
+        self, B: Block, p: ParamSlot, grad: Any, step: int, settings: AdamSettings, weight: Any
     ) -> None:
         state = (B.part(B.state, 0, p), B.part(B.state, 1, p), B.part(B.state, 2, p))
-        self._cpu.step(state, grad, weight, step, settings)
+        out = None if weight.data_ptr() == state[0].data_ptr() else weight
+        self._cpu.step(state, grad, out, step, settings)
 
     def _gpu_side(
-        self, blocks: list[_Block], produced: Any, step: int, settings: list[AdamSettings]
+        self,
+        blocks: list[Block],
+        live: dict[int, list[ParamSlot]],
+        produced: Any,
+        step: int,
+        settings: list[AdamSettings],
     ) -> None:
-        """Enqueue the GPU's blocks: state in, fused update, state out, through the
-        three device buffers; the host does not wait."""
+        """Enqueue the GPU's blocks piece by piece: state (and streamed, gradients) in,
+        fused update, state (and streamed, weights) out, through three device buffers;
+        the host does not wait."""
         torch = import_torch()
         eng = self.engine
         ev = self._events
         upd = self._update_stream
+        streamed = self.stream is not None
         eng.wait(upd, produced)
         step_t = torch.full((), float(step), dtype=torch.float32, device=self.device)
-        for j, B in enumerate(blocks):
-            s = j % GPU_SLOTS
-            slot = self._slots[s]
-            nbytes = 3 * B.numel * 4
-            eng.wait(eng.copy_in_stream, ev["free"][s])
-            eng.copy_in((slot.data_ptr(), nbytes), eng.host_span(B.state))
-            eng.record(ev["loaded"][s], eng.copy_in_stream)
-            eng.wait(upd, ev["loaded"][s])
-            with torch.cuda.stream(upd):
-                by_group: dict[int, list[_Param]] = {}
-                for p in B.params:
-                    if p.param.grad is not None:
-                        by_group.setdefault(p.group, []).append(p)
-                for g, params in by_group.items():
-                    grads = [B.part(slot, 3, p) for p in params]
-                    for g32, p in zip(grads, params, strict=True):
-                        g32.copy_(_grad_of(p))
-                    masters = [B.part(slot, 0, p) for p in params]
-                    gpu_adam_step(
-                        masters,
-                        grads,
-                        [B.part(slot, 1, p) for p in params],
-                        [B.part(slot, 2, p) for p in params],
-                        step_t,
-                        settings[g],
-                    )
-                    for m, p in zip(masters, params, strict=True):
-                        p.param.data.view(-1).copy_(m)
-            eng.record(ev["updated"][s], upd)
-            eng.wait(eng.copy_out_stream, ev["updated"][s])
-            eng.copy_out(eng.host_span(B.state), (slot.data_ptr(), nbytes))
-            eng.record(ev["free"][s], eng.copy_out_stream)
+        start, end = self._timing
+        start.record(_stream(eng.copy_in_stream))
+        c = self._chunk
+        j = 0
+        for B in blocks:
+            state = eng.host_span(B.state)[0]
+            grads = eng.host_span(B.grads)[0] if streamed else 0
+            weights = eng.host_span(B.weights)[0] if streamed else 0
+            low = B.dtype.itemsize
+            params = live[B.index]
+            for a, b, g in chunks_of(B, c, params):
+                s = j % GPU_SLOTS
+                j += 1
+                n = b - a
+                f32, lows = self._slots[s]
+                master, m, v, g32 = (f32[k * c : k * c + n] for k in range(4))
+                gin, wout = lows[:n], lows[c : c + n]
+                eng.wait(eng.copy_in_stream, ev["free"][s])
+                for k, t in enumerate((master, m, v)):
+                    eng.copy_in((t.data_ptr(), n * 4), (state + (k * B.numel + a) * 4, n * 4))
+                if streamed:
+                    eng.copy_in((gin.data_ptr(), n * low), (grads + a * low, n * low))
+                eng.record(ev["loaded"][s], eng.copy_in_stream)
+                eng.wait(upd, ev["loaded"][s])
+                with torch.cuda.stream(upd):
+                    if streamed:
+                        g32.copy_(gin)
+                    else:
+                        _gather_grads(g32, a, b, params, upd)
+                    gpu_adam_step([master], [g32], [m], [v], step_t, settings[g])
+                    if streamed:
+                        wout.copy_(master)
+                    else:
+                        _scatter_weights(master, a, b, params)
+                eng.record(ev["updated"][s], upd)
+                eng.wait(eng.copy_out_stream, ev["updated"][s])
+                for k, t in enumerate((master, m, v)):
+                    eng.copy_out((state + (k * B.numel + a) * 4, n * 4), (t.data_ptr(), n * 4))
+                if streamed:
+                    eng.copy_out((weights + a * low, n * low), (wout.data_ptr(), n * low))
+                eng.record(ev["free"][s], eng.copy_out_stream)
+            # where the next forward pass finds the block's new weights
+            eng.record(B.updated, eng.copy_out_stream if streamed else upd)
+        end.record(_stream(eng.copy_out_stream))
+        self._gpu_window = (start, end)
         step_t.record_stream(upd)
 
     def _rest_step(self, settings: list[AdamSettings], step: int) -> None:
@@ -619,13 +607,32 @@ class ModelOffload:
                 if m.data_ptr() != p.data.data_ptr():
                     p.data.copy_(m)
 
+    # --- the model's own state ---------------------------------------------------------
+    def _before_model_state(self, module: Any, prefix: str, keep_vars: bool) -> None:
+        self.synchronize()  # the weights of an update in flight are not the ones saved
+
+    def _after_model_load(self, module: Any, incompatible: Any) -> None:
+        """The model's weights were loaded: the masters follow them (an optimizer
+        state loaded after this sets the saved fp32 masters)."""
+        torch = import_torch()
+        self.synchronize()
+        with torch.no_grad():
+            for B in self._blocks:
+                for p in B.params:
+                    B.part(B.state, 0, p).copy_(p.param.detach().reshape(-1))
+                if self.stream is not None:
+                    self.stream.invalidate(B)
+            for p, master, _, _ in self._rest_state:
+                if master.data_ptr() != p.data.data_ptr():
+                    master.copy_(p.detach())
+
     # --- what users ask ------------------------------------------------------------------
     def host_tensors(self) -> list[Any]:
-        """The host memory on the tier: each block's state (and its gradient and weight
-        buffers on a GPU)."""
+        """The host memory on the tier: each block's state, and its gradients and
+        weights where they are kept there."""
         out = []
         for B in self._blocks:
-            out += [t for t in (B.state, B.grads, B.weights) if t is not None]
+            out += [t for t in (B.state, B.grads, B.weights, B.incoming) if t is not None]
         return out
 
     def pages_by_node(self) -> dict[int, int]:
@@ -641,6 +648,7 @@ class ModelOffload:
 
     def master_weights(self, param: Any) -> Any:
         """The fp32 master copy of a block's parameter (a view of the tier's memory)."""
+        self.synchronize()
         for B in self._blocks:
             for p in B.params:
                 if p.param is param:
@@ -655,14 +663,13 @@ class ModelOffload:
         out = []
         for B in self._blocks:
             for p in B.params:
-                out.append(
-                    (p.param, *(B.part(B.state, k, p).view(p.param.shape) for k in range(3)))
-                )
+                out.append((p.param, *(B.part(B.state, k, p).view(p.shape) for k in range(3))))
         return out + list(self._rest_state)
 
     def _state_dict(self, base: dict[str, Any]) -> dict[str, Any]:
         """The optimizer's state as torch's Adam saves it (by parameter index, fp32
         tensors copied off the tier), with each parameter's fp32 master beside it."""
+        self.synchronize()
         index = {
             id(p): i
             for i, p in enumerate(p for g in self.optimizer.param_groups for p in g["params"])
@@ -706,35 +713,68 @@ class ModelOffload:
                 a.copy_(st["exp_avg"])
                 b.copy_(st["exp_avg_sq"])
                 p.data.copy_(master.view(p.shape))
+        if self.stream is not None:
+            for B in self._blocks:
+                self.stream.invalidate(B)
         steps = {int(st["step"]) for _, st in checked}
         self._steps = max(steps, default=0)
 
     def synchronize(self) -> None:
-        """Wait for the update's copies in flight."""
+        """Wait for the update in flight: every block's step, every copy."""
+        for B in self._blocks:
+            if B.cpu_update is not None:
+                B.cpu_update.result()
         if self._on_gpu:
             import_torch().cuda.synchronize(self.device)
 
     def close(self) -> None:
-        """Stop the CPU step's threads and free the device buffers."""
+        """Wait for what is in flight, remove the hooks, stop the CPU step's threads
+        and free the device buffers (streamed parameters stay home, on the tier)."""
         self.synchronize()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self.stream is not None:
+            self.stream.close()
         self._worker.shutdown(wait=True)
         self._cpu.close()
         self._slots = []
 
 
-def _piece(flat: Any, p: _Param) -> Any:
-    return flat[p.offset : p.offset + p.numel]
-
-
-def _grad_of(p: _Param) -> Any:
+def _grad_of(p: ParamSlot) -> Any:
     g = p.param.grad
     if not g.is_contiguous():
         g = g.contiguous()
     return g.view(-1)
 
 
-def _has_grads(B: _Block) -> bool:
-    return any(p.param.grad is not None for p in B.params)
+def _overlap(a: int, b: int, p: ParamSlot) -> tuple[int, int]:
+    """The part of ``p`` in elements [a, b) of the block's layout, as (start, end) in
+    the layout (empty where there is none)."""
+    return max(a, p.offset), min(b, p.offset + p.numel)
+
+
+def _gather_grads(g32: Any, a: int, b: int, params: list[ParamSlot], stream: Any) -> None:
+    """Resident: the gradients of [a, b) into the fp32 piece ``g32`` (gaps zero); each
+    gradient's memory is kept for ``stream``, which reads it."""
+    if sum(max(0, hi - lo) for lo, hi in (_overlap(a, b, p) for p in params)) < b - a:
+        g32.zero_()
+    for p in params:
+        lo, hi = _overlap(a, b, p)
+        if lo >= hi:
+            continue
+        g = _grad_of(p)
+        g32[lo - a : hi - a].copy_(g[lo - p.offset : hi - p.offset])
+        g.record_stream(stream)
+        p.param.grad.record_stream(stream)
+
+
+def _scatter_weights(master: Any, a: int, b: int, params: list[ParamSlot]) -> None:
+    """Resident: the new weights of [a, b) from the fp32 piece into the parameters."""
+    for p in params:
+        lo, hi = _overlap(a, b, p)
+        if lo < hi:
+            p.param.data.view(-1)[lo - p.offset : hi - p.offset].copy_(master[lo - a : hi - a])
 
 
 def _stream(stream: Any) -> Any:

@@ -51,6 +51,12 @@ class Stream:
         self._destroy = _borrowed
         return self
 
+    @property
+    def address(self) -> int:
+        """The handle as a number (what ``torch.cuda.ExternalStream`` takes)."""
+        ffi, _ = drv.driver()
+        return int(ffi.cast("uintptr_t", self.handle))
+
     def synchronize(self) -> None:
         """Wait until everything enqueued on the stream is done."""
         _, lib = drv.driver()

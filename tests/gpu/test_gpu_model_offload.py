@@ -1,7 +1,10 @@
-"""A whole Hugging Face model trained with its blocks' optimizer state on a tier, on the
-GPU machine: equal to training all in HBM with fp32 masters, with the update on the CPU,
-on the GPU and split; the habits of a training loop (accumulation, clipping, a
-scheduler, activation checkpointing); a save and load that resumes; state on the node."""
+"""A whole Hugging Face model trained with its blocks' optimizer state (and, streamed,
+their weights) on a tier, on the GPU machine: equal to training all in HBM with fp32
+masters, with the update on the CPU, on the GPU and split, overlapped with the next
+forward pass or not; the habits of a training loop (accumulation, clipping, a scheduler,
+activation checkpointing of both kinds, torch.compile); a save and load that resumes;
+generate; state on the node; a streamed model built on the CPU that the GPU never
+holds whole."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from typing import Any
 import pytest
 
 import pycxl
+from pycxl.numa.pages import pages_by_node
 from pycxl.system import snapshot
+from tests.training import train as _train
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -19,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 LR = 1e-3
 
 
-def _llama(layers: int = 4) -> Any:
+def _llama(layers: int = 4, device: str = "cuda") -> Any:
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
         vocab_size=512,
@@ -30,7 +35,7 @@ def _llama(layers: int = 4) -> Any:
         num_key_value_heads=2,
         max_position_embeddings=128,
     )
-    return transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
+    return transformers.LlamaForCausalLM(cfg).to(device, torch.bfloat16)
 
 
 def _data(steps: int, micro: int = 1) -> list[list[Any]]:
@@ -60,36 +65,19 @@ class _Reference:
             p.grad = None
 
 
-def _train(
-    model: Any, opt: Any, data: list[list[Any]], *, clip: float | None = None, sched: Any = None
-) -> list[float]:
-    losses = []
-    for micro in data:
-        total = 0.0
-        for x in micro:
-            loss = model(input_ids=x, labels=x).loss / len(micro)
-            loss.backward()
-            total += float(loss.detach())
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad()
-        if sched is not None:
-            sched.step()
-        losses.append(total)
-    return losses
-
-
-def _offload(model: Any, update: str = "auto") -> Any:
+def _offload(model: Any, update: str = "auto", **kwargs: Any) -> Any:
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    return pycxl.offload_model(model, "dram0", "gpu0", optimizer=opt, update=update)
+    return pycxl.offload_model(model, "dram0", "gpu0", optimizer=opt, update=update, **kwargs)
 
 
+@pytest.mark.parametrize("weights", ["resident", "stream"])
 @pytest.mark.parametrize("update", ["cpu", "gpu", "split"])
-def test_training_equals_fp32_masters_in_hbm_wherever_the_blocks_are_updated(update: str) -> None:
+def test_training_equals_fp32_masters_in_hbm_wherever_the_blocks_are_updated(
+    update: str, weights: str
+) -> None:
     ref_model = _llama()
     model = copy.deepcopy(ref_model)
-    off = _offload(model, "auto" if update == "split" else update)
+    off = _offload(model, "auto" if update == "split" else update, weights=weights)
     if update == "split":
         off.set_plan(gpu=[1, 3])
     data = _data(6)
@@ -105,13 +93,19 @@ def test_training_equals_fp32_masters_in_hbm_wherever_the_blocks_are_updated(upd
     off.close()
 
 
-def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_in_hbm() -> None:
+@pytest.mark.parametrize(
+    ("weights", "reentrant"), [("resident", None), ("stream", True), ("stream", False)]
+)
+def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_in_hbm(
+    weights: str, reentrant: bool | None
+) -> None:
     ref_model = _llama()
     model = copy.deepcopy(ref_model)
+    kwargs = None if reentrant is None else {"use_reentrant": reentrant}
     for m in (ref_model, model):
-        m.gradient_checkpointing_enable()
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         m.train()
-    off = _offload(model)
+    off = _offload(model, weights=weights)
     ref = _Reference(ref_model)
     data = _data(4, micro=2)
     want = _train(
@@ -133,9 +127,10 @@ def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_in_hbm() -
     off.close()
 
 
-def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any) -> None:
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, weights: str) -> None:
     model = _llama()
-    off = _offload(model)
+    off = _offload(model, weights=weights)
     data = _data(6)
     _train(model, off.optimizer, data[:3])
     torch.save({"model": model.state_dict(), "opt": off.optimizer.state_dict()}, tmp_path / "ck.pt")
@@ -143,8 +138,8 @@ def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any) ->
     off.close()
     saved = torch.load(tmp_path / "ck.pt")
     fresh = _llama()
-    fresh.load_state_dict(saved["model"])
-    off2 = _offload(fresh)
+    off2 = _offload(fresh, weights=weights)
+    fresh.load_state_dict(saved["model"])  # into the offloaded model: the masters follow
     off2.optimizer.load_state_dict(saved["opt"])
     assert _train(fresh, off2.optimizer, data[3:]) == pytest.approx(after, abs=1e-3)
     off2.close()
@@ -157,3 +152,90 @@ def test_the_plan_names_every_block_once_with_rates_measured_here() -> None:
     assert plan.cpu_rate and plan.cpu_rate > 0 and plan.gpu_rate and plan.gpu_rate > 0
     assert "G parameters/s" in str(plan)
     off.close()
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_an_update_beside_the_next_forward_pass_trains_as_one_that_waits(weights: str) -> None:
+    first, second = _llama(), _llama()
+    off_a = _offload(first, weights=weights, overlap=True)
+    off_b = _offload(second, weights=weights, overlap=False)
+    for off in (off_a, off_b):
+        off.set_plan(gpu=[1, 3])
+    data = _data(5)
+    want = _train(second, off_b.optimizer, data)
+    assert _train(first, off_a.optimizer, data) == pytest.approx(want, abs=1e-2)
+    off_a.close()
+    off_b.close()
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_a_parameter_without_a_gradient_is_not_stepped_on_either_side(weights: str) -> None:
+    ref_model = _llama()
+    model = copy.deepcopy(ref_model)
+    off = _offload(model, weights=weights)
+    off.set_plan(gpu=[0, 1])
+    ref = _Reference(ref_model)
+    x = _data(1)[0][0]
+    for m, o in ((ref_model, ref), (model, off.optimizer)):
+        m(input_ids=x, labels=x).loss.backward()
+        for i in (0, 3):  # one block of each side
+            m.model.layers[i].mlp.down_proj.weight.grad = None
+        o.step()
+        o.zero_grad()
+    off.synchronize()
+    init = _llama()
+    for i in (0, 3):
+        got = model.model.layers[i].mlp.down_proj.weight.float().cpu()
+        assert torch.equal(got, init.model.layers[i].mlp.down_proj.weight.float().cpu())
+    for a, b in zip(ref_model.parameters(), model.parameters(), strict=True):
+        assert (a.float().cpu() - b.float().cpu()).abs().max().item() < 2e-2
+    off.close()
+
+
+def test_a_streamed_model_built_on_the_cpu_never_sits_whole_on_the_gpu() -> None:
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    ref_model = _llama(8)
+    model = _llama(8, device="cpu")
+    blocks_bytes = sum(p.numel() * 2 for p in model.model.layers.parameters())
+    one_block = blocks_bytes // 8
+    off = _offload(model, weights="stream", lookahead=1)
+    held = (
+        torch.cuda.memory_allocated()
+        - base
+        - sum(p.numel() * p.element_size() for p in ref_model.parameters())
+    )  # what the offload holds beyond the reference model itself
+    ring = 2 * one_block  # lookahead + 1 blocks
+    assert held < ring + blocks_bytes // 2, (held, blocks_bytes)
+    layer = model.model.layers[5].mlp.up_proj.weight
+    node = snapshot(gpus=False).resolve("dram0").node
+    assert layer.device.type == "cpu"
+    assert set(pages_by_node(layer.detach())) == {node}
+    ref = _Reference(ref_model)
+    data = _data(4)
+    want = _train(ref_model, ref, data)
+    got = _train(model, off.optimizer, data)
+    assert got == pytest.approx(want, abs=2e-2)
+    x = data[0][0]
+    model(input_ids=x, labels=x).loss.backward()
+    assert layer.grad is not None and layer.grad.device.type == "cpu"
+    assert set(pages_by_node(layer.grad)) == {node}
+    off.optimizer.zero_grad()
+    prompt = x[:1, :8]
+    with torch.no_grad():
+        tokens = model.generate(prompt, max_new_tokens=8, do_sample=False)
+        assert torch.equal(tokens, ref_model.generate(prompt, max_new_tokens=8, do_sample=False))
+    off.close()
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_a_compiled_model_trains_as_the_uncompiled_one(weights: str) -> None:
+    first, second = _llama(2), _llama(2)
+    off_a = _offload(first, weights=weights)
+    off_b = _offload(second, weights=weights)
+    compiled = torch.compile(first)
+    data = _data(3)
+    got = _train(compiled, off_a.optimizer, data)
+    assert got == pytest.approx(_train(second, off_b.optimizer, data), abs=2e-2)
+    off_a.close()
+    off_b.close()

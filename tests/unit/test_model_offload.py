@@ -1,7 +1,9 @@
 """offload_model without a GPU, on this machine's DRAM node: a tiny Hugging Face Llama
-trains equal to plain PyTorch AdamW, with gradient accumulation, clipping, a scheduler
-and activation checkpointing; its state dict resumes; the fused CPU step equals
-torch.optim's; the split of blocks between the sides; bad input refused by name."""
+trains equal to plain PyTorch AdamW, its blocks' weights resident or streamed from the
+node, with gradient accumulation, clipping, a scheduler and activation checkpointing
+(both kinds); its state dicts resume; frozen parameters stay as they are; the fused CPU
+step equals torch.optim's; the split of blocks between the sides and its pieces; bad
+input refused by name."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import pytest
 import pycxl
 from pycxl.errors import InvalidRequestError
 from pycxl.gpu.adam_step import AdamSettings, CpuAdam
-from pycxl.gpu.model_offload import find_blocks, split
+from pycxl.gpu.block_layout import chunks_of, find_blocks, layout_blocks
+from pycxl.gpu.update_plan import StepTimes, plan_split, refined, split
+from pycxl.numa.pages import pages_by_node
 from pycxl.system import snapshot
+from tests.training import train as _train
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -42,34 +47,15 @@ def _data(steps: int, micro: int = 1) -> list[list[Any]]:
     ]
 
 
-def _train(
-    model: Any, opt: Any, data: list[list[Any]], *, clip: float | None = None, sched: Any = None
-) -> list[float]:
-    losses = []
-    for micro in data:
-        total = 0.0
-        for x in micro:
-            loss = model(input_ids=x, labels=x).loss / len(micro)
-            loss.backward()
-            total += float(loss.detach())
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad()
-        if sched is not None:
-            sched.step()
-        losses.append(total)
-    return losses
-
-
 def _adamw(model: Any) -> Any:
     return torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
 
 
-def _pair(layers: int = 3) -> tuple[Any, Any, Any]:
+def _pair(layers: int = 3, weights: str = "resident") -> tuple[Any, Any, Any]:
     ref = _llama(layers)
     model = copy.deepcopy(ref)
-    return ref, model, pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model))
+    off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights=weights)
+    return ref, model, off
 
 
 def test_a_llama_trains_equal_to_plain_adamw_with_its_state_on_the_node() -> None:
@@ -88,10 +74,16 @@ def test_a_llama_trains_equal_to_plain_adamw_with_its_state_on_the_node() -> Non
     off.close()
 
 
-def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_plain_pytorch() -> None:
-    ref, model, off = _pair()
+@pytest.mark.parametrize(
+    ("weights", "reentrant"), [("resident", None), ("stream", True), ("stream", False)]
+)
+def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_plain_pytorch(
+    weights: str, reentrant: bool | None
+) -> None:
+    ref, model, off = _pair(weights=weights)
+    kwargs = None if reentrant is None else {"use_reentrant": reentrant}
     for m in (ref, model):
-        m.gradient_checkpointing_enable()
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         m.train()
     opt = _adamw(ref)
     data = _data(4, micro=2)
@@ -213,3 +205,149 @@ def test_optimizers_and_settings_it_cannot_hold_are_refused_before_anything_is_p
     with pytest.raises(InvalidRequestError, match=r"blocks \[7\]"):
         off.set_plan(gpu=[7])
     off.close()
+
+
+def test_streamed_blocks_live_on_the_node_and_visit_the_ring_only_while_they_run() -> None:
+    ref, model, off = _pair(weights="stream")
+    data = _data(4, micro=2)
+    want = _train(ref, _adamw(ref), data)
+    assert _train(model, off.optimizer, data) == pytest.approx(want, abs=1e-5)
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-4)  # the fused step rounds as the for-loop Adam
+    layer = model.model.layers[1].mlp.up_proj.weight
+    node = snapshot(gpus=False).resolve("dram0").node
+    home = {n for n in pages_by_node(layer.detach())}
+    assert home == {node}  # between passes a block's parameter is its memory on the tier
+    stats = off.stream.ring.stats
+    assert stats.copies_in + stats.reused == 2 * 3 * 8  # each block: a forward, a backward
+    x = data[0][0]
+    loss = model(input_ids=x, labels=x).loss
+    loss.backward()
+    grad = layer.grad
+    assert grad is not None and grad.device.type == "cpu"
+    assert set(pages_by_node(grad)) == {node}  # the gradient came home
+    off.optimizer.zero_grad()
+    pages = off.pages_by_node()
+    assert set(pages) == {node} and pages[node] >= 3 * 3  # state, weights, gradients
+    off.close()
+
+
+def test_frozen_parameters_stream_and_stay_as_they_are() -> None:
+    ref = _llama()
+    model = copy.deepcopy(ref)
+    for m in (ref, model):
+        for layer in m.model.layers:
+            layer.self_attn.requires_grad_(False)  # adapters' way: part of each block frozen
+    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+
+    def adamw(m: Any) -> Any:
+        return torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=LR)
+
+    off = pycxl.offload_model(model, "dram0", None, optimizer=adamw(model), weights="stream")
+    data = _data(3)
+    want = _train(ref, adamw(ref), data)
+    assert _train(model, off.optimizer, data) == pytest.approx(want, abs=1e-5)
+    assert torch.equal(model.model.layers[0].self_attn.q_proj.weight, before)
+    off.close()
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_a_parameter_without_a_gradient_is_not_stepped(weights: str) -> None:
+    ref, model, off = _pair(weights=weights)
+    opt = _adamw(ref)
+    x = _data(1)[0][0]
+    for m, o in ((ref, opt), (model, off.optimizer)):
+        m(input_ids=x, labels=x).loss.backward()
+        m.model.layers[1].mlp.down_proj.weight.grad = None  # as Adam skips it, so must we
+        o.step()
+        o.zero_grad()
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert torch.equal(
+        ref.model.layers[1].mlp.down_proj.weight, model.model.layers[1].mlp.down_proj.weight
+    )
+    off.close()
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_weights_loaded_into_the_model_become_the_masters(weights: str) -> None:
+    ref, model, off = _pair(weights=weights)
+    other = _llama()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    model.load_state_dict(other.state_dict())
+    ref.load_state_dict(other.state_dict())
+    data = _data(2)
+    assert _train(model, off.optimizer, data) == pytest.approx(
+        _train(ref, _adamw(ref), data), abs=1e-5
+    )
+    off.close()
+
+
+def test_a_streamed_model_saved_and_loaded_resumes_and_generates_the_same_tokens(
+    tmp_path: Any,
+) -> None:
+    _, model, off = _pair(weights="stream")
+    data = _data(6)
+    _train(model, off.optimizer, data[:3])
+    torch.save({"model": model.state_dict(), "opt": off.optimizer.state_dict()}, tmp_path / "c.pt")
+    after = _train(model, off.optimizer, data[3:])
+    off.close()
+    saved = torch.load(tmp_path / "c.pt")
+    fresh = _llama()
+    off2 = pycxl.offload_model(fresh, "dram0", None, optimizer=_adamw(fresh), weights="stream")
+    fresh.load_state_dict(saved["model"])
+    off2.optimizer.load_state_dict(saved["opt"])
+    assert _train(fresh, off2.optimizer, data[3:]) == pytest.approx(after, abs=1e-5)
+    plain = _llama()
+    plain.load_state_dict(fresh.state_dict())
+    prompt = data[0][0][:1, :8]
+    kwargs = {"max_new_tokens": 6, "do_sample": False}
+    with torch.no_grad():
+        assert torch.equal(fresh.generate(prompt, **kwargs), plain.generate(prompt, **kwargs))
+    off2.close()
+
+
+def test_the_gpu_side_takes_blocks_in_pieces_of_one_group() -> None:
+    model = _llama(2)
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    flat = [p for p in model.parameters() if p.ndim <= 1]
+    group_of = {id(p): 0 for p in decay} | {id(p): 1 for p in flat}
+    (B, _) = layout_blocks(list(model.model.layers), group_of, with_frozen=False)
+    pieces = chunks_of(B, 5000)
+    assert all(b - a <= 5000 for a, b, _ in pieces)
+    for p in B.params:  # every element of every parameter in exactly one piece of its group
+        covered = sum(
+            min(b, p.offset + p.numel) - max(a, p.offset)
+            for a, b, g in pieces
+            if g == p.group and a < p.offset + p.numel and b > p.offset
+        )
+        assert covered == p.numel
+    some = B.params[:2]
+    assert max(b for _, b, _ in chunks_of(B, 5000, some)) <= some[1].offset + some[1].numel + 63
+
+
+def test_the_split_is_refined_from_the_step_times_only_while_the_sides_differ() -> None:
+    sizes = {i: 100 for i in range(8)}
+    plan = plan_split(sizes, 100.0, 100.0, "set-up")
+    assert plan.predicted_s == pytest.approx(4.0)
+    times = StepTimes()
+    times.add(cpu_s=4.0, gpu_s=4.2)
+    assert refined(plan, sizes, times) is None  # within 10%
+    times.add(cpu_s=8.0, gpu_s=4.0)
+    new = refined(plan, sizes, times)
+    assert new is not None and len(new.gpu) > len(new.cpu) and "step 2" in new.why
+    for _ in range(3):
+        times.add(cpu_s=8.0, gpu_s=4.0)
+    assert refined(plan, sizes, times) is None  # after the first steps the split stays
+
+
+def test_stream_settings_are_checked_where_they_enter() -> None:
+    model = _llama()
+    with pytest.raises(InvalidRequestError, match="weights 'disk'"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="disk")
+    with pytest.raises(InvalidRequestError, match="lookahead 0"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=0)
+    with pytest.raises(InvalidRequestError, match="overlap 'yes'"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), overlap="yes")

@@ -1,0 +1,148 @@
+"""The repeated blocks of a model (a transformer's layers) laid out in flat memory on a
+tier: each block's trainable parameters first, in order, each starting aligned, then
+its frozen ones. The same element offsets index the block's weights, gradients and
+optimizer state (fp32 ``[master | exp_avg | exp_avg_sq]``), so one offset moves a
+parameter's piece between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidRequestError
+from .torch_offload import import_torch
+
+ALIGN_ELEMENTS = 64  # 128 bytes of bf16, 256 of fp32: every piece starts aligned
+
+
+@dataclass
+class ParamSlot:
+    """One parameter of a block and where it sits in the block's flat layout."""
+
+    param: Any
+    group: int  # index into the optimizer's param_groups (-1: frozen)
+    offset: int  # in elements
+    numel: int
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Block:
+    """One block: its parameters, its memory on the tier, and its update in flight."""
+
+    index: int
+    module: Any
+    params: list[ParamSlot]  # trainable: they have gradients and state
+    frozen: list[ParamSlot]  # streamed with the weights, never updated
+    numel: int  # elements of the trainable span, alignment included
+    total: int  # elements of the whole layout (trainable and frozen)
+    dtype: Any
+    state: Any = None  # fp32 host tensor [master | exp_avg | exp_avg_sq], numel each
+    grads: Any = None  # host tensor (dtype, numel): the gradients a CPU or GPU step reads
+    weights: Any = None  # host tensor (dtype): new weights (resident), the home (stream)
+    incoming: Any = None  # host tensor: a later micro-batch's gradients, added into grads
+    chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, group)
+    cpu_update: Future[None] | None = None  # the CPU step of this block in flight
+    updated: Any = None  # event: the new weights are where the next forward reads them
+    landed: Any = None  # event: the block's gradients have reached host memory
+    kept: list[Any] = field(default_factory=list)  # device gradients until they land
+
+    def part(self, flat: Any, which: int, p: ParamSlot) -> Any:
+        """``p``'s piece of region ``which`` (0 master, 1 exp_avg, 2 exp_avg_sq) of a
+        flat fp32 tensor laid out like ``state``."""
+        at = which * self.numel + p.offset
+        return flat[at : at + p.numel]
+
+    @property
+    def everything(self) -> list[ParamSlot]:
+        return self.params + self.frozen
+
+
+def piece(flat: Any, p: ParamSlot) -> Any:
+    """``p``'s elements of a flat tensor laid out like the block's weights."""
+    return flat[p.offset : p.offset + p.numel]
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+
+
+def layout_blocks(
+    modules: list[Any], group_of: Mapping[int, int], *, with_frozen: bool
+) -> list[Block]:
+    """A Block for each module that has parameters to keep: trainable ones (their group
+    from ``group_of``, by id), and with ``with_frozen`` the frozen ones too. A block
+    whose parameters mix dtypes is refused by name."""
+    out = []
+    seen: set[int] = set()
+    for i, module in enumerate(modules):
+        params = [p for p in module.parameters() if id(p) not in seen]
+        seen.update(id(p) for p in params)
+        trainable = [p for p in params if p.requires_grad]
+        frozen = [p for p in params if not p.requires_grad] if with_frozen else []
+        kept = trainable + frozen
+        dtypes = {p.dtype for p in kept}
+        if len(dtypes) > 1:
+            raise InvalidRequestError(
+                f"block {i} mixes parameter dtypes {sorted(map(str, dtypes))}: give its "
+                "parameters one dtype (model.to(torch.bfloat16))"
+            )
+        at, slots = 0, []
+        for p in trainable:
+            slots.append(ParamSlot(p, group_of[id(p)], at, p.numel(), tuple(p.shape)))
+            at += _aligned(p.numel())
+        numel = at
+        still = []
+        for p in frozen:
+            still.append(ParamSlot(p, -1, at, p.numel(), tuple(p.shape)))
+            at += _aligned(p.numel())
+        if kept:
+            out.append(Block(i, module, slots, still, numel, at, kept[0].dtype))
+    if not any(B.params for B in out):
+        raise InvalidRequestError("the blocks have no trainable parameters")
+    return out
+
+
+def chunks_of(
+    block: Block, limit: int, params: list[ParamSlot] | None = None
+) -> list[tuple[int, int, int]]:
+    """The block's trainable span (or that of ``params``, the ones to update) in pieces
+    of at most ``limit`` elements, each within one param group (the GPU side updates a
+    piece at a time, so its device buffers stay small): (start, end, group), alignment
+    gaps inside a run of one group's neighbouring parameters included."""
+    out: list[tuple[int, int, int]] = []
+    runs: list[list[int]] = []  # [start, end, group]
+    for p in block.params if params is None else params:
+        if runs and runs[-1][2] == p.group and runs[-1][1] == p.offset:
+            runs[-1][1] = p.offset + _aligned(p.numel)
+        else:
+            runs.append([p.offset, p.offset + _aligned(p.numel), p.group])
+    for start, end, group in runs:
+        end = min(end, block.numel)
+        for a in range(start, end, limit):
+            out.append((a, min(a + limit, end), group))
+    return out
+
+
+def find_blocks(model: Any) -> list[Any]:
+    """The model's repeated blocks: the ``ModuleList`` holding the most parameters whose
+    entries are all of one type (a transformer's layers)."""
+    torch = import_torch()
+    best: list[Any] = []
+    best_size = 0
+    for module in model.modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
+            continue
+        kinds = {type(m) for m in module}
+        size = sum(p.numel() for p in module.parameters())
+        if len(kinds) == 1 and size > best_size:
+            best, best_size = list(module), size
+    if not best:
+        raise InvalidRequestError(
+            f"{type(model).__name__} has no list of repeated blocks (a ModuleList of "
+            "layers of one type): pass the blocks yourself (blocks=model.layers)"
+        )
+    return best

@@ -1,0 +1,294 @@
+"""A model's blocks whose weights live on a tier and visit the device only while they
+run, with their gradients sent home: the weights' half of ``offload_model(...,
+weights="stream")``.
+
+Each block's parameters stay ordinary ``torch.nn.Parameter`` objects whose data is host
+memory on the tier (their home), except while the block runs: a forward pre-hook binds
+them to a ring buffer on the device that holds the block (``Prefetcher``: the next
+block's copy runs behind this one's compute), and the block is let go after its forward
+pass. In training a hook on the block's output gradient binds it again before its
+backward pass; a forward pass run again inside the backward pass (activation
+checkpointing) finds it bound, and the ring sees each block once per pass whatever the
+checkpointing does. A block held for its backward pass is let go when the block before
+it is taken, or when the backward pass ends.
+
+Gradients come home. Just before a gradient is accumulated into a parameter whose
+``.grad`` is its home gradient (an earlier micro-batch's), that gradient is set aside,
+so autograd makes the new one on the device; once a block's gradients are all there
+they are copied home, or, where an earlier micro-batch's are home, copied beside them
+and added on the CPU. When the backward pass ends every copy has landed and each
+parameter's ``.grad`` is its home gradient, a CPU tensor: gradient accumulation,
+clipping by global norm, GradScaler and logging see ordinary gradients, and the GPU
+never holds more than a few blocks' weights and gradients.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from .block_layout import Block, ParamSlot, piece
+from .prefetch import Engine, Prefetcher
+from .torch_offload import import_torch
+
+
+def in_backward() -> bool:
+    """Whether this thread is running a backward pass (autograd's engine)."""
+    return bool(import_torch()._C._current_graph_task_id() != -1)
+
+
+class BlockStream:
+    """``blocks`` (each with ``weights`` and ``grads`` in host memory on the tier,
+    pinned for a GPU) streamed to ``device`` through a ring of ``lookahead + 1``
+    buffers; ``before_copy(position)`` runs on the host before each copy of a block
+    (to wait for its update); ``host_alloc(block)`` gives host memory like the block's
+    ``grads`` (for a later micro-batch's gradients). Takes the parameters home at once."""
+
+    def __init__(
+        self,
+        blocks: Sequence[Block],
+        engine: Engine,
+        device: Any,
+        *,
+        lookahead: int,
+        before_copy: Callable[[int], None],
+        host_alloc: Callable[[Block], Any],
+    ) -> None:
+        torch = import_torch()
+        self.blocks = list(blocks)
+        self.engine = engine
+        self._host_alloc = host_alloc
+        self.device = torch.device(device)
+        self._on_gpu = self.device.type == "cuda"
+        self._position = {id(B): k for k, B in enumerate(self.blocks)}
+        self._home = [self._views(B, B.weights, B.everything) for B in self.blocks]
+        self._home_grads = [self._views(B, B.grads, B.params) for B in self.blocks]
+        self._go_home()
+        self.ring = Prefetcher(
+            engine, [B.weights for B in self.blocks], lookahead=lookahead, before_copy=before_copy
+        )
+        self._bound: dict[tuple[int, int], list[Any]] = {}  # (slot, block) -> parameter views
+        self._held: set[int] = set()  # positions bound to a ring buffer now
+        self._backward_held: list[Block] = []
+        self._training_order = False
+        self._arrived = [0] * len(self.blocks)  # gradients accumulated this backward pass
+        self._set_aside: set[int] = set()  # ids of parameters whose home gradient waits
+        self._landing: list[Block] = []  # copies home in flight
+        self._landed_params: list[tuple[int, int]] = []  # (block, parameter) positions
+        # the copies home run on the engine's stream: the allocator must not reuse a
+        # device gradient's memory before its copy has run
+        self._copy_out: Any = None
+        if self._on_gpu:
+            self._copy_out = torch.cuda.ExternalStream(
+                engine.copy_out_stream.address, device=self.device
+            )
+        self._adds: list[Future[None]] = []
+        self._adder = ThreadPoolExecutor(1, thread_name_prefix="pycxl-grad-add")
+        self._callback_task = -2  # the backward pass whose end is awaited
+        self._hooks: list[Any] = []
+        self._install()
+
+    # --- set-up ----------------------------------------------------------------------
+    @staticmethod
+    def _views(B: Block, flat: Any, params: list[ParamSlot]) -> list[Any]:
+        return [piece(flat, p).view(p.shape) for p in params]
+
+    def _go_home(self) -> None:
+        """Copy each parameter into its home on the tier and point it there."""
+        torch = import_torch()
+        with torch.no_grad():
+            for B, home in zip(self.blocks, self._home, strict=True):
+                for p, view in zip(B.everything, home, strict=True):
+                    view.copy_(p.param.detach())
+                    p.param.data = view
+                    p.param.grad = None
+
+    def _install(self) -> None:
+        torch = import_torch()
+        eager = torch.compiler.disable  # a compiled model calls the hooks as they are
+        for B in self.blocks:
+            m = B.module
+            before = eager(functools.partial(self._before_forward, B))
+            after = eager(functools.partial(self._after_forward, B))
+            self._hooks += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
+            for j, p in enumerate(B.params):
+                self._hooks.append(p.param.register_hook(
+                    functools.partial(self._before_accumulate, B, j)))  # fmt: skip
+                self._hooks.append(p.param.register_post_accumulate_grad_hook(
+                    functools.partial(self._accumulated, B)))  # fmt: skip
+
+    # --- binding -----------------------------------------------------------------------
+    def _stream(self) -> Any:
+        torch = import_torch()
+        return torch.cuda.current_stream(self.device) if self._on_gpu else None
+
+    def _take(self, B: Block, backward: bool) -> None:
+        k = self._position[id(B)]
+        if k in self._held:
+            return
+        if backward:
+            self._let_go_backward()  # the blocks after it are done
+        view = self.ring.get(k, self._stream())
+        key = (view.slot, k)
+        views = self._bound.get(key)
+        if views is None:
+            torch = import_torch()
+            if self._on_gpu:
+                flat = torch.as_tensor(view, device=self.device)
+            else:
+                flat = torch.frombuffer(view.memory, dtype=torch.uint8)
+            flat = flat.view(B.dtype)
+            views = self._bound[key] = self._views(B, flat, B.everything)
+        for p, v in zip(B.everything, views, strict=True):
+            p.param.data = v
+        self._held.add(k)
+        if backward:
+            self._backward_held.append(B)
+
+    def _let_go(self, B: Block) -> None:
+        k = self._position[id(B)]
+        if k not in self._held:
+            return
+        self.ring.done(k, self._stream())
+        for p, home in zip(B.everything, self._home[k], strict=True):
+            p.param.data = home
+        self._held.discard(k)
+
+    def _let_go_backward(self) -> None:
+        while self._backward_held:
+            self._let_go(self._backward_held.pop())
+
+    # --- hooks -------------------------------------------------------------------------
+    def _before_forward(self, B: Block, module: Any, args: Any) -> None:
+        backward = in_backward()
+        if not backward and B is self.blocks[0]:
+            training = bool(import_torch().is_grad_enabled())
+            if training != self._training_order:
+                n = len(self.blocks)
+                self.ring.set_order([*range(n), *reversed(range(n))] if training else range(n))
+                self._training_order = training
+        self._take(B, backward)
+
+    def _after_forward(self, B: Block, module: Any, args: Any, output: Any) -> None:
+        if in_backward():
+            return  # run again for its backward pass (checkpointing): it stays bound
+        self._let_go(B)
+        outputs = output if isinstance(output, tuple | list) else (output,)
+        needs = [t for t in outputs if getattr(t, "requires_grad", False)]
+        if not needs:
+            return
+        first = [True]
+
+        def before_backward(grad: Any) -> None:
+            if first and first.pop():
+                self._take(B, backward=True)
+
+        for t in needs:
+            t.register_hook(before_backward)
+
+    def _before_accumulate(self, B: Block, j: int, grad: Any) -> None:
+        k = self._position[id(B)]
+        p = B.params[j]
+        if p.param.grad is not None and p.param.grad is self._home_grads[k][j]:
+            self._set_aside.add(id(p.param))  # an earlier micro-batch's: added to later
+            p.param.grad = None
+        self._await_end()
+
+    def _accumulated(self, B: Block, param: Any) -> None:
+        k = self._position[id(B)]
+        self._arrived[k] += 1
+        if self._arrived[k] == len(B.params):
+            self._send_home(B)
+
+    def _await_end(self) -> None:
+        """Ask for a call when this backward pass ends (once per pass; a reentrant
+        checkpoint's inner pass is a pass of its own)."""
+        torch = import_torch()
+        task = torch._C._current_graph_task_id()
+        if task != self._callback_task:
+            self._callback_task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    # --- gradients home ----------------------------------------------------------------
+    def _send_home(self, B: Block) -> None:
+        k = self._position[id(B)]
+        self._arrived[k] = 0
+        eng = self.engine
+        arrived = [j for j, p in enumerate(B.params) if p.param.grad is not None]
+        grads = []
+        for j in arrived:
+            g = B.params[j].param.grad
+            grads.append(g if g.is_contiguous() else g.contiguous())
+        produced = eng.event()
+        eng.record(produced, self._stream())
+        eng.wait(eng.copy_out_stream, produced)
+        adding = any(id(B.params[j].param) in self._set_aside for j in arrived)
+        if adding and B.incoming is None:
+            B.incoming = self._host_alloc(B)
+        target = B.incoming if adding else B.grads
+        base, _ = eng.host_span(target)
+        size = B.dtype.itemsize
+        for j, g in zip(arrived, grads, strict=True):
+            p = B.params[j]
+            eng.copy_out((base + p.offset * size, p.numel * size), eng.device_span(g))
+            if self._copy_out is not None:
+                g.record_stream(self._copy_out)
+            p.param.grad = None
+        if B.landed is None:
+            B.landed = eng.event()
+        eng.record(B.landed, eng.copy_out_stream)
+        self._landing.append(B)
+        self._landed_params += [(k, j) for j in arrived]
+        if adding:
+            self._adds.append(self._adder.submit(self._add, B, arrived))
+
+    def _add(self, B: Block, arrived: list[int]) -> None:
+        """Once landed: each parameter's new gradient added to the one set aside, or
+        taking its place where none was (adder thread)."""
+        torch = import_torch()
+        self.engine.synchronize(B.landed)
+        with torch.no_grad():
+            for j in arrived:
+                p = B.params[j]
+                home, new = piece(B.grads, p), piece(B.incoming, p)
+                if id(p.param) in self._set_aside:
+                    home.add_(new)
+                else:
+                    home.copy_(new)
+
+    def _backward_done(self) -> None:
+        """The end of a backward pass: blocks let go, every gradient home and landed,
+        each parameter's ``.grad`` its home gradient."""
+        self._callback_task = -2
+        self._let_go_backward()
+        for B, n in zip(self.blocks, self._arrived, strict=True):
+            if n:  # some of its parameters took no gradient this time
+                self._send_home(B)
+        for B in self._landing:
+            self.engine.synchronize(B.landed)
+        adds, self._adds = self._adds, []
+        for f in adds:
+            f.result()
+        for k, j in self._landed_params:
+            self.blocks[k].params[j].param.grad = self._home_grads[k][j]
+        self._landed_params.clear()
+        self._landing.clear()
+        self._set_aside.clear()
+
+    # --- the update's side ---------------------------------------------------------------
+    def invalidate(self, B: Block) -> None:
+        """The block's home weights are about to change: forget its device copy."""
+        self.ring.invalidate(self._position[id(B)])
+
+    def close(self) -> None:
+        """Remove the hooks and free the ring (the parameters stay home)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        for B in list(self.blocks):
+            self._let_go(B)
+        self._adder.shutdown(wait=True)
+        self._bound.clear()
+        self.ring.close()

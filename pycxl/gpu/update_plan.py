@@ -1,0 +1,109 @@
+"""Where each block's optimizer update runs, chosen from measured rates: a pure function
+of the blocks' sizes and the two sides' rates, so it is tested without a GPU.
+
+The CPU side updates a block in place on the tier (its rate: parameters per second of
+the fused CPU step over that node's memory); the GPU side streams the block's state over
+the link, updates it and streams it back (its rate: parameters per second the link
+carries both ways at once). Blocks go, in index order, each to the side that would
+finish it first, so both sides end together and the first blocks (the next forward
+pass's first) are spread over both.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+BALANCED = 0.1  # sides within 10% of each other: the split stays
+REFINE_STEPS = 3  # steps whose timings may move the split
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """Which blocks are updated where, and the rates that chose it (parameters per
+    second: the CPU step over the tier's memory, the GPU's over state streamed both
+    ways), with the update time they predict."""
+
+    cpu: tuple[int, ...]
+    gpu: tuple[int, ...]
+    cpu_rate: float | None
+    gpu_rate: float | None
+    predicted_s: float | None
+    why: str
+
+    def __str__(self) -> str:
+        def rate(r: float | None) -> str:
+            return "not measured" if r is None else f"{r / 1e9:.2f} G parameters/s"
+
+        lines = [
+            f"CPU: blocks {format_blocks(self.cpu) or 'none'} ({rate(self.cpu_rate)})",
+            f"GPU: blocks {format_blocks(self.gpu) or 'none'} ({rate(self.gpu_rate)})",
+        ]
+        if self.predicted_s is not None:
+            lines.append(f"update predicted {self.predicted_s * 1e3:.0f} ms: {self.why}")
+        else:
+            lines.append(self.why)
+        return "\n".join(lines)
+
+
+def format_blocks(ids: Sequence[int]) -> str:
+    from ..values import format_ranges
+
+    return format_ranges(list(ids))
+
+
+def split(
+    sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float
+) -> tuple[list[int], list[int]]:
+    """Blocks (index -> parameters) for each side, in index order, each block to the
+    side that would finish it first."""
+    cpu: list[int] = []
+    gpu: list[int] = []
+    t_cpu = t_gpu = 0.0
+    for index, n in sorted(sizes.items()):
+        if t_cpu + n / cpu_rate <= t_gpu + n / gpu_rate:
+            cpu.append(index)
+            t_cpu += n / cpu_rate
+        else:
+            gpu.append(index)
+            t_gpu += n / gpu_rate
+    return cpu, gpu
+
+
+def plan_split(sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float, why: str) -> UpdatePlan:
+    """The plan that ``split`` makes, with the update time the rates predict."""
+    cpu, gpu = split(sizes, cpu_rate, gpu_rate)
+    predicted = max(sum(sizes[i] for i in cpu) / cpu_rate, sum(sizes[i] for i in gpu) / gpu_rate)
+    return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, predicted, why)
+
+
+@dataclass
+class StepTimes:
+    """The update of the last steps: seconds on each side (the CPU's from its first
+    block to its last; the GPU's from the first copy in to the last copy out), the
+    last few kept."""
+
+    cpu_s: float = 0.0
+    gpu_s: float = 0.0
+    steps: int = 0
+    history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=8))
+
+    def add(self, cpu_s: float, gpu_s: float) -> None:
+        self.cpu_s, self.gpu_s = cpu_s, gpu_s
+        self.steps += 1
+        self.history.append((cpu_s, gpu_s))
+
+
+def refined(plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes) -> UpdatePlan | None:
+    """A new plan from the last step's timings, or None where the plan stays: after
+    the first REFINE_STEPS steps, where a side had no blocks (it showed no rate), or
+    where the sides finished within BALANCED of each other."""
+    t = times
+    if t.steps > REFINE_STEPS or not t.cpu_s or not t.gpu_s or not plan.cpu or not plan.gpu:
+        return None
+    if abs(t.cpu_s - t.gpu_s) <= BALANCED * max(t.cpu_s, t.gpu_s):
+        return None
+    cpu_rate = sum(sizes[i] for i in plan.cpu) / t.cpu_s
+    gpu_rate = sum(sizes[i] for i in plan.gpu) / t.gpu_s
+    return plan_split(sizes, cpu_rate, gpu_rate, f"rates of step {t.steps}")
