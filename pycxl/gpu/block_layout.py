@@ -58,6 +58,7 @@ class Block:
 
     @property
     def everything(self) -> list[ParamSlot]:
+        """Every parameter of the block in layout order: trainable, then frozen."""
         return self.params + self.frozen
 
 

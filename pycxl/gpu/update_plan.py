@@ -48,6 +48,7 @@ class UpdatePlan:
 
 
 def format_blocks(ids: Sequence[int]) -> str:
+    """Block numbers as ranges: ``0-3,7``."""
     from ..values import format_ranges
 
     return format_ranges(list(ids))
@@ -90,6 +91,7 @@ class StepTimes:
     history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=8))
 
     def add(self, cpu_s: float, gpu_s: float) -> None:
+        """One more step's update: its seconds on each side."""
         self.cpu_s, self.gpu_s = cpu_s, gpu_s
         self.steps += 1
         self.history.append((cpu_s, gpu_s))
