@@ -276,15 +276,17 @@ def transfer_command(gpu: str, target: str, direction: str, pageable: bool, stag
 @click.option("--lookahead", type=CountType(minimum=0), default=1, show_default=True,
               help="Layers pycxl copies ahead of the one computing.")  # fmt: skip
 @click.option("--backward", is_flag=True, help="Forward and backward (gradients to the tier).")
-@click.option("--mode", "modes", default="hbm,pycxl,to,pinned", show_default=True,
-              metavar="MODES", help="hbm (always run), pycxl, to, pinned.")  # fmt: skip
+@click.option("--mode", "modes", default=None, metavar="MODES",
+              help="hbm (always run), pycxl, to, pinned, update (with --backward: the "
+                   "optimizer step, its state on the tier). Default: all of them.")  # fmt: skip
 @samples_option(None, "Timed steps after two untimed ones (default: 5).")
 @AS_JSON
 def offload_command(target: str, gpu: str, layers: int | None, width: int | None,
-                    tokens: int | None, lookahead: int, backward: bool, modes: str,
+                    tokens: int | None, lookahead: int, backward: bool, modes: str | None,
                     samples: int | None, as_json: bool) -> None:  # fmt: skip
     """Layers run on a GPU with their weights on host tiers: streamed by pycxl, against
-    plain .to() copies, pinned copies without look-ahead, and all in HBM."""
+    plain .to() copies, pinned copies without look-ahead, and all in HBM; with
+    --backward, the optimizer step with its state on the tier against its bound."""
     from pycxl.bench import dispatch
 
     results = dispatch.measure_offload(
@@ -309,7 +311,11 @@ def _emit_offload(results: Sequence[Any]) -> None:
     rows = []
     for r in results:
         bound = "-"
-        if r.mode != "hbm":
+        if r.mode == "update":
+            bound = (f"{1e3 * r.bound_s:.1f} ms (CPU {_blocks(r.update_cpu_blocks)} at "
+                     f"{r.update_cpu_rate / 1e9:.2f}, GPU {_blocks(r.update_gpu_blocks)} at "
+                     f"{r.update_gpu_rate / 1e9:.2f} G parameters/s)")  # fmt: skip
+        elif r.mode != "hbm":
             bound = (f"{1e3 * r.bound_s:.1f} ms (compute {1e3 * r.compute_s:.1f} ms, pinned "
                      f"{r.pinned_h2d_bytes_per_s / 1e9:.1f} GB/s)")  # fmt: skip
         row = [
@@ -327,6 +333,12 @@ def _emit_offload(results: Sequence[Any]) -> None:
     if together:
         head[2:2] = ["at once", "vs alone"]
     emit_table(None, head, rows)
+
+
+def _blocks(layers: Sequence[int]) -> str:
+    from pycxl.values import format_ranges
+
+    return f"layers {format_ranges(list(layers))}" if layers else "no layer"
 
 
 @bench_group.command("matrix")

@@ -313,7 +313,7 @@ def measure_offload(
     target: str = "all",
     gpu: str = "gpu0",
     *,
-    modes: Sequence[str] | str = "hbm,pycxl,to,pinned",
+    modes: Sequence[str] | str | None = None,
     layers: int | None = None,
     width: int | None = None,
     tokens: int | None = None,
@@ -326,14 +326,18 @@ def measure_offload(
     run on ``gpu`` with its weights in HBM (mode ``hbm``, always run: the bound's compute
     time) and on each host tier of ``target`` (``all``: every node with memory; or names:
     ``dram0,cxl0``): streamed by pycxl, ``.to()`` from pageable memory, pinned copies
-    without look-ahead. Defaults: 16 layers of 8192 (2 GiB of weights), 1024 tokens.
+    without look-ahead, and with ``backward`` the optimizer step with its state on the
+    tier (``update``); ``modes`` None runs them all. Defaults: 16 layers of 8192 (2 GiB
+    of weights), 1024 tokens.
     ``gpu="all"``: every GPU alone, then all of them streaming from each tier at once
     (pycxl's mode), each result with its step alone (``alone_s``)."""
     from ..measure import offload
 
     gpu_name(gpu)
     split_names(target)  # an empty list of tiers is refused before the driver, too
-    if isinstance(modes, str):
+    if modes is None:
+        wanted = list(offload.default_modes(backward))
+    elif isinstance(modes, str):
         wanted = [m.strip() for m in modes.split(",")]
     elif isinstance(modes, Sequence) and all(isinstance(m, str) for m in modes):
         wanted = list(modes)
@@ -345,9 +349,10 @@ def measure_offload(
         tokens=offload.TOKENS if tokens is None else tokens,
         lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
+    # before the driver
     offload.check_offload(wanted, shape["layers"], shape["width"], shape["tokens"], lookahead,
-                          1 if samples is None else samples)  # before the driver  # fmt: skip
-    if gpu_name(gpu) == "all" and set(wanted) != set(offload.MODES):
+                          1 if samples is None else samples, backward)  # fmt: skip
+    if gpu_name(gpu) == "all" and modes is not None:
         raise InvalidRequestError(
             "every GPU at once (gpu all) runs pycxl's streaming mode against HBM: leave the "
             "modes out, or name one GPU to choose them"

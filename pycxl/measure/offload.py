@@ -12,6 +12,10 @@ The stack is ``layers`` bf16 ``Linear(width, width)`` layers (ReLU between them)
   (what a plain loop, and accelerate's ``cpu_offload``, do).
 - ``pinned``: weights in pinned memory on the tier, ``w.to("cuda", non_blocking=True)``
   as each layer runs, no look-ahead.
+- ``update`` (with the backward pass): the optimizer step alone, AdamW over the layers
+  with their fp32 masters and moments on the tier (``ModelOffload``: each layer updated
+  on the CPU or on the GPU, split by rates measured at set-up and refined from the first
+  steps). Its bound is the split's: each side at the rate it showed alone, both at once.
 
 Each mode runs two steps untimed, then ``samples`` timed ones (host clock, the GPU
 synchronised at both ends: a step is done when its results, gradients included, are
@@ -44,7 +48,8 @@ from ..targets import Pair
 from .conditions import default
 from .results import OffloadResult
 
-MODES = ("hbm", "pycxl", "to", "pinned")
+MODES = ("hbm", "pycxl", "to", "pinned", "update")
+STREAMING = MODES[:4]  # what a step of layers is run in; update times the optimizer
 # step times; (pages on the node, pages) of the host weights; bytes to and from the
 # device per step, where the mode counts them
 Timing = tuple[list[float], tuple[int, int], tuple[int, int] | None]
@@ -56,14 +61,26 @@ WARMUP = 2
 COPY_SAMPLES = 10
 
 
-def check_offload(modes: Sequence[str], layers: int, width: int, tokens: int,
-                  lookahead: int, samples: int) -> tuple[str, ...]:  # fmt: skip
+def check_offload(
+    modes: Sequence[str],
+    layers: int,
+    width: int,
+    tokens: int,
+    lookahead: int,
+    samples: int,
+    backward: bool = False,
+) -> tuple[str, ...]:
     """The modes to run, in order (hbm first: the others are measured against it);
     refuse settings that cannot run, before anything is allocated."""
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         named = ",".join(bad).strip(", ")
         raise InvalidRequestError(f"mode {named or '(an empty list)'}: use {', '.join(MODES)}")
+    if "update" in modes and not backward:
+        raise InvalidRequestError(
+            "mode update times the optimizer step that follows a backward pass: add "
+            "--backward (backward=True)"
+        )
     for name, value, least in (("layers", layers, 1), ("width", width, 8), ("tokens", tokens, 1),
                                ("lookahead", lookahead, 0), ("samples", samples, 1)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -71,6 +88,12 @@ def check_offload(modes: Sequence[str], layers: int, width: int, tokens: int,
     if width % 8:
         raise InvalidRequestError(f"width {width}: give a multiple of 8 (bf16 matrices)")
     return ("hbm", *[m for m in MODES[1:] if m in modes])
+
+
+def default_modes(backward: bool) -> tuple[str, ...]:
+    """The modes run when none are named: the streaming ones, and with the backward
+    pass the update too."""
+    return STREAMING + (("update",) if backward else ())
 
 
 def offload_steps(
@@ -87,12 +110,13 @@ def offload_steps(
 ) -> list[OffloadResult]:
     """The stack from each pair's tier, every mode; the hbm result first."""
     samples = samples or default(SAMPLES, 2)
-    run = check_offload(modes, layers, width, tokens, lookahead, samples)
+    run = check_offload(modes, layers, width, tokens, lookahead, samples, backward)
     torch = import_torch("bench offload")
     layer_bytes = 2 * width * width
     for p in pairs:
         copies = layers * layer_bytes * (2 if "pinned" in run or "to" in run else 1)
-        p.check_fits(copies + layer_bytes)
+        state = layers * width * width * 16 if "update" in run else 0  # fp32 x3, bf16 x2
+        p.check_fits(max(copies + layer_bytes, state))
     ordinal = ordinal_of(gpu.pci_bus_id)  # CUDA's number for it, as torch's
     dev = torch.device("cuda", ordinal)
     torch.cuda.set_device(dev)
@@ -123,6 +147,9 @@ def offload_steps(
         if p is pairs[0]:
             out.append(_result("hbm", hbm_times, None, figures, common, bytes_=(0, 0)))
         for mode in run[1:]:
+            if mode == "update":
+                out.append(_update_result(stack, ctx, p, figures, common, samples))
+                continue
             times, pages, extra = stack.host_mode(mode, ctx, p.node, backward, lookahead, samples)
             to_dev, to_host = extra or moved[mode]
             copy_s = link_time(to_dev, to_host, h2d, d2h, bidir)
@@ -250,6 +277,19 @@ def _result(mode: str, times: list[float], p: Pair | None, figures: dict[str, An
     )  # fmt: skip
 
 
+def _update_result(stack: _Stack, ctx: GpuContext, p: Pair, figures: dict[str, Any],
+                   common: dict[str, Any], samples: int) -> OffloadResult:  # fmt: skip
+    """Mode update: the optimizer step's times against the bound of its first plan."""
+    times, pages, first, last = stack.update_steps(ctx, p, samples)
+    assert first.predicted_s is not None and first.cpu_rate and first.gpu_rate
+    own = dict(figures, bound_s=first.predicted_s)
+    result = _result("update", times, p, own, common, pages=pages, bytes_=(0, 0))
+    return dataclasses.replace(
+        result, update_cpu_blocks=last.cpu, update_gpu_blocks=last.gpu,
+        update_cpu_rate=first.cpu_rate, update_gpu_rate=first.gpu_rate,
+    )  # fmt: skip
+
+
 class _Stack:
     """The layers' weights (made on the GPU from a fixed seed) and the steps of each mode."""
 
@@ -370,6 +410,41 @@ class _Stack:
             (d0, h0), (d1, h1) = counted[WARMUP - 1], counted[-1]  # around the timed steps
             moved = ((d1 - d0) // samples, (h1 - h0) // samples)
             return times, _on_node(offload.pages_by_node(), node), moved
+        finally:
+            offload.close()
+
+    def update_steps(
+        self, ctx: GpuContext, p: Pair, samples: int
+    ) -> tuple[list[float], tuple[int, int], Any, Any]:
+        """The optimizer step over the layers (their gradients from one backward
+        pass) with the state on ``p``'s node, waited for each time: its times, the
+        state's pages, and the plan at set-up and after the steps."""
+        from ..gpu.model_offload import ModelOffload
+        from ..gpu.prefetch import CudaEngine
+        from ..gpu.torch_offload import tier_allocator
+
+        torch = self.torch
+        model = torch.nn.Sequential(*[
+            torch.nn.Linear(self.width, self.width, bias=False, device=self.dev,
+                            dtype=torch.bfloat16)
+            for _ in range(self.layers)
+        ])  # fmt: skip
+        with torch.no_grad():
+            for i, lin in enumerate(model):
+                lin.weight.copy_(self.weight(i))
+        offload = ModelOffload(
+            model, tier_allocator([p.node], ctx), device=self.dev, engine=CudaEngine(ctx),
+            cpus=p.cpus, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-6),
+            blocks=list(model), overlap=False,
+        )  # fmt: skip
+        try:
+            first = offload.plan()
+            h = self.x
+            for lin in model:
+                h = torch.relu(lin(h))
+            self._finish(h, True)  # the gradients every step updates from
+            times = self.time(offload.optimizer.step, samples)
+            return times, _on_node(offload.pages_by_node(), p.node), first, offload.plan()
         finally:
             offload.close()
 

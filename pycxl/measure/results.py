@@ -195,7 +195,8 @@ class OffloadResult(BenchResult):
     ``bound_s`` is what the link and the GPU allow: max(the hbm step, the least time the
     link needs for the step's copies at its pinned bandwidth, one way and both ways at
     once), all measured in the same run (``pycxl.measure.offload``); ``hidden`` is the
-    share of the copy time the step hid behind compute."""
+    share of the copy time the step hid behind compute. Mode ``update`` is the optimizer
+    step alone, its state on the tier, its bound the split's (``update_*``)."""
 
     benchmark: ClassVar[str] = "offload"
     mode: str
@@ -221,3 +222,8 @@ class OffloadResult(BenchResult):
     link_bytes_per_s: float | None  # bytes to the device per second of step
     at_once: int = 1  # GPUs streaming from the tier at the same time (bench offload --gpu all)
     alone_s: float | None = None  # with others at once: this GPU's median step alone
+    # mode update: the layers each side updated, and each side's rate alone (parameters/s)
+    update_cpu_blocks: tuple[int, ...] | None = None
+    update_gpu_blocks: tuple[int, ...] | None = None
+    update_cpu_rate: float | None = None
+    update_gpu_rate: float | None = None

@@ -165,6 +165,23 @@ def test_bench_offload_reports_sane_figures_for_every_mode() -> None:
     assert streamed.bytes_to_host == 4 * 2048 * 2048 * 2
 
 
+def test_bench_offload_times_the_update_against_the_bound_of_its_split() -> None:
+    results = pycxl.bench.measure_offload("dram0", "gpu0", layers=4, width=2048, tokens=256,
+                                          samples=3, backward=True, modes="update")  # fmt: skip
+    assert [r.mode for r in results] == ["hbm", "update"]
+    update = results[1]
+    assert sorted(update.update_cpu_blocks + update.update_gpu_blocks) == [0, 1, 2, 3]
+    assert update.update_cpu_rate > 1e8 and update.update_gpu_rate > 1e8  # parameters/s
+    assert 0.8 < update.vs_bound < 10 and update.bound_s > 0
+    assert update.pages_on_node == update.pages and update.pages
+    assert (
+        pycxl.bench.measure_offload(
+            "dram0", "gpu0", layers=2, width=1024, tokens=64, samples=1, backward=True
+        )[-1].mode
+        == "update"
+    )  # with the backward pass, the update is run unasked
+
+
 def test_every_gpu_at_once_runs_each_alone_first_and_says_the_cost_of_sharing() -> None:
     n = len(snapshot().gpus.devices)
     results = pycxl.bench.measure_offload("dram0", "all", layers=4, width=2048, tokens=256,

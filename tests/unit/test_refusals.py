@@ -240,6 +240,7 @@ def test_libcxl_says_it_cannot_read_a_tree() -> None:
     ("args", "code"),
     [
         (["bench", "offload", "--mode", "bogus"], 2),
+        (["bench", "offload", "--mode", "hbm,update"], 2),  # the update follows a backward pass
         (["bench", "transfer", "-g", "banana", "-t", "dram0"], 2),
         (["bench", "latency", "-t", "gpu7"], 5),
     ],
