@@ -101,20 +101,25 @@ def latency_command(target: str, initiator: str | None, size: int | None, page: 
 @click.option("--mix", default=None, metavar="MIX[,MIX...]|all",
               help="Peak bandwidth of read/write mixes instead of STREAM (MLC's peak "
                    "injection bandwidth): read, 3:1, 2:1, 1:1, nt-write, all.")  # fmt: skip
+@click.option("--zero-copy", is_flag=True,
+              help="With a GPU as --from: its STREAM kernels on arrays on the host tier, "
+                   "read and written in place over its link (not a copy).")  # fmt: skip
 @AS_JSON
 @PLOT
 def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ...] | None,
                       kernel: str, size: int | None, samples: int | None, nt_stores: bool,
-                      mix: str | None, as_json: bool, plot: str | None) -> None:  # fmt: skip
+                      mix: str | None, zero_copy: bool, as_json: bool,
+                      plot: str | None) -> None:  # fmt: skip
     """Sustainable bandwidth (STREAM copy, scale, add, triad).
 
     In a GPU's own memory with --target gpu0; --from gpu0 with a host target measures
-    the GPU's pinned copy from that memory."""
+    the GPU's pinned copy from that memory, and with --zero-copy its STREAM kernels on
+    that memory in place."""
     from pycxl.bench import dispatch
 
     results = dispatch.measure_bandwidth(
         target, initiator, threads=threads, kernel=kernel, size=size, samples=samples,
-        nt_stores=nt_stores, mix=mix, progress=_bar(as_json, "threads"),
+        nt_stores=nt_stores, mix=mix, zero_copy=zero_copy, progress=_bar(as_json, "threads"),
     )  # fmt: skip
     _emit(results, as_json)
     if plot:

@@ -172,12 +172,14 @@ def measure_bandwidth(
     samples: int | None = None,
     nt_stores: bool = False,
     mix: str | None = None,
+    zero_copy: bool = False,
     system: System | None = None,
     progress: Progress | None = None,
 ) -> list[BenchResult]:
     """Bandwidth of ``target`` from ``initiator``: STREAM by CPUs on host memory (one
     result per kernel), STREAM in a GPU's own memory (``target="gpu0"``), or the pinned
-    copy from a host tier to a GPU (``initiator="gpu0"``). ``mix`` ('read', '3:1',
+    copy from a host tier to a GPU (``initiator="gpu0"``); with ``zero_copy``, STREAM run
+    by the GPU on arrays on the host tier itself, read and written in place. ``mix`` ('read', '3:1',
     '2:1', '1:1', 'nt-write', several comma-separated, or 'all'): instead of STREAM, the
     peak bandwidth of each read/write mix (MLC's peak injection bandwidth), by CPUs.
     ``threads``: CPU threads (default: every CPU of the initiator); several
@@ -202,8 +204,16 @@ def measure_bandwidth(
     mixes = loaded.mix_names(mix) if mix is not None else None
     if mixes is not None and (kernel != "all" or nt_stores):
         raise InvalidRequestError("--mix measures its own loads: drop --kernel and --nt-stores")
+    if not isinstance(zero_copy, bool):
+        raise InvalidRequestError(f"zero_copy {zero_copy!r}: give True or False")
+    if zero_copy and (mixes is not None or threads is not None or nt_stores):
+        raise InvalidRequestError(
+            "--zero-copy is a GPU's STREAM on the tier: drop --mix, --threads and --nt-stores"
+        )
     s = _system(system, target, initiator)
     pair = s.pair(target, initiator)
+    if zero_copy:
+        return _zero_copy_bandwidth(s, pair, kernel, _size(size), samples)
     n = _size(size)
     out: list[BenchResult] = []
     for t in _each(counts, progress if len(counts) > 1 else None):
@@ -233,6 +243,22 @@ def _bandwidth(s: System, pair: Pair, threads: int | None, kernel: str, size: in
         )
     return list(transfer.copy_bandwidth([pair.gpu], pair, direction="h2d", size=size,
                                         samples=samples))  # fmt: skip
+
+
+def _zero_copy_bandwidth(s: System, pair: Pair, kernel: str, size: int | None,
+                         samples: int | None) -> list[BenchResult]:  # fmt: skip
+    from ..gpu.tier_pool import open_pool
+    from ..measure import gpu_stream
+
+    if pair.gpu is None or pair.in_gpu_memory:
+        raise InvalidRequestError(
+            "--zero-copy runs a GPU's kernels on host memory: give a GPU as --from and a "
+            "host tier as --target (-t cxl0 --from gpu0)"
+        )
+    tier = s.tier(pair.node)
+    pool = open_pool(pair.node, tier.name if tier is not None else f"node{pair.node}")
+    return list(gpu_stream.tier_stream_bandwidth(pair.gpu, pool, kernel=kernel, size=size,
+                                                 samples=samples))  # fmt: skip
 
 
 def _mix_bandwidth(s: System, pair: Pair, threads: int | None, mixes: list[str],

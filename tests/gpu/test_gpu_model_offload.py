@@ -55,7 +55,7 @@ class _Reference:
 
     def step(self) -> None:
         for m, p in zip(self.masters, self.params, strict=True):
-            m.grad = p.grad.float()
+            m.grad = None if p.grad is None else p.grad.float()  # Adam skips it then
         self.opt.step()
         for m, p in zip(self.masters, self.params, strict=True):
             p.data.copy_(m)
@@ -86,7 +86,7 @@ def test_training_equals_fp32_masters_in_hbm_wherever_the_blocks_are_updated(
     assert got == pytest.approx(want, abs=2e-2)
     assert got[-1] < got[0]
     for a, b in zip(ref_model.parameters(), model.parameters(), strict=True):
-        assert (a.float() - b.float()).abs().max().item() < 2e-2
+        assert (a.float().cpu() - b.float().cpu()).abs().max().item() < 2e-2
     node = snapshot(gpus=False).resolve("dram0").node
     pages = off.pages_by_node()
     assert set(pages) == {node} and pages[node] > 0
@@ -193,38 +193,38 @@ def test_a_parameter_without_a_gradient_is_not_stepped_on_either_side(weights: s
 
 
 def test_a_streamed_model_built_on_the_cpu_never_sits_whole_on_the_gpu() -> None:
-    torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated()
-    ref_model = _llama(8)
-    model = _llama(8, device="cpu")
+    cfg = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+        num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)  # on the CPU: 1.6 GiB of blocks
     blocks_bytes = sum(p.numel() * 2 for p in model.model.layers.parameters())
-    one_block = blocks_bytes // 8
-    off = _offload(model, weights="stream", lookahead=1)
-    held = (
-        torch.cuda.memory_allocated()
-        - base
-        - sum(p.numel() * p.element_size() for p in ref_model.parameters())
-    )  # what the offload holds beyond the reference model itself
-    ring = 2 * one_block  # lookahead + 1 blocks
-    assert held < ring + blocks_bytes // 2, (held, blocks_bytes)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free_before, _ = torch.cuda.mem_get_info()
+    off = _offload(model, weights="stream")
     layer = model.model.layers[5].mlp.up_proj.weight
     node = snapshot(gpus=False).resolve("dram0").node
     assert layer.device.type == "cpu"
     assert set(pages_by_node(layer.detach())) == {node}
-    ref = _Reference(ref_model)
-    data = _data(4)
-    want = _train(ref_model, ref, data)
-    got = _train(model, off.optimizer, data)
-    assert got == pytest.approx(want, abs=2e-2)
+    data = _data(3)
+    losses = _train(model, off.optimizer, data)
+    assert losses[-1] < losses[0]
     x = data[0][0]
     model(input_ids=x, labels=x).loss.backward()
     assert layer.grad is not None and layer.grad.device.type == "cpu"
     assert set(pages_by_node(layer.grad)) == {node}
     off.optimizer.zero_grad()
+    torch.cuda.synchronize()
+    held = free_before - torch.cuda.mem_get_info()[0]  # the driver's ring, torch's cache: all
+    assert held < 0.7 * blocks_bytes, (held, blocks_bytes)
+    plain = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
+    plain.load_state_dict(model.state_dict())
     prompt = x[:1, :8]
     with torch.no_grad():
         tokens = model.generate(prompt, max_new_tokens=8, do_sample=False)
-        assert torch.equal(tokens, ref_model.generate(prompt, max_new_tokens=8, do_sample=False))
+        assert torch.equal(tokens, plain.generate(prompt, max_new_tokens=8, do_sample=False))
     off.close()
 
 

@@ -43,6 +43,22 @@ def test_tier_memory_is_on_the_node_and_the_gpu_reads_and_writes_it() -> None:
     assert pool.stats().bytes_now == stats.bytes_now - 256 * MiB
 
 
+def test_gpu_stream_on_tier_memory_runs_in_place_near_the_links_rate() -> None:
+    zero = pycxl.bench.measure_bandwidth("dram0", "gpu0", zero_copy=True, size="512M", samples=3)
+    (copy,) = pycxl.bench.measure_bandwidth("dram0", "gpu0", kernel="copy", size="512M",
+                                            samples=3)  # fmt: skip
+    assert [r.kernel for r in zero] == ["copy", "scale", "add", "triad"]
+    for r in zero:
+        assert r.node == _node() and r.pages_on_node == r.pages == 3 * 512 * MiB // 4096
+        # reads come over the link one way and writes go back the other: STREAM's count
+        # of both may pass one direction's copy rate, never two of them
+        assert 0.5 * copy.bytes_per_s < r.bytes_per_s < 2.2 * copy.bytes_per_s, (r, copy)
+    print(
+        f"zero-copy STREAM on dram0: {[round(r.bytes_per_s / 1e9, 1) for r in zero]} GB/s; "
+        f"pinned copy {copy.bytes_per_s / 1e9:.1f} GB/s"
+    )
+
+
 def test_tensors_in_on_tier_live_on_the_node_and_move_to_hbm_and_back() -> None:
     torch = pytest.importorskip("torch")
     pool = pycxl.tier_pool("dram0")

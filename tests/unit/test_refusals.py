@@ -241,6 +241,7 @@ def test_libcxl_says_it_cannot_read_a_tree() -> None:
     [
         (["bench", "offload", "--mode", "bogus"], 2),
         (["bench", "offload", "--mode", "hbm,update"], 2),  # the update follows a backward pass
+        (["bench", "bandwidth", "-t", "dram0", "--zero-copy"], 2),  # a GPU's kernels, not CPUs'
         (["bench", "transfer", "-g", "banana", "-t", "dram0"], 2),
         (["bench", "latency", "-t", "gpu7"], 5),
     ],
