@@ -31,7 +31,7 @@ from typing import Any
 
 from .block_layout import Block, ParamSlot, piece
 from .prefetch import Engine, Prefetcher
-from .torch_offload import import_torch
+from .torch_offload import import_torch, ring_tensor
 
 
 def in_backward() -> bool:
@@ -134,12 +134,7 @@ class BlockStream:
         key = (view.slot, k)
         views = self._bound.get(key)
         if views is None:
-            torch = import_torch()
-            if self._on_gpu:
-                flat = torch.as_tensor(view, device=self.device)
-            else:
-                flat = torch.frombuffer(view.memory, dtype=torch.uint8)
-            flat = flat.view(B.dtype)
+            flat = ring_tensor(view, self.device).view(B.dtype)
             views = self._bound[key] = self._views(B, flat, B.everything)
         for p, v in zip(B.everything, views, strict=True):
             p.param.data = v

@@ -77,6 +77,15 @@ def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") ->
     return host_alloc
 
 
+def ring_tensor(view: Any, device: Any) -> Any:
+    """A ring buffer the Prefetcher handed out (a DeviceView, or a HostView on the CPU)
+    as a flat uint8 tensor on ``device``, without a copy."""
+    torch = import_torch()
+    if torch.device(device).type == "cuda":
+        return torch.as_tensor(view, device=device)
+    return torch.frombuffer(view.memory, dtype=torch.uint8)
+
+
 def default_optimizer(params: list[Any]) -> Any:
     """Adam (lr 1e-3), fused on the CPU where this PyTorch has it."""
     torch = import_torch()
@@ -455,12 +464,7 @@ class LayerOffload:
         key = (view.slot, L.index)
         views = self._views.get(key)
         if views is None:
-            torch = import_torch()
-            if self._on_gpu:
-                flat = torch.as_tensor(view, device=self.device)
-            else:
-                flat = torch.frombuffer(view.memory, dtype=torch.uint8)
-            views = self._views[key] = L.views(flat)
+            views = self._views[key] = L.views(ring_tensor(view, self.device))
         for p, v in zip(L.params, views, strict=True):
             p.data = v
 
