@@ -37,6 +37,10 @@ CONFIGS = (
     "deepspeed-zero2",
     "deepspeed-zero3",
 )
+# offload_model's knobs, tried beside its defaults (not in the default list): half the
+# socket's CPUs for the CPU step (they leave the host's memory to the GPU side's copies),
+# a ring two blocks ahead
+VARIANTS = ("pycxl-resident-half-cpus", "pycxl-model-stream-lookahead2")
 LR, WEIGHT_DECAY = 1e-4, 0.01
 
 
@@ -114,7 +118,8 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
             engine.step()
             return float(loss)
     else:
-        model = llama(torch.bfloat16, "cpu" if name == "pycxl-model-stream" else "cuda")
+        streamed = name.startswith("pycxl-model-stream")
+        model = llama(torch.bfloat16, "cpu" if streamed else "cuda")
         if name == "hbm":
             params = list(model.parameters())
             masters = [p.detach().float().requires_grad_() for p in params]
@@ -128,13 +133,21 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
                 for m, p in zip(masters, params, strict=True):
                     p.data.copy_(m)
                     m.grad = None
-        elif name in ("pycxl-resident", "pycxl-model-stream"):
+        elif name.startswith(("pycxl-resident", "pycxl-model-stream")):
+            knobs: dict[str, Any] = {}
+            if name.endswith("half-cpus"):
+                s = pycxl.snapshot(gpus=False)
+                near = s.nearest_cpu_node(node).node.cpus
+                knobs["cpus"] = [c for c in near if c in os.sched_getaffinity(0)][: len(near) // 2]
+            if name.endswith("lookahead2"):
+                knobs["lookahead"] = 2
             off = pycxl.offload_model(
                 model,
                 tier,
                 "gpu0",
-                weights="stream" if name == "pycxl-model-stream" else "resident",
+                weights="stream" if streamed else "resident",
                 optimizer=torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY),
+                **knobs,
             )
             extra["plan_first"] = str(off.plan())
 
@@ -184,7 +197,7 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
     if name.startswith("pycxl-") and name != "pycxl-stream":
         off.synchronize()  # the last update, run beside a next step that never came
     mean_s = (time.perf_counter() - began) / max(len(data) - 2, 1)
-    if name in ("pycxl-resident", "pycxl-model-stream"):
+    if name.startswith(("pycxl-resident", "pycxl-model-stream")):
         extra["plan"] = str(off.plan())
         extra["update_times"] = list(off.times.history)[-3:]
         pages = off.pages_by_node()
@@ -274,8 +287,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tier", default="dram0")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--config", choices=CONFIGS, help="run one configuration (a child)")
-    ap.add_argument("--only", nargs="*", choices=CONFIGS, default=list(CONFIGS))
+    ap.add_argument("--config", choices=CONFIGS + VARIANTS, help="one configuration (a child)")
+    ap.add_argument("--only", nargs="*", choices=CONFIGS + VARIANTS, default=list(CONFIGS))
     ap.add_argument("--skip-cpu-adam", action="store_true")
     args = ap.parse_args()
     if args.config:
