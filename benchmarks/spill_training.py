@@ -7,7 +7,11 @@ its own, same model, data and seed:
 - oom: the blocker, no spill: must fail with CUDA out of memory;
 - spill: the blocker and ``pycxl.spill_to(TIER)`` as the one added line;
 - state-on-tier: enough HBM, the optimizer's state created on the tier
-  (``with pycxl.on_tier(TIER): opt.step()`` on the first step), updated by the GPU.
+  (``with pycxl.on_tier(TIER): opt.step()`` on the first step), updated by the GPU;
+- offload-model: the blocker, and the same model trained by ``pycxl.offload_model`` with
+  its blocks' weights, gradients and state on the tier (built on the CPU, streamed;
+  ``update="cpu"``: the GPU side's buffers would not fit beside the blocker): what a loop
+  written for the tier does where the spill keeps an unchanged one running.
 
     python3 benchmarks/spill_training.py [TIER] [HEADROOM_GIB]
 """
@@ -29,13 +33,19 @@ if mode == "spill":
 from transformers import LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
 blocker = None
-if mode in ("oom", "spill"):
+if mode in ("oom", "spill", "offload-model"):
     free, _ = torch.cuda.mem_get_info()
     blocker = torch.empty(int(free - headroom * (1 << 30)), dtype=torch.uint8, device="cuda")
 cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                   num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)
-model = LlamaForCausalLM(cfg).to("cuda")
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # one pass over the state
+if mode == "offload-model":
+    model = LlamaForCausalLM(cfg)  # on the CPU: the blocks go to the tier, the rest to HBM
+    off = pycxl.offload_model(model, tier, "gpu0", weights="stream", update="cpu",
+                              optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
+    opt = off.optimizer
+else:
+    model = LlamaForCausalLM(cfg).to("cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # one pass over the state
 g = torch.Generator().manual_seed(1)
 batches = [torch.randint(0, 32000, (4, 512), generator=g) for _ in range(STEPS)]
 losses, times = [], []
@@ -78,7 +88,7 @@ def main() -> None:
     tier = sys.argv[1] if len(sys.argv) > 1 else "dram0"
     headroom = sys.argv[2] if len(sys.argv) > 2 else "1.5"
     rows = {}
-    for mode in ("hbm", "oom", "spill", "state-on-tier"):
+    for mode in ("hbm", "oom", "spill", "state-on-tier", "offload-model"):
         began = time.monotonic()
         p = subprocess.run([sys.executable, "-c", CHILD, mode, tier, headroom],
                            capture_output=True, text=True, check=False)  # fmt: skip
@@ -87,7 +97,7 @@ def main() -> None:
         rows[mode]["wall_s"] = round(time.monotonic() - began, 1)
         print(json.dumps(rows[mode]))
     ref = rows["hbm"].get("losses", [])
-    for mode in ("spill", "state-on-tier"):
+    for mode in ("spill", "state-on-tier", "offload-model"):
         got = rows[mode].get("losses")
         if got and ref:
             worst = max(abs(a - b) for a, b in zip(ref, got, strict=True))

@@ -52,6 +52,9 @@ typedef struct {
 typedef struct { cu_location location; int flags; } cu_access;
 
 enum { LOC_DEVICE = 1, LOC_HOST = 2, LOC_HOST_NUMA = 3 };
+/* CUmemPool_attribute: what the device's stream-ordered pool keeps, and when it gives
+ * freed memory back to the driver */
+enum { POOL_RELEASE_THRESHOLD = 4, POOL_RESERVED_CURRENT = 5, POOL_USED_CURRENT = 7 };
 enum { ALLOC_PINNED = 1, ACCESS_READWRITE = 3, GRANULARITY_MINIMUM = 0, EVENT_NO_TIMING = 2 };
 
 static struct {
@@ -76,6 +79,10 @@ static struct {
     cu_result (*device_get)(int *, int);
     cu_result (*primary_retain)(void **, int);
     cu_result (*mem_info)(size_t *, size_t *);
+    cu_result (*default_pool)(void **, int);
+    cu_result (*pool_get)(void *, int, void *);
+    cu_result (*pool_set)(void *, int, void *);
+    cu_result (*ctx_get_device)(int *);
 } tier_cu;
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
@@ -164,6 +171,10 @@ static int load_driver(char *err, size_t errlen) {
     BIND(device_get, "cuDeviceGet");
     BIND(primary_retain, "cuDevicePrimaryCtxRetain");
     BIND(mem_info, "cuMemGetInfo_v2");
+    BIND(default_pool, "cuDeviceGetDefaultMemPool");
+    BIND(pool_get, "cuMemPoolGetAttribute");
+    BIND(pool_set, "cuMemPoolSetAttribute");
+    BIND(ctx_get_device, "cuCtxGetDevice");
 #undef BIND
     tier_cu.loaded = 1;
     return 0;
@@ -409,6 +420,41 @@ static int free_on(cu_ptr p, cu_stream stream) {
 SLOT_ALLOCATOR(0) SLOT_ALLOCATOR(1) SLOT_ALLOCATOR(2) SLOT_ALLOCATOR(3)
 SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
 
+/* Room in the GPU's memory for a spilling process: what the driver has free plus what
+ * the device's stream-ordered pool holds unused (memory freed into it, which the driver
+ * counts as used but the pool gives out again). Asked of the driver only when the last
+ * answer, less what was allocated since, comes near the size asked and the headroom:
+ * asking on every allocation costs more than the allocation. */
+#define ROOM_MARGIN ((size_t)1 << 30)
+static size_t room_known;     /* bytes, at the last answer */
+static int64_t room_used;     /* bytes allocated less bytes freed since that answer */
+static void *room_pool;       /* the pool of the device last asked about */
+
+static size_t hbm_room(size_t want) {
+    int64_t used = __atomic_load_n(&room_used, __ATOMIC_RELAXED);
+    if (room_known && (int64_t)room_known - used > (int64_t)(want + spill_headroom + ROOM_MARGIN))
+        return room_known - (size_t)used;
+    size_t free_bytes = 0, total = 0;
+    if (tier_cu.mem_info(&free_bytes, &total) != CU_OK) return 0;
+    int dev = 0;
+    void *pool = NULL;
+    uint64_t reserved = 0, in_use = 0;
+    if (tier_cu.ctx_get_device(&dev) == CU_OK && tier_cu.default_pool(&pool, dev) == CU_OK &&
+        tier_cu.pool_get(pool, POOL_RESERVED_CURRENT, &reserved) == CU_OK &&
+        tier_cu.pool_get(pool, POOL_USED_CURRENT, &in_use) == CU_OK && reserved > in_use)
+        free_bytes += (size_t)(reserved - in_use);
+    if (pool && pool != room_pool) {
+        /* keep what is freed for reuse (as PyTorch's cudaMallocAsync backend does): given
+         * back at every synchronisation, it would be mapped again at the next step */
+        uint64_t keep = UINT64_MAX;
+        tier_cu.pool_set(pool, POOL_RELEASE_THRESHOLD, &keep);
+        room_pool = pool;
+    }
+    room_known = free_bytes;
+    __atomic_store_n(&room_used, 0, __ATOMIC_RELAXED);
+    return free_bytes;
+}
+
 /* The whole-process allocator: this thread's preferred tier, else the GPU's memory, else
  * the spill tier. */
 __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int device, cu_stream stream) {
@@ -417,13 +463,15 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
     if (preferred_slot >= 0) return alloc_on(preferred_slot, (size_t)size, stream);
     cu_ptr p = 0;
     cu_result rc = CU_OUT_OF_MEMORY;
-    size_t free_bytes = 0, total = 0;
     int spill_now = spill_slot >= 0 && (size_t)size >= ((size_t)1 << 20) &&
-                    tier_cu.mem_info(&free_bytes, &total) == CU_OK &&
-                    free_bytes < (size_t)size + spill_headroom;
+                    hbm_room((size_t)size) < (size_t)size + spill_headroom;
     if (!spill_now) {
         rc = tier_cu.alloc_async(&p, (size_t)size, stream);
-        if (rc == CU_OK) return (void *)(uintptr_t)p;
+        if (rc == CU_OK) {
+            __atomic_add_fetch(&room_used, (int64_t)size, __ATOMIC_RELAXED);
+            return (void *)(uintptr_t)p;
+        }
+        room_known = 0; /* refused: ask the driver next time */
     }
     if (rc != CU_OUT_OF_MEMORY || spill_slot < 0) return NULL;
     __atomic_add_fetch(&hbm_refusals, 1, __ATOMIC_RELAXED);
@@ -438,9 +486,11 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
 }
 
 __attribute__((visibility("default"))) void pycxl_cuda_free(void *ptr, ssize_t size, int device, cu_stream stream) {
-    (void)size;
     ensure_context(device);
-    if (!free_on((cu_ptr)(uintptr_t)ptr, stream)) tier_cu.free_async((cu_ptr)(uintptr_t)ptr, stream);
+    if (!free_on((cu_ptr)(uintptr_t)ptr, stream)) {
+        tier_cu.free_async((cu_ptr)(uintptr_t)ptr, stream);
+        __atomic_sub_fetch(&room_used, (int64_t)size, __ATOMIC_RELAXED);
+    }
 }
 
 int tier_spill_to(int slot, size_t headroom) {

@@ -152,12 +152,6 @@ class ModelOffload:
         if self._on_gpu:
             from .streams import Event
 
-            low = self._blocks[0].dtype
-            self._slots = [
-                (torch.empty(4 * self._chunk, dtype=torch.float32, device=self.device),
-                 torch.empty(2 * self._chunk, dtype=low, device=self.device))
-                for _ in range(GPU_SLOTS)
-            ]  # fmt: skip
             self._update_stream = torch.cuda.Stream(self.device)
             self._events = {
                 name: [engine.event() for _ in range(GPU_SLOTS)]
@@ -260,6 +254,19 @@ class ModelOffload:
         return out
 
     # --- the plan ----------------------------------------------------------------------
+    def _gpu_buffers(self) -> list[tuple[Any, Any]]:
+        """The GPU side's device buffers, made when it first has work (a plan that puts
+        every block on the CPU takes no GPU memory for them)."""
+        if not self._slots:
+            torch = import_torch()
+            low = self._blocks[0].dtype
+            self._slots = [
+                (torch.empty(4 * self._chunk, dtype=torch.float32, device=self.device),
+                 torch.empty(2 * self._chunk, dtype=low, device=self.device))
+                for _ in range(GPU_SLOTS)
+            ]  # fmt: skip
+        return self._slots
+
     def _first_plan(self, update: str) -> UpdatePlan:
         everything = tuple(B.index for B in self._blocks)
         if not self._on_gpu:
@@ -301,7 +308,7 @@ class ModelOffload:
         n = 3 * self._chunk * 4
         host = eng.host_span(B.state)
         host = (host[0], min(n, host[1]))
-        into, out_of = ((s[0].data_ptr(), host[1]) for s in self._slots[:2])
+        into, out_of = ((s[0].data_ptr(), host[1]) for s in self._gpu_buffers()[:2])
         eng.copy_in(out_of, host)  # what goes back is what is there
         start, end_in, end_out = Event(), Event(), Event()
         for _ in range(3):
@@ -522,6 +529,7 @@ class ModelOffload:
         step_t = torch.full((), float(step), dtype=torch.float32, device=self.device)
         start, end = self._timing
         start.record(_stream(eng.copy_in_stream))
+        slots = self._gpu_buffers()
         c = self._chunk
         j = 0
         for B in blocks:
@@ -534,7 +542,7 @@ class ModelOffload:
                 s = j % GPU_SLOTS
                 j += 1
                 n = b - a
-                f32, lows = self._slots[s]
+                f32, lows = slots[s]
                 master, m, v, g32 = (f32[k * c : k * c + n] for k in range(4))
                 gin, wout = lows[:n], lows[c : c + n]
                 eng.wait(eng.copy_in_stream, ev["free"][s])
