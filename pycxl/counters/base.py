@@ -59,9 +59,13 @@ class Reader(Protocol):
 
     source: str
 
-    def read(self) -> Reading: ...
+    def read(self) -> Reading:
+        """The source's counts now."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Let go of what the reader holds (file descriptors)."""
+        ...
 
 
 def per_second(now: Reading, before: Reading) -> dict[Key, float]:

@@ -49,6 +49,7 @@ class MemoryPmus:
     methods: dict[Subject, str] = field(default_factory=dict)
 
     def read(self) -> Reading:
+        """Bytes read and written per node since the counters were opened."""
         import time
 
         totals: dict[Key, float] = {}
@@ -58,6 +59,7 @@ class MemoryPmus:
                        methods=dict(self.methods))  # fmt: skip
 
     def close(self) -> None:
+        """Close the counters' file descriptors."""
         for c in self.counters:
             os.close(c.fd)
         self.counters.clear()

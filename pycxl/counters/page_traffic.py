@@ -27,6 +27,7 @@ class PageTraffic:
         self.fs = fs
 
     def read(self) -> Reading:
+        """Every node's allocations and tier moves since boot."""
         s = sample(self.fs)
         totals: dict[Key, float] = {}
         missing: dict[Key, Missing] = {}
@@ -47,7 +48,7 @@ class PageTraffic:
         return Reading(SOURCE, s.time, totals=totals, missing=missing, methods=methods)
 
     def close(self) -> None:
-        pass
+        """Nothing to let go of."""
 
 
 def open_reader(fs: Sysfs) -> PageTraffic:

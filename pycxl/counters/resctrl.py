@@ -30,6 +30,7 @@ class Resctrl:
         self.missing = missing
 
     def read(self) -> Reading:
+        """Every domain's bytes so far, summed over the monitoring groups, per node."""
         totals: dict[Key, float] = {}
         missing = dict(self.missing)
         for group in _groups(self.fs):
@@ -51,7 +52,7 @@ class Resctrl:
                        methods=methods)  # fmt: skip
 
     def close(self) -> None:
-        pass
+        """Nothing to let go of."""
 
 
 def open_reader(fs: Sysfs, cpu_nodes: Mapping[int, int], nodes: Sequence[int]) -> Resctrl:

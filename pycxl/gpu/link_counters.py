@@ -88,6 +88,7 @@ class GpuLinks:
         self.ffi, self.lib, self.gpus, self.missing = ffi, lib, gpus, missing
 
     def read(self) -> Reading:
+        """Each GPU's link counters (or sampled rates) and memory busy now."""
         totals: dict[Key, float] = {}
         stamps: dict[Key, float] = {}
         rates: dict[Key, float] = {}
@@ -149,7 +150,7 @@ class GpuLinks:
                                                          "memory utilization")  # fmt: skip
 
     def close(self) -> None:
-        pass  # NVML stays started for the process (nvml_session)
+        """Nothing to let go of: NVML stays started for the process (nvml_session)."""
 
 
 def open_reader(devices: Sequence[GpuDevice]) -> GpuLinks:

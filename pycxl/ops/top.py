@@ -156,6 +156,7 @@ class ProcessNode:
     change_per_s: float  # bytes per second
 
     def as_json(self) -> dict[str, Any]:
+        """The node's resident bytes and their change."""
         return {
             "node": self.node,
             "name": self.name,
@@ -174,6 +175,7 @@ class ProcessView:
     exited: bool = False
 
     def as_json(self) -> dict[str, Any]:
+        """The process, whether it ended, and its memory per node."""
         return {"pid": self.pid, "exited": self.exited, "nodes": [n.as_json() for n in self.nodes]}
 
 
