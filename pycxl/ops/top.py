@@ -244,7 +244,7 @@ def top(
             time.sleep(max(0.0, before[0].time + interval - time.monotonic()))
             now = [r.read() for r in readers]
             view = watched.view(system, now[0].time) if watched else None
-            yield _report(system, fs, now, before, view)
+            yield report(system, now, before, view)
             made += 1
             if view is not None and view.exited:
                 return
@@ -282,8 +282,12 @@ def _cxl_memdevs(system: System) -> dict[int, list[str]]:
     return out
 
 
-def _report(system: System, fs: Sysfs, now: list[Reading], before: list[Reading],
-            view: ProcessView | None) -> TopReport:  # fmt: skip
+def report(system: System, now: list[Reading], before: list[Reading],
+           view: ProcessView | None = None) -> TopReport:  # fmt: skip
+    """The report of one interval: the sources' readings at its end (``now``) and at its
+    start (``before``, in the same order), on ``system``'s GPUs and nodes, each figure
+    beside its ceiling (links read from ``system``'s tree)."""
+    fs = Sysfs(system.sysroot)
     merged = _Merged(now, before)
     gpus = tuple(_gpu_row(g, fs, merged) for g in system.gpus.devices)
     nodes = []
