@@ -200,17 +200,19 @@ def _local_time(iso: str) -> str:
 
 
 def _mb(row: Row, figure: str) -> str:
-    v = row.value(figure)
-    if v is not None:
-        return f"{v / MB:.1f}"
-    m = row.missing.get(figure)
-    return m.short if m is not None else "-"
+    """A figure in MB/s, or the word for why it is missing."""
+    return _shown(row, figure, lambda v: f"{v / MB:.1f}")
 
 
 def _n(row: Row, figure: str) -> str:
+    """A count per second, or the word for why it is missing."""
+    return _shown(row, figure, lambda v: f"{v:.0f}")
+
+
+def _shown(row: Row, figure: str, fmt: Callable[[float], str]) -> str:
     v = row.value(figure)
     if v is not None:
-        return f"{v:.0f}"
+        return fmt(v)
     m = row.missing.get(figure)
     return m.short if m is not None else "-"
 
@@ -269,11 +271,7 @@ def _refresh(report: TopReport) -> None:
 
 
 def _rate(row: Row, figure: str) -> str:
-    v = row.value(figure)
-    if v is not None:
-        return _gbs(v) if v >= 1e9 else f"{v / MB:.1f} MB/s"
-    m = row.missing.get(figure)
-    return m.short if m is not None else "-"
+    return _shown(row, figure, lambda v: _gbs(v) if v >= 1e9 else f"{v / MB:.1f} MB/s")
 
 
 def _gbs(v: float) -> str:

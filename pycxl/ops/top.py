@@ -132,7 +132,7 @@ class Row:
             doc = {"name": self.name, "node": self.id, "tier": self.tier}
         if self.pci is not None:
             doc["pci"] = self.pci
-            doc["pcie_link"] = self.link_text
+            doc["pcie_lnksta"] = self.link_text
         doc |= {key: self.figures.get(f) for f, key in names.items()
                 if f in self.figures or f in self.missing}  # fmt: skip
         for link, c in self.ceilings.items():
@@ -207,7 +207,7 @@ class TopReport:
         """The report as pycxl top --json prints it (one line per report)."""
         return {
             "time": self.time,
-            "interval_s": self.interval_s,
+            "interval_s": round(self.interval_s, 3),
             "gpus": [g.as_json() for g in self.gpus],
             "nodes": [n.as_json() for n in self.nodes],
             "process": None if self.process is None else self.process.as_json(),
@@ -300,7 +300,7 @@ def report(system: System, now: list[Reading], before: list[Reading],
                          ceilings=_node_ceiling(system, fs, nt.node.id)))  # fmt: skip
     return TopReport(
         time=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        interval_s=round(now[0].time - before[0].time, 3),
+        interval_s=now[0].time - before[0].time,
         gpus=gpus,
         nodes=tuple(nodes),
         process=view,

@@ -26,6 +26,7 @@ from pycxl.errors import SysfsError
 from pycxl.pci_caps import parse_cxl_capability
 from pycxl.pcie import bandwidth
 from pycxl.sysfs import Sysfs
+from tests.top_runs import bandwidth_under_top
 
 ROOT = Path(__file__).resolve().parents[2]
 PMU_TREE = ROOT / "tests" / "data" / "pmu" / "vm"
@@ -196,32 +197,13 @@ def test_every_figure_this_host_lacks_says_why_never_zero() -> None:
     assert dram0.value(ALLOC) is not None and dram0.value(LOCAL) is not None
 
 
-def _bench_under_top(size: str) -> tuple[list[pycxl.ops.top.TopReport], dict[str, object]]:
-    """``pycxl bench bandwidth`` on dram0 in another process, watched by top (-p) from
-    before it starts until after it ends; the reports and the bench's result."""
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "pycxl.cli.main", "bench", "bandwidth", "-t", "dram0", "--size",
-         size, "-n", "1", "--threads", "1", "--kernel", "copy", "--json"],
-        stdout=subprocess.PIPE, text=True)  # fmt: skip
-    reports = []
-    try:
-        for r in pycxl.top(0.25, 400, bench.pid):
-            reports.append(r)
-            if bench.poll() is not None and r.process is not None and not r.process.nodes:
-                break
-    finally:
-        out, _ = bench.communicate(timeout=300)
-    assert bench.returncode == 0
-    return reports, json.loads(out)[0]
-
-
 def test_node_rows_and_the_process_view_rise_with_a_bandwidth_run() -> None:
     """The bench places its arrays on dram0: the node's allocations over the run, above
     the rate before it, account for the pages it placed (one per page, or per 2 MiB with
     THP always on), and the process view shows them resident on dram0 while it runs."""
     quiet = list(pycxl.top(0.25, 3))
     base = sorted(r.nodes[0].value(ALLOC) or 0.0 for r in quiet)[1]  # the median
-    reports, result = _bench_under_top("256M")
+    reports, result = bandwidth_under_top("dram0", "256M", 0.25)
     pages = int(result["pages_on_node"])  # type: ignore[call-overload]
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     per = 512 if thp.exists() and "[always]" in thp.read_text() else 1
@@ -233,7 +215,6 @@ def test_node_rows_and_the_process_view_rise_with_a_bandwidth_run() -> None:
     resident = max(sum(n.resident for n in r.process.nodes if n.name == "dram0")
                    for r in reports if r.process is not None)  # fmt: skip
     assert resident >= 0.9 * pages * 4096, (resident, pages)
-    assert reports[-1].process is not None and reports[-1].process.exited
 
 
 # --- the command -----------------------------------------------------------------------------
