@@ -65,14 +65,23 @@ class MemoryPmus:
         self.counters.clear()
 
 
-def open_imc(fs: Sysfs, cpu_nodes: Mapping[int, int], nodes: Sequence[int]) -> MemoryPmus:
-    """The uncore memory controllers' reads and writes, for ``nodes`` (the nodes with
-    CPUs); ``cpu_nodes`` maps each CPU to its node."""
-    reader = MemoryPmus("imc")
+def open_reader(fs: Sysfs, cpu_nodes: Mapping[int, int], sockets: Sequence[int],
+                memdevs_by_node: Mapping[int, Sequence[str]]) -> MemoryPmus:  # fmt: skip
+    """Counters of memory read and written: the uncore memory controllers' for
+    ``sockets`` (the nodes with CPUs; ``cpu_nodes`` maps each CPU to its node), the CXL
+    devices' for each CXL node (the memdevs of its regions in ``memdevs_by_node``)."""
+    reader = MemoryPmus("perf")
+    _open_imc(reader, fs, cpu_nodes, sockets)
+    _open_cxl_pmu(reader, fs, memdevs_by_node)
+    return reader
+
+
+def _open_imc(reader: MemoryPmus, fs: Sysfs, cpu_nodes: Mapping[int, int],
+              nodes: Sequence[int]) -> None:  # fmt: skip
     names = [p for p in pmus(fs) if IMC.match(p)]
     if not names:
         _all_missing(reader, nodes, _no_imc(fs))
-        return reader
+        return
     try:
         for pmu in names:
             for figure, events in IMC_EVENTS.items():
@@ -85,9 +94,9 @@ def open_imc(fs: Sysfs, cpu_nodes: Mapping[int, int], nodes: Sequence[int]) -> M
                             _open(reader, (("node", node), figure), event, cpu,
                                   event.bytes_per_count)  # fmt: skip
     except PerfRefused as e:
-        reader.close()
+        reader.close()  # the first source opened: every counter so far is its own
         _all_missing(reader, nodes, refusal(fs, e))
-        return reader
+        return
     counted = {c.key for c in reader.counters}
     for node in nodes:
         for figure in FIGURES:
@@ -99,13 +108,10 @@ def open_imc(fs: Sysfs, cpu_nodes: Mapping[int, int], nodes: Sequence[int]) -> M
             reader.methods[("node", node)] = (
                 f"uncore_imc counters of the socket ({len(names)} PMUs)"
             )
-    return reader
 
 
-def open_cxl_pmu(fs: Sysfs, memdevs_by_node: Mapping[int, Sequence[str]]) -> MemoryPmus:
-    """The CXL devices' own counts of data read and written, for each CXL node (the
-    memdevs of its regions given in ``memdevs_by_node``)."""
-    reader = MemoryPmus("cxl_pmu")
+def _open_cxl_pmu(reader: MemoryPmus, fs: Sysfs,
+                  memdevs_by_node: Mapping[int, Sequence[str]]) -> None:  # fmt: skip
     by_memdev: dict[str, list[str]] = {}
     for p in pmus(fs):
         m = CPMU.match(p)
@@ -132,7 +138,6 @@ def open_cxl_pmu(fs: Sysfs, memdevs_by_node: Mapping[int, Sequence[str]]) -> Mem
             _all_missing(reader, [node], refusal(fs, e))
             continue
         reader.methods[subject] = "cxl_pmu of " + ", ".join(memdevs)
-    return reader
 
 
 def _cpmu_gaps(fs: Sysfs, memdevs: Sequence[str], by_memdev: Mapping[str, list[str]]

@@ -261,8 +261,7 @@ def open_readers(system: System, fs: Sysfs) -> list[Reader]:
     sockets = [nt.node.id for nt in system.nodes if nt.node.cpus and nt.node.has_memory]
     readers: list[Reader] = [
         page_traffic.open_reader(fs),
-        memory_pmus.open_imc(fs, cpu_nodes, sockets),
-        memory_pmus.open_cxl_pmu(fs, _cxl_memdevs(system)),
+        memory_pmus.open_reader(fs, cpu_nodes, sockets, _cxl_memdevs(system)),
         resctrl.open_reader(fs, cpu_nodes, sockets),
     ]
     if system.gpus.devices:

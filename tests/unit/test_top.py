@@ -72,6 +72,64 @@ def test_perf_event_open_counts_the_tsc_at_the_rate_the_kernel_calibrated() -> N
     assert rate == pytest.approx(mhz * 1e6, rel=0.03), (rate, mhz)
 
 
+def _renamed_msr_pmus(tmp: Path, names: dict[str, dict[str, str]]) -> Sysfs:
+    """A tree whose PMUs are copies of this machine's msr PMU (its type, its format)
+    under other names, each with the events given (name -> terms or a .scale/.unit) and
+    CPU 0 as its cpumask: counters opened through them count the TSC."""
+    live = Path("/sys/bus/event_source/devices/msr")
+    for name, events in names.items():
+        pmu = tmp / "sys/bus/event_source/devices" / name
+        (pmu / "events").mkdir(parents=True)
+        shutil.copytree(live / "format", pmu / "format")
+        (pmu / "type").write_text((live / "type").read_text())
+        (pmu / "cpumask").write_text("0\n")
+        for event, text in events.items():
+            (pmu / "events" / event).write_text(text + "\n")
+    return Sysfs(tmp)
+
+
+def test_memory_counters_are_found_scaled_to_bytes_and_put_on_their_nodes(tmp_path: Path) -> None:
+    """How the memory-controller and CXL device counters are chosen, scaled and given to
+    nodes, on this machine's msr PMU renamed as an uncore controller and as two memdevs'
+    CPMUs (no machine here has either): each then counts the TSC, so a controller's
+    'bytes' grow at the TSC's rate times its event's scale and unit, a CXL node's at 64
+    bytes a count, summed over its memdevs (and over both write events)."""
+    from pycxl.counters.memory_pmus import open_reader
+
+    mhz = _tsc_mhz()
+    if mhz is None or pmus.read_event(Sysfs(), "msr", "tsc") is None or os.geteuid() != 0:
+        pytest.skip("needs root, an msr PMU and the TSC's rate in the kernel log")
+    imc = {
+        "cas_count_read": "event=0x00",
+        "cas_count_read.scale": "6.103515625e-5",
+        "cas_count_read.unit": "MiB",
+        "cas_count_write": "event=0x00",
+        "cas_count_write.scale": "6.103515625e-5",
+        "cas_count_write.unit": "MiB",
+    }
+    cpmu = {"s2m_drs_memdata": "event=0x00", "m2s_rwd_memwr": "event=0x00",
+            "m2s_rwd_memwrptl": "event=0x00"}  # fmt: skip
+    fs = _renamed_msr_pmus(tmp_path, {"uncore_imc_0": imc, "cxl_pmu_mem0.0": cpmu,
+                                      "cxl_pmu_mem1.0": cpmu})  # fmt: skip
+    reader = open_reader(fs, {0: 0}, [0], {1: ["mem0", "mem1"], 2: ["mem0", "mem2"]})
+    try:
+        a = reader.read()
+        time.sleep(0.3)
+        b = reader.read()
+    finally:
+        reader.close()
+    rate = per_second(b, a)
+    tsc = mhz * 1e6
+    assert rate[(("node", 0), MEM_READ)] == pytest.approx(tsc * 64, rel=0.03)
+    assert rate[(("node", 0), MEM_WRITE)] == pytest.approx(tsc * 64, rel=0.03)
+    assert rate[(("node", 1), MEM_READ)] == pytest.approx(2 * tsc * 64, rel=0.03)
+    assert rate[(("node", 1), MEM_WRITE)] == pytest.approx(2 * 2 * tsc * 64, rel=0.03)
+    # a node one of whose memdevs has no CPMU gets no partial figure, but the reason
+    why = b.missing[(("node", 2), MEM_READ)]
+    assert why.short == "no-CPMU" and "mem2" in why.reason and (("node", 2), MEM_READ) not in rate
+    assert "uncore_imc" in b.methods[("node", 0)] and "mem0, mem1" in b.methods[("node", 1)]
+
+
 def test_pmu_events_parse_from_a_recorded_tree() -> None:
     fs = Sysfs(PMU_TREE)
     assert {"msr", "uprobe", "software"} <= set(pmus.pmus(fs))
