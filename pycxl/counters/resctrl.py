@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from ..errors import NeedsRootError
 from ..sysfs import Sysfs
 from .base import MBM_LOCAL, MBM_TOTAL, Key, Missing, Reading, Subject
 
@@ -37,7 +38,11 @@ class Resctrl:
             for domain, node in self.domains.items():
                 for figure, name in FILES.items():
                     key: Key = (("node", node), figure)
-                    text = self.fs.read(f"{group}/mon_data/{domain}/{name}")
+                    try:
+                        text = self.fs.read(f"{group}/mon_data/{domain}/{name}")
+                    except NeedsRootError:
+                        missing[key] = Missing("needs-root", "resctrl's counts are root's here")
+                        continue
                     if text is None or not text.strip().isdecimal():
                         # 'Unavailable' while the counter is being set up, or 'Error'
                         missing[key] = Missing("unavailable", f"resctrl says {text!r} for "
