@@ -60,8 +60,6 @@ VALUE_TYPES: dict[int, tuple[str, int | None]] = {
 # a counter this narrow wraps faster than an interval at PCIe speeds (2^32 B in 0.07 s
 # at 63 GB/s): its differences cannot be trusted
 MIN_COUNTER_BITS = 48
-LINK_FIGURES = {"pcie": (PCIE_RX, PCIE_TX), "nvlink": (NVLINK_RX, NVLINK_TX),
-                "c2c": (C2C_RX, C2C_TX)}  # fmt: skip
 NVLINK_MAX, C2C_MAX = "nvlink_max", "c2c_max"  # bytes/s per direction, from NVML
 
 
@@ -158,7 +156,7 @@ def open_reader(devices: Sequence[GpuDevice]) -> GpuLinks:
     every GPU is missing with NVML's reason."""
     try:
         with session() as (ffi, lib):
-            pass
+            pass  # started once, left running for the process: its handles stay good
     except NvmlUnusable as e:
         why = Missing("no-NVML", f"{e} (NVML comes with the NVIDIA driver)")
         return GpuLinks(None, None, [], {(("gpu", d.index), f): why for d in devices
