@@ -115,7 +115,8 @@ def _shower(as_json: bool, lines: bool) -> Callable[[TopReport], None]:
 GPU_HEADER = ("#time", "gpu", "link", "rx_MB/s", "tx_MB/s", "link%", "hbm%")
 NODE_HEADER = ("#time", "node", "tier", "read_MB/s", "write_MB/s", "mbm_MB/s", "link%", "alloc/s",
                "local/s", "remote/s", "promoted/s", "demoted/s")  # fmt: skip
-PROCESS_HEADER = ("#time", "pid", "node", "tier", "resident_MB", "change_MB/s")
+PROCESS_HEADER = ("#time", "pid", "node", "tier", "resident_MB", "change_MB/s", "anon_MB",
+                  "anon_change_MB/s")  # fmt: skip
 
 
 class _Lines:
@@ -164,7 +165,8 @@ class _Lines:
             p = report.process
             for n in p.nodes:
                 lines.append((when, str(p.pid), n.name, n.tier, f"{n.resident / MB:.1f}",
-                              f"{n.change_per_s / MB:+.1f}"))  # fmt: skip
+                              f"{n.change_per_s / MB:+.1f}", f"{n.anonymous / MB:.1f}",
+                              f"{n.anonymous_change_per_s / MB:+.1f}"))  # fmt: skip
         for fields in lines:
             click.echo(_aligned(fields))
         if report.process is not None and report.process.exited:
@@ -258,11 +260,13 @@ def _refresh(report: TopReport) -> None:
     out += [table(headers, rows), ""]
     if report.process is not None:
         p = report.process
-        rows = [[n.name, str(n.node), n.tier, _size(n.resident), _signed(n.change_per_s)]
+        rows = [[n.name, str(n.node), n.tier, _size(n.resident), _signed(n.change_per_s),
+                 _size(n.anonymous), _signed(n.anonymous_change_per_s)]
                 for n in p.nodes]  # fmt: skip
         heading = f"process {p.pid}" + (" (ended)" if p.exited else "")
         out += [click.style(heading, bold=True),
-                table(["target", "node", "tier", "resident", "change/s"], rows), ""]  # fmt: skip
+                table(["target", "node", "tier", "resident", "change/s", "anonymous",
+                       "anon change/s"], rows), ""]  # fmt: skip
     for short, (m, names) in report.missing.items():
         out.append(f"{short} ({', '.join(names)}): {m.reason}")
     out += [f"absent: {line}" for line in report.absent]

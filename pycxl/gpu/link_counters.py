@@ -61,6 +61,9 @@ VALUE_TYPES: dict[int, tuple[str, int | None]] = {
 # at 63 GB/s): its differences cannot be trusted
 MIN_COUNTER_BITS = 48
 NVLINK_MAX, C2C_MAX = "nvlink_max", "c2c_max"  # bytes/s per direction, from NVML
+# what every reading needs (nvmlDeviceGetFieldValues is optional: sampled without it)
+NEEDED = ("nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetPcieThroughput",
+          "nvmlDeviceGetUtilizationRates")  # fmt: skip
 
 
 @dataclass
@@ -161,6 +164,15 @@ def open_reader(devices: Sequence[GpuDevice]) -> GpuLinks:
         why = Missing("no-NVML", f"{e} (NVML comes with the NVIDIA driver)")
         return GpuLinks(None, None, [], {(("gpu", d.index), f): why for d in devices
                                          for f in (PCIE_RX, PCIE_TX, HBM_BUSY)})  # fmt: skip
+    lacking = [f for f in NEEDED if not has_symbol(lib, f)]
+    if lacking:
+        why = Missing(
+            "no-NVML",
+            f"this NVML lacks {', '.join(lacking)} (an old driver, or pycxl's NVML "
+            "declarations built before pycxl top: reinstall pycxl)",
+        )
+        return GpuLinks(ffi, lib, [], {(("gpu", d.index), f): why for d in devices
+                                       for f in (PCIE_RX, PCIE_TX, HBM_BUSY)})  # fmt: skip
     missing: dict[Key, Missing] = {}
     gpus = []
     for d in devices:

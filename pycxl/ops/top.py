@@ -147,13 +147,17 @@ class Row:
 
 @dataclass(frozen=True)
 class ProcessNode:
-    """A process's resident memory on one node, and its change over the interval."""
+    """A process's resident memory on one node, the anonymous part of it (heap, stacks,
+    anonymous mappings: what it allocated, not files it mapped), and their change over
+    the interval."""
 
     node: int
     name: str
     tier: str
     resident: int  # bytes
     change_per_s: float  # bytes per second
+    anonymous: int = 0  # bytes
+    anonymous_change_per_s: float = 0.0  # bytes per second
 
     def as_json(self) -> dict[str, Any]:
         """The node's resident bytes and their change."""
@@ -163,6 +167,8 @@ class ProcessNode:
             "tier": self.tier,
             "resident_bytes": self.resident,
             "change_bytes_per_s": self.change_per_s,
+            "anonymous_bytes": self.anonymous,
+            "anonymous_change_bytes_per_s": self.anonymous_change_per_s,
         }
 
 
@@ -371,20 +377,20 @@ def _node_ceiling(system: System, fs: Sysfs, node: int) -> dict[str, Ceiling]:
 
 
 class _Process:
-    """A process watched: its resident bytes per node at the last look."""
+    """A process watched: its resident and anonymous bytes per node at the last look."""
 
     def __init__(self, fs: Sysfs, pid: int) -> None:
-        from ..numa.pages import process_usage
+        from ..numa.pages import process_memory
 
         self.fs, self.pid = fs, pid
-        self.last = process_usage(pid, fs)  # NotFoundError now, for a PID that is not there
+        self.last = process_memory(pid, fs)  # NotFoundError now, for a PID that is not there
         self.when = time.monotonic()
 
     def view(self, system: System, now: float) -> ProcessView:
-        from ..numa.pages import process_usage
+        from ..numa.pages import process_memory
 
         try:
-            usage = {} if self._ended() else process_usage(self.pid, self.fs)
+            usage = {} if self._ended() else process_memory(self.pid, self.fs)
             exited = not usage and self._ended()
         except NotFoundError:
             usage, exited = {}, True
@@ -392,10 +398,10 @@ class _Process:
         nodes = []
         for node in sorted(set(usage) | set(self.last)):
             t = system.tier(node)
-            now_bytes = usage.get(node, 0)
-            change = (now_bytes - self.last.get(node, 0)) / dt
+            (resident, anon), (was, was_anon) = usage.get(node, (0, 0)), self.last.get(node, (0, 0))
             name, tier = (t.name, t.tier) if t else (f"node{node}", "?")
-            nodes.append(ProcessNode(node, name, tier, now_bytes, change))
+            nodes.append(ProcessNode(node, name, tier, resident, (resident - was) / dt, anon,
+                                     (anon - was_anon) / dt))  # fmt: skip
         self.last, self.when = usage, now
         return ProcessView(self.pid, tuple(nodes), exited)
 

@@ -256,20 +256,22 @@ def test_every_figure_this_host_lacks_says_why_never_zero() -> None:
 
 
 def test_node_rows_and_the_process_view_rise_with_a_bandwidth_run() -> None:
-    """The bench places its arrays on dram0: the node's allocations over the run, above
-    the rate before it, account for the pages it placed (one per page, or per 2 MiB with
-    THP always on), and the process view shows them resident on dram0 while it runs."""
-    quiet = list(pycxl.top(0.25, 3))
-    base = sorted(r.nodes[0].value(ALLOC) or 0.0 for r in quiet)[1]  # the median
+    """The bench places its arrays on dram0, on base pages. The process view shows them
+    resident there while it runs; and in the interval where its anonymous memory grew
+    most, the node's row counts at least the pages it gained (each new anonymous page
+    is an allocation; whatever else this shared machine allocates only adds), and the
+    node's allocations over the run at least the pages the bench placed."""
     reports, result = bandwidth_under_top("dram0", "256M", 0.25)
-    pages = int(result["pages_on_node"])  # type: ignore[call-overload]
-    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    per = 512 if thp.exists() and "[always]" in thp.read_text() else 1
+    pages = int(result["pages_on_node"])
     dram0 = [next(n for n in r.nodes if n.name == "dram0") for r in reports]
+    grew = [sum(n.anonymous_change_per_s for n in r.process.nodes if n.name == "dram0")
+            if r.process is not None else 0.0 for r in reports]  # fmt: skip
+    i = max(range(len(reports)), key=grew.__getitem__)
+    assert grew[i] * reports[i].interval_s >= 0.1 * pages * 4096, (grew, pages)  # a burst
+    assert (dram0[i].value(ALLOC) or 0.0) >= 0.8 * grew[i] / 4096, (dram0[i], grew[i])
     counted = sum((n.value(ALLOC) or 0.0) * r.interval_s for n, r in zip(dram0, reports,
                                                                         strict=True))  # fmt: skip
-    seconds = sum(r.interval_s for r in reports)
-    assert counted - base * seconds >= 0.7 * pages / per, (counted, base, seconds, pages)
+    assert counted >= pages, (counted, pages)
     resident = max(sum(n.resident for n in r.process.nodes if n.name == "dram0")
                    for r in reports if r.process is not None)  # fmt: skip
     assert resident >= 0.9 * pages * 4096, (resident, pages)
