@@ -29,7 +29,7 @@ def _pycxl(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.kernel(topology="two-dev")
 def test_a_bandwidth_run_on_the_cxl_node_shows_in_its_row_and_the_process_view() -> None:
-    made = pycxl.create_region(RegionRequest(ways=2))
+    made = pycxl.create_region(RegionRequest(ways=2, zone="movable"))
     assert made.tier == "cxl0"
     reports, result = bandwidth_under_top("cxl0", SIZE, 0.5)
     pages = result["pages_on_node"]
@@ -63,8 +63,11 @@ def test_a_command_run_under_top_is_followed_on_its_tier() -> None:
     pycxl run execs it) holds a 1 MiB string on cxl0 while top watches, and top exits
     with its status. A shell, not Python: the emulator is fragile where a guest's
     programs run from CXL memory (docs/testbed.md), so the command is small, and run
-    once without the policy first to keep its program's pages off the CXL node."""
-    pycxl.create_region(RegionRequest(ways=2))
+    once without the policy first to keep its program's pages off the CXL node. The
+    region is onlined movable: the kernel's own allocations for a process bound to the
+    node (page tables, slabs) then go elsewhere, and the region can be taken offline
+    after it."""
+    pycxl.create_region(RegionRequest(ways=2, zone="movable"))
     script = 'x=$(head -c 1048576 /dev/zero | tr "\\0" a); sleep 2; exit 5'
     assert subprocess.run(["sh", "-c", script], check=False).returncode == 5  # warm
     p = _pycxl("top", "-d", "0.5", "--json", "--", sys.executable, "-m", "pycxl.cli.main", "run",
