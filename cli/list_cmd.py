@@ -14,6 +14,8 @@ from .render import advertised, dash, emit_json, emit_table, near, pins, ranges,
 
 if TYPE_CHECKING:
     from pycxl.listing import ListRequest, Selection
+    from pycxl.pci_caps import CxlCapability, Unread
+    from pycxl.pcie import Link
     from pycxl.system import System
 
 
@@ -140,19 +142,23 @@ def _endpoints(system: System, sel: Selection, req: ListRequest) -> None:
 
 
 def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> None:
+    from pycxl.listing import device_links
     from pycxl.units import format_size
     from pycxl.values import PARTITION_MODES
 
     def size(n: int) -> str:
         return format_size(n) if n else "-"
 
+    links = device_links(system, sel)
     emit_table(
         "CXL memdevs",
-        ["memdev", "serial", "host", *PARTITION_MODES, "numa", "endpoint", "regions"],
+        ["memdev", "serial", "host", *PARTITION_MODES, "numa", "endpoint", "regions",
+         "link", "CXLCap"],
         [[m.name, dash(None if m.serial is None else hex(m.serial)), m.host,
           *(size(m.partition_size(mode)) for mode in PARTITION_MODES), dash(m.numa_node),
           dash(m.endpoint.name if m.endpoint else None),
-          dash(", ".join(r.name for r in m.regions))] for m in sel.memdevs],
+          dash(", ".join(r.name for r in m.regions)), _link(links[m.name][0]),
+          _cxl(links[m.name][1])] for m in sel.memdevs],
     )  # fmt: skip
     if req is not None and req.device_info:
         _device_tables(system, sel, req)
@@ -223,6 +229,21 @@ def _device_tables(system: System, sel: Selection, req: ListRequest) -> None:
                 rows.append([m.name, "none", "-", "-", "-", "-", "-"])
         emit_table("Media errors (poison)", ["memdev", "offset", "length", "source", "region",
                                             "hpa", "target"], rows)  # fmt: skip
+
+
+def _link(link: Link | None) -> str:
+    return "-" if link is None else link.lspci_text()
+
+
+def _cxl(cap: CxlCapability | Unread | None) -> str:
+    """CXLCap's protocols and decoders as lspci writes them, or why not read."""
+    from pycxl.pci_caps import Unread
+
+    if cap is None:
+        return "-"
+    if isinstance(cap, Unread):
+        return "(root)" if cap.reason.startswith("needs root") else "-"
+    return cap.lspci_text()
 
 
 def _decoders(system: System, sel: Selection, req: ListRequest) -> None:
@@ -298,19 +319,22 @@ def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> No
 
 
 def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> None:
+    from pycxl.listing import device_links
     from pycxl.units import format_size
 
     if not sel.gpus and system.gpus.absent_reason:
         click.echo(click.style("GPUs", bold=True))
         click.echo(f"  (none: {system.gpus.absent_reason})\n")
         return
+    links = device_links(system, sel)
     emit_table(
         "GPUs",
-        ["gpu", "name", "pci", "memory", "SMs", "cc", "nearest node"],
+        ["gpu", "name", "pci", "memory", "SMs", "cc", "nearest node", "link"],
         [[g.target_name, g.name, g.pci_bus_id,
           dash(None if g.total_memory is None else format_size(g.total_memory)),
           dash(g.sm_count), dash(g.cc_text),
-          f"{dash(g.numa_node)} ({g.numa_node_source})"] for g in sel.gpus],
+          f"{dash(g.numa_node)} ({g.numa_node_source})", _link(links[g.target_name][0])]
+         for g in sel.gpus],
     )  # fmt: skip
 
 

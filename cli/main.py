@@ -36,6 +36,7 @@ COMMANDS = {
     "stat": ("stat_cmd", "stat_command"),
     "labels": ("labels_cmd", "labels_command"),
     "spill": ("spill_cmd", "spill_command"),
+    "top": ("top_cmd", "top_command"),
 }
 
 

@@ -28,6 +28,7 @@ What is here:
   ``offload_model``: a whole model trained with its blocks' optimizer state on a tier,
   each block updated on the CPU or the GPU, whichever finishes it first.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
+- ``top``: live traffic per GPU link and per memory tier, report by report.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
 
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from .listing import ListRequest as ListRequest, list_json as list_json
     from .numa.placement import NumaBuffer as NumaBuffer
     from .numa.policy import Policy as Policy
+    from .ops.top import top as top
     from .system import System as System, snapshot as snapshot
 
 # Every public name but the errors above, and the submodule each is loaded from on first
@@ -103,6 +105,7 @@ _LAZY = {
     "Policy": "numa.policy",
     "ListRequest": "listing",
     "list_json": "listing",
+    "top": "ops.top",
     **dict.fromkeys(("bench", "cxl", "gpu", "numa", "testbed"), ""),  # the subpackages
 }  # fmt: skip
 _ERRORS = (

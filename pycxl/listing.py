@@ -355,9 +355,23 @@ def kind_json(
         "regions": lambda: [js.region_json(r, t, h) for r in sel.regions],
         "dax": lambda: [js.dax_json(d, h) for d in sel.dax],
         "numa": lambda: [js.node_json(n) for n in sel.numa],
-        "gpus": lambda: [js.gpu_json(g) for g in sel.gpus],
+        "gpus": lambda: [js.gpu_json(g) | more.get(g.target_name, {}) for g in sel.gpus],
     }
     return builders[kind]()
+
+
+def device_links(system: System, sel: Selection) -> dict[str, Any]:
+    """The PCIe link of each memdev and GPU selected (by memdev and GPU name; None for a
+    device without one), and each memdev's CXL capability (``lspci -vv``'s view)."""
+    from .pci_caps import read_cxl_capability
+    from .pcie import read_link
+    from .sysfs import Sysfs
+
+    fs = Sysfs(system.sysroot)
+    out: dict[str, Any] = {m.name: (read_link(m.host, fs), read_cxl_capability(m.host, fs))
+                           for m in sel.memdevs}  # fmt: skip
+    out |= {g.target_name: (read_link(g.pci_bus_id, fs), None) for g in sel.gpus}
+    return out
 
 
 # ndctl's container names: decoders are split by level
@@ -377,13 +391,18 @@ def list_json(system: System, req: ListRequest) -> Any:
 
     sel = select(system, req)
     extras: dict[str, Json] = {}
+    for name, (link, cxl) in device_links(system, sel).items():
+        extras[name] = {"pcie_link": js.pcie_link_json(link)}
+        if name in {m.name for m in sel.memdevs}:
+            extras[name]["cxl_capability"] = js.cxl_capability_json(cxl)
     if req.device_info:
         from .list_devices import device_json, read_device_info
 
-        extras = {name: device_json(system, info, req)
-                  for name, info in read_device_info(system, sel.memdevs, req).items()}  # fmt: skip
+        for name, info in read_device_info(system, sel.memdevs, req).items():
+            extras[name] = extras.get(name, {}) | device_json(system, info, req)
     if req.summary:
-        doc: dict[str, Any] = {CONTAINERS[k]: kind_json(k, sel, req) for k in SUMMARY_KINDS}
+        doc: dict[str, Any] = {CONTAINERS[k]: kind_json(k, sel, req, extras)
+                               for k in SUMMARY_KINDS}  # fmt: skip
         doc["regions"] = [js.region_json(r, True, req.human) for r in sel.regions]
         doc["absent"] = system.absent
         return doc

@@ -2,7 +2,10 @@
 (``current_link_speed``/``max_link_speed``, ``current_link_width``/``max_link_width``).
 
 A link's best possible state is the lower of what the device and its upstream port can
-do: a Gen5 device in a Gen4 slot is limited by the slot, not broken.
+do: a Gen5 device in a Gen4 slot is limited by the slot, not broken. What ``lspci -vv``
+prints as LnkSta against LnkCap is the link now against the device's own maximum
+(``lspci_text``); what the link carries, per direction, after its line encoding, is
+``bandwidth``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class Link:
     max_width: int | None
     limited_by_port: bool  # the upstream port, not the device, sets the maximum
     device_max_unknown: bool = False  # the device's own maximum could not be read
+    device_max_speed: float | None = None  # the device's own (lspci's LnkCap)
+    device_max_width: int | None = None
 
     @property
     def speed_below_max(self) -> bool:
@@ -43,6 +48,60 @@ class Link:
     def describe(self) -> str:
         """'16.0 GT/s x8 of 32.0 GT/s x16'."""
         return f"{_fmt(self.speed, self.width)} of {_fmt(self.max_speed, self.max_width)}"
+
+    @property
+    def downgraded(self) -> bool:
+        """Whether the link runs below the device's own maximum (lspci's '(downgraded)')."""
+        return _below(self.speed, self.device_max_speed) or _below(
+            self.width, self.device_max_width
+        )
+
+    def lspci_text(self) -> str:
+        """The link now as lspci -vv writes LnkSta, against the device's LnkCap where it
+        is below it: '32GT/s x16', '2.5GT/s (downgraded) x16 of 32GT/s x16'."""
+        speed = _lspci_speed(self.speed) + (
+            " (downgraded)" if _below(self.speed, self.device_max_speed) else ""
+        )
+        width = f"x{self.width if self.width is not None else '?'}" + (
+            " (downgraded)" if _below(self.width, self.device_max_width) else ""
+        )
+        if not self.downgraded:
+            return f"{speed} {width}"
+        cap = f"{_lspci_speed(self.device_max_speed)} x{self.device_max_width or '?'}"
+        return f"{speed} {width} of {cap}"
+
+    def bandwidth(self, *, best_speed: bool = False) -> float | None:
+        """Bytes per second the link carries in each direction at its width now and its
+        speed now (``best_speed``: the most both ends support, which a GPU runs at under
+        load however low it idles); None where a figure is unknown."""
+        speed = self.max_speed if best_speed and self.max_speed is not None else self.speed
+        return bandwidth(speed, self.width)
+
+
+def _below(now: float | None, cap: float | None) -> bool:
+    return now is not None and cap is not None and now < cap
+
+
+def _lspci_speed(speed: float | None) -> str:
+    return "?GT/s" if speed is None else f"{speed:g}GT/s"
+
+
+def encoding_efficiency(speed: float) -> float:
+    """The share of a lane's transfers that carry data: 8b/10b up to 5 GT/s (Gen1-2),
+    128b/130b at 8-32 GT/s (Gen3-5), 242 of 256 bytes per FLIT at 64 GT/s (Gen6)."""
+    if speed <= 5.0:
+        return 8 / 10
+    if speed <= 32.0:
+        return 128 / 130
+    return 242 / 256
+
+
+def bandwidth(speed: float | None, width: int | None) -> float | None:
+    """Bytes per second of ``width`` lanes at ``speed`` GT/s, per direction, after the
+    line encoding (before packet headers): 63.0 GB/s for 32 GT/s x16."""
+    if speed is None or width is None:
+        return None
+    return speed * 1e9 * width * encoding_efficiency(speed) / 8
 
 
 def _fmt(speed: float | None, width: int | None) -> str:
@@ -83,4 +142,5 @@ def read_link(device: str, fs: Sysfs | None = None) -> Link | None:
         if port_width is not None and (max_width is None or port_width < max_width):
             max_width, by_port = port_width, True
     unknown = dev_max is None or dev_max_width is None
-    return Link(device, speed, width, max_speed, max_width, by_port, unknown)
+    return Link(device, speed, width, max_speed, max_width, by_port, unknown, dev_max,
+                dev_max_width)  # fmt: skip

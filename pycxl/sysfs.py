@@ -98,6 +98,23 @@ class Sysfs:
                 return None
             raise SysfsError(rel, f"cannot read ({e.strerror})") from e
 
+    def read_bytes(self, rel: str) -> bytes | None:
+        """A binary attribute as the kernel gives this user (a PCI device's ``config``:
+        all of it to root, its first 64 bytes to anyone else); None when absent."""
+        try:
+            if self.root != "/":
+                self._require_regular(rel)
+            with open(self.path(rel), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError as e:
+            raise SysfsError(rel, "is a directory, expected an attribute file") from e
+        except PermissionError as e:
+            raise NeedsRootError(f"{rel}: permission denied; run as root to read it") from e
+        except OSError as e:
+            raise SysfsError(rel, f"cannot read ({e.strerror})") from e
+
     def _require_regular(self, rel: str) -> None:
         """A recorded tree's attribute is a plain file: a FIFO would block the read, a
         device node never end it (the kernel's own attributes are all regular)."""

@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list 
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .gpu.devices import GpuDevice
     from .numa.access import AccessFigures
+    from .pci_caps import CxlCapability, Unread
+    from .pcie import Link
     from .tiers import NodeTier
 
 Json = dict[str, Any]
@@ -185,6 +187,48 @@ def node_json(nt: NodeTier) -> Json:
         "near_by": nt.near_by,  # self, memdevs (their host bridges' socket) or distance
         "memdev_nodes": list(nt.memdev_nodes),  # CXL: the sockets its memdevs hang off
         "advertised": advertised_json(n.advertised),
+    }
+
+
+def pcie_link_json(link: Link | None) -> Json | None:
+    """A PCIe link as lspci -vv reads it: now (LnkSta) against the device's own maximum
+    (LnkCap), the most both ends support, and the bytes per second it carries each way."""
+    if link is None:
+        return None
+    return {
+        "speed_gts": link.speed,
+        "width": link.width,
+        "cap_speed_gts": link.device_max_speed,
+        "cap_width": link.device_max_width,
+        "max_speed_gts": link.max_speed,  # what the device and its upstream port both do
+        "max_width": link.max_width,
+        "downgraded": link.downgraded,
+        "bytes_per_s": None if (bw := link.bandwidth()) is None else round(bw),
+        "lspci": link.lspci_text(),
+    }
+
+
+def cxl_capability_json(cap: CxlCapability | Unread | None) -> Json | None:
+    """A device's PCIe DVSEC for CXL Devices (lspci's CXLCap and CXLCtl); for one that
+    could not be read, why."""
+    from .pci_caps import Unread
+
+    if cap is None:
+        return None
+    if isinstance(cap, Unread):
+        return {"unread": cap.reason}
+    return {
+        "dvsec_revision": cap.revision,
+        "cache_capable": cap.cache,
+        "io_capable": cap.io,
+        "mem_capable": cap.mem,
+        "mem_hw_init": cap.mem_hw_init,
+        "hdm_count": cap.hdm_count,
+        "viral_capable": cap.viral,
+        "cache_enabled": cap.cache_enabled,
+        "io_enabled": cap.io_enabled,
+        "mem_enabled": cap.mem_enabled,
+        "lspci": cap.lspci_text(),
     }
 
 

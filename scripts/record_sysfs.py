@@ -31,9 +31,11 @@ EXTRA_TREES = (
     "/proc/vmstat",
     "/proc/sys/kernel/numa_balancing",
 )
-# Of every PCI device: what pycxl check reads (PCIe link state, GPU identification).
+# Of every PCI device: what pycxl check and list read (PCIe link state, GPU
+# identification, the configuration space with a CXL device's DVSEC: root reads it whole).
 PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_ATTRS = (
+    "config",
     "vendor",
     "device",
     "class",

@@ -51,6 +51,8 @@ apt-get install -y -q --no-install-recommends prometheus-node-exporter prometheu
 apt-get install -y -q --no-install-recommends munge slurmctld slurmd slurm-client
 # ShellCheck lints the shell scripts operators copy from contrib/.
 apt-get install -y -q --no-install-recommends shellcheck
+# lspci (pciutils): the oracle for the PCIe links and CXL capability pycxl list shows.
+apt-get install -y -q --no-install-recommends pciutils
 
 # The tests' Python: a virtual environment in the repository (the testbed's guest sees it
 # through the shared file system), made by python3 on PATH or $PYTHON; a distribution's

@@ -103,6 +103,13 @@ def process_usage(pid: int, fs: Sysfs | None = None) -> dict[int, int]:
     """Bytes of a process's resident memory per node, from /proc/PID/numa_maps. Another
     user's process needs root (NeedsRootError); one the kernel hides even from root is
     an OperationError saying why."""
+    return {node: resident for node, (resident, _) in process_memory(pid, fs).items()}
+
+
+def process_memory(pid: int, fs: Sysfs | None = None) -> dict[int, tuple[int, int]]:
+    """Per node, bytes of a process's resident memory and of its anonymous memory (the
+    mappings of no file: heap, stacks, anonymous mmaps), from /proc/PID/numa_maps; the
+    errors of ``process_usage``."""
     pid = check_pid(pid)
     fs = fs or Sysfs()
     path = f"/proc/{pid}/numa_maps"
@@ -117,10 +124,14 @@ def process_usage(pid: int, fs: Sysfs | None = None) -> dict[int, int]:
             f"process {pid}: the kernel refuses its numa_maps even to root (ptrace access "
             "is denied: a process that is not dumpable, or one outside this container)"
         ) from None
-    usage: Counter[int] = Counter()
+    resident: Counter[int] = Counter()
+    anonymous: Counter[int] = Counter()
     for line in lines:
         kb = _PAGE_KB.search(line)
         page = int(kb.group(1)) * 1024 if kb else PAGE
+        anon = " file=" not in line
         for node, pages in _NUMA_MAPS_NODE.findall(line):
-            usage[int(node)] += int(pages) * page
-    return dict(sorted(usage.items()))
+            resident[int(node)] += int(pages) * page
+            if anon:
+                anonymous[int(node)] += int(pages) * page
+    return {n: (resident[n], anonymous[n]) for n in sorted(resident)}

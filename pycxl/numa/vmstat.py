@@ -32,6 +32,8 @@ NODE_COUNTERS = (
     "numa_miss",
     "numa_foreign",
     "numa_interleave",
+    "numa_local",
+    "numa_other",
     "nr_foll_pin_acquired",
     "nr_foll_pin_released",
 )

@@ -20,6 +20,7 @@ from ..system import System
 from .check import SEVERITIES, CheckReport
 from .prometheus import Metric
 from .stat import StatReport
+from .top import TopReport
 
 STATUS_CODES = {"ok": 0, "no-cxl": 0, "warning": 1, "failure": 2}
 
@@ -192,3 +193,81 @@ def stat_metrics(report: StatReport) -> list[Metric]:
         pmu.add(len(t.cxl_pmus))
         state = [demotion, balancing, weight, pmu]
     return [stamp, info, pinned, tier, *counters.values(), *system, *state]
+
+
+# a GPU link's figures: the counter of bytes since the driver started, or, where NVML only
+# samples the link, the bytes per second of the last sample
+GPU_LINK_METRICS = {
+    "rx": ("gpu_link_receive_bytes", "Bytes the GPU received on the link (host to GPU)"),
+    "tx": ("gpu_link_transmit_bytes", "Bytes the GPU sent on the link (GPU to host)"),
+}
+NODE_MEMORY_METRICS = {
+    "mem_read": ("node_memory_read_bytes_total", "Bytes read from the node's memory, at its "
+                 "memory controllers or CXL devices, since pycxl top started"),
+    "mem_write": ("node_memory_written_bytes_total", "Bytes written to the node's memory, at "
+                  "its memory controllers or CXL devices, since pycxl top started"),
+}  # fmt: skip
+
+
+def top_metrics(report: TopReport) -> list[Metric]:
+    """GPU link counters (or sampled rates), their links' bandwidth, GPU memory busy;
+    node memory read and written, resctrl's bytes, the nodes' memory bandwidth; when the
+    report was made. Page traffic is node_exporter's (meminfo_numa) and pycxl stat's."""
+    from ..counters.base import HBM_BUSY, MBM_LOCAL, MBM_TOTAL
+    from .top import GPU_LINKS
+
+    stamp = Metric("top_timestamp_seconds", "When the last pycxl top report was made (Unix time)")
+    stamp.add(time.time())
+    counters = {d: Metric(f"{n}_total", h, "counter") for d, (n, h) in GPU_LINK_METRICS.items()}
+    sampled = {d: Metric(f"{n}_per_second", f"{h}, per second, as NVML last sampled it")
+               for d, (n, h) in GPU_LINK_METRICS.items()}  # fmt: skip
+    link_max = Metric("gpu_link_max_bytes_per_second",
+                      "What the GPU's link carries per direction (PCIe: at the best speed both "
+                      "ends support, after line encoding)")  # fmt: skip
+    busy = Metric(
+        "gpu_memory_busy_ratio",
+        "Share of the last sample period the GPU's memory was read or written (NVML)",
+    )
+    lab: dict[str, str | int | None]
+    for g in report.gpus:
+        base = {"gpu": g.name, "device": g.pci}
+        busy.add(g.value(HBM_BUSY), **base)
+        for link, figures in GPU_LINKS.items():
+            lab = {**base, "link": link}
+            c = g.ceilings.get(link)
+            link_max.add(None if c is None else c.bytes_per_s, **lab)
+            for direction, figure in zip(("rx", "tx"), figures, strict=True):
+                if figure in g.totals:
+                    counters[direction].add(g.totals[figure], **lab)
+                else:
+                    sampled[direction].add(g.value(figure), **lab)
+    memory = {f: Metric(n, h, "counter") for f, (n, h) in NODE_MEMORY_METRICS.items()}
+    mbm = Metric(
+        "node_mbm_bytes_total",
+        "Bytes the node's CPUs moved to and from memory, as "
+        "resctrl counts them (scope local: the node's own memory; all: any)",
+        "counter",
+    )
+    node_max = Metric(
+        "node_memory_max_bytes_per_second",
+        "What the node's memory carries (a CXL node: its memdevs' PCIe links per direction; "
+        "a node with CPUs: the read bandwidth HMAT advertises)",
+    )
+    for n in report.nodes:
+        lab = {"node": n.id, "target": n.name, "tier": n.tier}
+        for figure, metric in memory.items():
+            metric.add(n.totals.get(figure), **lab)
+        mbm.add(n.totals.get(MBM_LOCAL), **lab, scope="local")
+        mbm.add(n.totals.get(MBM_TOTAL), **lab, scope="all")
+        c = n.ceilings.get("memory")
+        node_max.add(None if c is None else c.bytes_per_s, **lab)
+    return [
+        stamp,
+        *counters.values(),
+        *sampled.values(),
+        link_max,
+        busy,
+        *memory.values(),
+        mbm,
+        node_max,
+    ]

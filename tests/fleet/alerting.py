@@ -25,7 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "contrib" / "prometheus" / "pycxl-alerts.yml"
 _LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{.*\})?\s+(\S+)$")
 _TEMPLATE = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
-STAMPS = ("pycxl_check_timestamp_seconds", "pycxl_stat_timestamp_seconds")
+STAMPS = (
+    "pycxl_check_timestamp_seconds",
+    "pycxl_stat_timestamp_seconds",
+    "pycxl_top_timestamp_seconds",
+)
 
 
 def promtool() -> str | None:

@@ -60,7 +60,7 @@ def test_the_rules_are_valid_and_every_annotation_renders() -> None:
     exe = _need(alerting.promtool(), "prometheus (promtool)")
     p = subprocess.run([exe, "check", "rules", str(alerting.RULES)], capture_output=True,
                        text=True, check=False)  # fmt: skip
-    assert p.returncode == 0 and "SUCCESS: 14 rules found" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0 and "SUCCESS: 16 rules found" in p.stdout, p.stdout + p.stderr
     for name, rule in alerting.rules().items():
         assert set(rule["annotations"]) == {"summary", "description"}, name
         assert rule["labels"]["severity"], name
@@ -142,10 +142,18 @@ def test_exported_names_follow_node_exporter_conventions(tmp_path: Path) -> None
     ``_total``, and nothing node_exporter's meminfo_numa collector already exports."""
     exe = _need(alerting.promtool(), "prometheus (promtool)")
     events = health_event_log(tmp_path / "events.jsonl")
+    files = []
     for args in (["check", "--events", str(events), "--textfile"], ["stat", "--textfile"]):
         out = tmp_path / f"{args[0]}.prom"
         p = _pycxl(*args, str(out), "--sysroot", str(REGION))
         assert p.returncode in (0, 7), p.stderr
+        files.append(out)
+    # pycxl top on this host, and as it writes on a GPU host (counted, sampled)
+    p = _pycxl("top", "--once", "-d", "0.2", "--textfile", str(tmp_path / "top.prom"))
+    assert p.returncode == 0, p.stderr
+    files += [tmp_path / "top.prom", _top_textfile(tmp_path / "gpu.prom", 0.5),
+              _top_textfile(tmp_path / "sampled.prom", 0.5, sampled=1e9)]  # fmt: skip
+    for out in files:
         text = out.read_text()
         lint = subprocess.run([exe, "check", "metrics"], input=text, capture_output=True,
                               text=True, check=False)  # fmt: skip
@@ -169,4 +177,85 @@ def test_the_docs_list_every_exported_metric(tmp_path: Path) -> None:
         out = tmp_path / f"{args[0]}.prom"
         assert _pycxl(*args, "--textfile", str(out), "--sysroot", str(REGION)).returncode in (0, 7)
         names |= set(re.findall(r"^# TYPE pycxl_(\S+) ", out.read_text(), re.M))
+    for path in (_top_textfile(tmp_path / "gpu.prom", 0.5),
+                 _top_textfile(tmp_path / "sampled.prom", 0.5, sampled=1e9)):  # fmt: skip
+        names |= set(re.findall(r"^# TYPE pycxl_(\S+) ", path.read_text(), re.M))
     assert names - documented == set(), names - documented
+
+
+H200 = ROOT / "tests" / "data" / "gpu" / "h200"
+LINK_BYTES_PER_S = 55e9  # a pinned copy's rate on the H200 host (anchors), 87% of Gen5 x16
+
+
+def _top_textfile(path: Path, busy: float, *, sampled: float | None = None) -> Path:
+    """What ``pycxl top --textfile`` writes on the recorded H200 host: its GPU and PCIe
+    link come from the recorded tree, through pycxl's own report and metrics; what NVML
+    would count there (this machine has no GPU) is given: the link's counters (or,
+    ``sampled``, NVML's sampled rate) and how busy the GPU's memory was."""
+    from pycxl.counters.base import HBM_BUSY, PCIE_RX, PCIE_TX, Reading
+    from pycxl.ops.metrics import top_metrics
+    from pycxl.ops.prometheus import write_textfile
+    from pycxl.ops.top import report
+    from pycxl.system import snapshot
+
+    gpu = ("gpu", 0)
+
+    def nvml(t: float) -> Reading:
+        if sampled is not None:
+            return Reading("nvml", t, rates={(gpu, PCIE_RX): sampled, (gpu, PCIE_TX): 0.0,
+                                             (gpu, HBM_BUSY): busy})  # fmt: skip
+        return Reading("nvml", t, totals={(gpu, PCIE_RX): 0.0, (gpu, PCIE_TX): 0.0},
+                       rates={(gpu, HBM_BUSY): busy})  # fmt: skip
+
+    system = snapshot(str(H200))
+    write_textfile(str(path), top_metrics(report(system, [nvml(1.0)], [nvml(0.0)])))
+    return path
+
+
+def _top_scraped(tmp: Path, busy: float, *, sampled: float | None = None) -> dict[str, float]:
+    """The pycxl series node_exporter serves from ``_top_textfile``."""
+    exporter = _need(node_exporter.binary(), "prometheus-node-exporter")
+    folder = tmp / f"textfiles-{len(list(tmp.glob('textfiles-*')))}"
+    folder.mkdir()
+    _top_textfile(folder / "pycxl-top.prom", busy, sampled=sampled)
+    lines = node_exporter.scrape(str(folder), exporter)
+    assert "node_textfile_scrape_error 0" in lines, lines[-20:]
+    return alerting.samples(lines)
+
+
+def test_the_starving_gpu_alert_fires_on_a_saturated_link_with_idle_memory(tmp_path: Path) -> None:
+    """A GPU's PCIe link at 55 GB/s (87% of its 63 GB/s) for 80 minutes: the alert fires
+    where its memory idles (counted, or sampled by NVML), not where its memory is busy or
+    the link is idle; a top that stopped writing is stale."""
+    _need(alerting.promtool(), "prometheus (promtool)")
+    idle = _top_scraped(tmp_path, busy=0.02)
+    busy = _top_scraped(tmp_path, busy=0.6)
+    sampled_quiet = _top_scraped(tmp_path, busy=0.02, sampled=0.0)
+    sampled_full = _top_scraped(tmp_path, busy=0.02, sampled=LINK_BYTES_PER_S)
+    rx = next(s for s in idle if s.startswith("pycxl_gpu_link_receive_bytes_total{"))
+    assert 'link="pcie"' in rx and 'gpu="gpu0"' in rx, sorted(idle)
+    assert idle[rx.replace("receive_bytes_total", "max_bytes_per_second")] > LINK_BYTES_PER_S / 0.9
+    full = {rx: LINK_BYTES_PER_S * 60}  # per minute
+    P = alerting.Phase
+    hosts = {
+        "gpu-quiet": [P(90, idle)],
+        "gpu-starved": [P(10, idle), P(80, idle, rates=full)],
+        "gpu-busy": [P(10, busy), P(80, busy, rates=full)],
+        "gpu-sampled": [P(10, sampled_quiet), P(80, sampled_full)],
+        "top-stale": [P(10, idle), P(80, idle, fresh=False)],
+    }
+    series = [s for host, phases in hosts.items()
+              for s in alerting.input_series(phases, f"{host}:9100")]  # fmt: skip
+
+    def at(host: str, alert: str, labels: dict[str, str]) -> dict[str, Any]:
+        return alerting.expected(alert, {"instance": f"{host}:9100", "job": "node", **labels})
+
+    late = {
+        "PycxlGpuLinkSaturated": [at(h, "PycxlGpuLinkSaturated", {"gpu": "gpu0"})
+                                  for h in ("gpu-starved", "gpu-sampled")],
+        "PycxlTopStale": [at("top-stale", "PycxlTopStale", {})],
+    }  # fmt: skip
+    # minute 15: saturated for 5 minutes, short of the rule's 10; minute 89: firing
+    p = alerting.run(tmp_path, series, {9: {}, 15: {}, 89: late})
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert "SUCCESS" in p.stdout

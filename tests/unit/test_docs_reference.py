@@ -125,6 +125,8 @@ COMMAND_LINES = [
     ["check", "--events", "", "--sysroot", str(TREE / "region")],
     ["check", "--events", "", "--sysroot", str(TREE / "fresh")],
     ["stat", "--sysroot", str(TREE / "region")],
+    ["top", "--once", "-d", "0.2", "-p", str(os.getpid())],
+    ["list", "-G", "--sysroot", str(TREE.parents[1] / "gpu" / "h200")],
     ["bench", "latency", "-t", "dram0", "--size", "64K", "-n", "1"],
     ["bench", "bandwidth", "-t", "dram0", "--size", "64K", "-n", "1", "--kernel", "copy"],
     ["bench", "bandwidth", "-t", "dram0", "--mix", "read", "-n", "1"],

@@ -174,13 +174,15 @@ def argv_for(draw: st.DrawFn, path: tuple[str, ...], places: dict[str, str]) -> 
 def _bounded(path: tuple[str, ...], argv: list[str], places: dict[str, str]) -> list[str]:
     """What keeps a generated command from changing this host or running for long: region
     commands plan only (--dry-run) on a tree copy; weights are written to the tree copy;
-    the monitor stops; the testbed lists its topologies instead of booting; bench,
+    the monitor and top stop; the testbed lists its topologies instead of booting; bench,
     stat and loaded latency get short defaults (PYCXL_BENCH_QUICK, a point's duration)."""
     if path[0] == "region" or (path[0] == "numa" and "--set-weights" in argv):
         argv += ["--dry-run"] if path[0] == "region" else []
         argv += ["--sysroot", places["tree"]]
     if path[0] == "monitor":
         argv += ["--duration", "0.2"]
+    if path[0] == "top":  # reports forever by default, as dmon does
+        argv += ["-c", "1", "-d", "0.05"]
     if path[0] == "testbed" and "--inject" not in argv:
         argv += ["--list-topologies"]
     if path == ("bench", "loaded-latency"):

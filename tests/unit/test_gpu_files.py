@@ -119,7 +119,8 @@ def test_list_table_says_what_is_unknown() -> None:
     p = run_list("-G", "--sysroot", str(H200))
     assert p.returncode == 0, p.stderr
     (line,) = [x for x in p.stdout.splitlines() if x.startswith("gpu0")]
-    assert line.split() == ["gpu0", "NVIDIA", "H200", BUS, "-", "-", "-", "0", "(only-cpu-node)"]
+    assert line.split() == ["gpu0", "NVIDIA", "H200", BUS, "-", "-", "-", "0", "(only-cpu-node)",
+                            "32GT/s", "x16"]  # fmt: skip
 
 
 def test_excluded_gpu_is_not_listed(tmp_path: Path) -> None:

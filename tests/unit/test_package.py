@@ -111,3 +111,16 @@ def test_static_checks(tool: list[str]) -> None:
     p = subprocess.run([sys.executable, "-m", *tool], cwd=ROOT, capture_output=True, text=True,
                        check=False)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject.toml lists packages by name: one left out is missing from every install
+    (the source tree's tests would not notice)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])  # fmt: skip
+    found = {"pycxl." + ".".join(p.parent.relative_to(ROOT / "pycxl").parts)
+             for p in (ROOT / "pycxl").rglob("__init__.py")}  # fmt: skip
+    found = {f.rstrip(".") for f in found}
+    assert found - listed == set(), found - listed
