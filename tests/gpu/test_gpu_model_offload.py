@@ -228,9 +228,9 @@ def _streamed_run(layers: int) -> tuple[int, int]:
     held = free_before - torch.cuda.mem_get_info()[0]
     off.close()
     del model, off
+    plain.to("cuda")
     with torch.no_grad():
-        assert torch.equal(tokens.cpu(), plain.generate(prompt.cpu(), max_new_tokens=8,
-                                                         do_sample=False))  # fmt: skip
+        assert torch.equal(tokens, plain.generate(prompt, max_new_tokens=8, do_sample=False))
     return held, block
 
 
