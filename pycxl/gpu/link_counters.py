@@ -260,7 +260,10 @@ def _method(g: _Gpu) -> str:
     if g.pcie == "counters":
         pcie = "NVML cumulative PCIe byte counters"
     else:
-        pcie = f"NVML PCIe throughput sampled over 20 ms ({g.pcie_why})"
+        pcie = (
+            f"NVML PCIe throughput sampled over 20 ms, packet headers counted with the "
+            f"payload ({g.pcie_why})"
+        )
     return pcie + ("; NVLink data counters" if g.nvlink else "")
 
 
