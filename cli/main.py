@@ -36,6 +36,9 @@ COMMANDS = {
     "stat": ("stat_cmd", "stat_command"),
     "labels": ("labels_cmd", "labels_command"),
     "spill": ("spill_cmd", "spill_command"),
+    "memdev": ("memdev_cmd", "memdev_group"),
+    "port": ("port_cmd", "port_group"),
+    "bus": ("port_cmd", "bus_group"),
 }
 
 
