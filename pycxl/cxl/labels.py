@@ -24,9 +24,6 @@ SET_LSA_HEADER = struct.Struct("<II")  # offset, reserved; then the data
 DEFAULT_PAYLOAD = 256  # the smallest mailbox payload the specification allows
 
 
-NVDIMM_DRIVER = "/sys/bus/cxl/drivers/cxl_nvdimm"
-
-
 def nvdimm_holder(fs: Sysfs, memdev: str) -> str | None:
     """The memdev's nvdimm (pmemN) while the cxl_nvdimm driver has it: the kernel keeps
     Set LSA to itself then."""
@@ -131,9 +128,10 @@ def _store(memdev: str, data: bytes, offset: int, sysroot: str | None, dry_run: 
         holder = nvdimm_holder(fs, m.name)
         if holder is not None:  # the kernel would refuse Set LSA (EBUSY): say why first
             raise InvalidRequestError(
-                f"{m.name}'s label area is held by its nvdimm {holder} (driver cxl_nvdimm), "
-                f"which caches the labels; release it first (echo {holder} > "
-                f"{NVDIMM_DRIVER}/unbind, and bind it again after)"
+                f"{m.name}'s label area is held by its nvdimm {holder} (driver cxl_nvdimm, "
+                f"which caches the labels); take {m.name} out of service first (pycxl memdev "
+                f"disable {m.name}: its nvdimm goes with it), then bring it back (pycxl "
+                f"memdev enable {m.name}: the labels are read afresh)"
             )
         with Mailbox(m.name, dev_dir) as mbox:  # refused before anything is read
             mbox.check_allowed(SET_LSA)
