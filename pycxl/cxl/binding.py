@@ -132,8 +132,15 @@ def disable_port(
                                   f"disable {p.name})")  # fmt: skip
     below = _below(topo, p)
     warnings = _refuse_active(f"disabling {p.name}", _decoding(topo, below), force)
-    steps = (_unbind(PORT_DRIVER, p.name, f"unbind {p.name} from cxl_port"),) if p.enabled else ()
-    plan = Plan(f"disable {p.name}", steps)
+    steps: list[Step] = []
+    if p.enabled and p.kind != "endpoint":
+        # the memdevs below first, as ndctl asks: the kernel removes their endpoints
+        # with the port but leaves the memdevs bound, with no endpoint to come back to
+        steps += [_unbind(MEMDEV_DRIVER, m.name, f"unbind {m.name} from cxl_mem (below {p.name})")
+                  for m in below if m.enabled]  # fmt: skip
+    if p.enabled:
+        steps.append(_unbind(PORT_DRIVER, p.name, f"unbind {p.name} from cxl_port"))
+    plan = Plan(f"disable {p.name}", tuple(steps))
     done = device_ops.run(fs, p.name, plan, dry_run=dry_run, what="disabling a port")
     gone = [m.name for m in below]
     return DeviceResult(p.name, plan, done, details={"memdevs": gone}, warnings=tuple(warnings))
@@ -161,13 +168,13 @@ def enable_port(
 
 
 def _downstream_memdevs(fs: Sysfs, topo: CxlTopology, port: Port) -> list[Memdev]:
-    """Memdevs whose PCI device sits under one of ``port``'s downstream ports (found by
-    path, since a disabled memdev has no endpoint to follow)."""
-    dports = {d.name for d in port.dports}
+    """Memdevs whose device sits below the device ``port`` stands for (its host bridge
+    or switch), found by path: a disabled port shows no dports, and a disabled memdev
+    has no endpoint to follow."""
     out = []
     for m in topo.memdevs:
         path = fs.realpath(f"{CXL_DEVICES}/{m.name}").split("/")
-        if dports & set(path) or m in _below(topo, port):
+        if port.host in path or m in _below(topo, port):
             out.append(m)
     return out
 

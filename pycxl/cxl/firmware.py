@@ -57,11 +57,10 @@ def loader_dir(fs: Sysfs, memdev: str) -> str:
 def loader_state(fs: Sysfs, memdev: str) -> LoaderState:
     """What the memdev's firmware loader says now."""
     path = loader_dir(fs, memdev)
-    return LoaderState(
-        status=fs.read(f"{path}/status") or IDLE,
-        remaining=fs.read_int(f"{path}/remaining_size") or 0,
-        error=fs.read(f"{path}/error") or "",
-    )
+    status = fs.read(f"{path}/status") or IDLE
+    # the loader answers EBUSY for its error while an update runs: read it when idle
+    error = (fs.read(f"{path}/error") or "") if status == IDLE else ""
+    return LoaderState(status, fs.read_int(f"{path}/remaining_size") or 0, error)
 
 
 def check_image(path: str) -> int:

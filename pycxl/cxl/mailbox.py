@@ -111,7 +111,9 @@ class Mailbox:
         if command not in self.commands():
             return "this kernel does not offer it to user space"
         flags = self._flags.get(command, 0)
-        if flags and not flags & FLAG_ENABLED:
+        # kernels that mark enabled commands (6.x) mark some; older ones mark none
+        marked = any(f & FLAG_ENABLED for f in self._flags.values())
+        if marked and not flags & FLAG_ENABLED:
             return "the device does not support it (not in its command effects log)"
         if flags & FLAG_EXCLUSIVE:
             return ("the kernel holds it for its own use while a driver (cxl_pmem's nvdimm) "

@@ -172,8 +172,7 @@ def run_check(
         )
     for m in memdevs:
         out += _memdev_findings(m)
-        if not system.recorded:
-            out += _operation_findings(fs, m)
+        out += _operation_findings(fs, m)
     for r in cxl.regions:
         out += _region_findings(system, r)
         out += _socket_findings(system, r)
@@ -273,12 +272,16 @@ def _operation_findings(fs: Sysfs, m: Memdev) -> list[Finding]:
         out.append(Finding("warning", "sanitize", m.name,
                            f"{m.name} is being sanitized: its media is unusable until it ends",
                            f"pycxl memdev wait-sanitize {m.name}", labels))  # fmt: skip
-    status = fs.read(f"/sys/class/firmware/{m.name}/status")
-    if status is not None and status != "idle":
-        out.append(Finding("warning", "firmware", m.name,
-                           f"{m.name}'s firmware update is under way ({status})",
-                           f"pycxl memdev update-firmware {m.name} --cancel to abort it",
-                           labels))  # fmt: skip
+    if fs.exists(f"/sys/class/firmware/{m.name}/loading"):
+        from ..cxl.firmware import loader_state
+
+        loader = loader_state(fs, m.name)
+        if loader.busy:
+            out.append(Finding("warning", "firmware", m.name,
+                               f"{m.name}'s firmware update is under way ({loader.status}, "
+                               f"{loader.remaining} bytes to go)",
+                               f"pycxl memdev update-firmware {m.name} --cancel to abort it",
+                               labels))  # fmt: skip
     return out
 
 

@@ -127,7 +127,7 @@ def test_a_memdev_in_an_active_region_stays_until_forced_or_its_region_goes() ->
 
 
 def _ndctl_decoder(memdev: str, decoder: str) -> dict[str, object]:
-    found = [d for d in ndctl("-D", "-m", memdev) if d.get("decoder") == decoder]
+    found = [d for d in ndctl("-D", "-i", "-d", decoder) if d.get("decoder") == decoder]
     assert len(found) == 1, found
     return dict(found[0])
 
@@ -214,8 +214,17 @@ def test_firmware_transferred_and_activated() -> None:
         img.truncate()
         img.write(os.urandom(4096))
         img.flush()
-        r = pycxl.update_firmware(mem, img.name, wait=True, timeout=300)
-    assert r.executed
+        r = pycxl.update_firmware(mem, img.name)  # started; pycxl check sees it running
+        findings = run_check(snapshot(gpus=False), event_log="", device_health=False).findings
+        running = firmware.loader_state(fs, mem)  # still busy after the check: busy during it
+        said = [f for f in findings if f.check == "firmware" and f.subject == mem]
+        if running.busy:
+            assert said and "under way" in said[0].message, findings
+        wait_until(lambda: True if not firmware.loader_state(fs, mem).busy else None,
+                   what="the firmware update", timeout=300, live=False)  # fmt: skip
+        print(f"loader right after the start: {running}")
+        again = pycxl.update_firmware(mem, img.name, wait=True, timeout=300)
+    assert r.executed and again.executed
     state = firmware.loader_state(fs, mem)
     assert not state.busy and not state.error, state
     after = firmware.firmware_info(fs, mem)
@@ -247,10 +256,19 @@ def test_ports_disabled_and_enabled_as_cxl_list_shows() -> None:
     ports = {p["port"]: p for p in ndctl("-P", "-i")}
     assert ports["port1"].get("state") == "disabled", ports
     assert not read_topology().endpoints
+    assert [_ndctl_state(m) for m in mems] == ["disabled", "disabled"]  # taken with it
     r = pycxl.enable_port("port1", enable_memdevs=True)
     assert r.executed
-    wait_until(lambda: True if len(read_topology().endpoints) == 2 else None,
-               what="both endpoints back", timeout=60, live=False)  # fmt: skip
+    try:
+        wait_until(lambda: True if len(read_topology().endpoints) == 2 else None,
+                   what="both endpoints back", timeout=60, live=False)  # fmt: skip
+    except Exception:
+        t = read_topology()
+        print("plan:", *r.plan.show(), sep="\n")
+        print("memdevs:", [(m.name, m.enabled) for m in t.memdevs])
+        print("ports:", [(p.name, p.enabled) for p in t.all_ports])
+        print(subprocess.run(["dmesg"], capture_output=True, text=True).stdout[-3000:])
+        raise
     assert {p["port"]: p for p in ndctl("-P", "-i")}["port1"].get("state", "enabled") == ("enabled")
     ep = read_topology().memdev(mems[0]).endpoint
     assert ep is not None

@@ -107,6 +107,13 @@ def test_dry_runs_show_the_writes_each_operation_makes() -> None:
     assert len(e.plan) == 0  # enabled already: nothing to do
     p = pycxl.disable_port("port1", sysroot=PMEM, dry_run=True)
     assert p.details["memdevs"] == ["mem0", "mem1"]
+    assert [(s.path, s.value) for s in p.plan] == [  # the memdevs below first, as ndctl asks
+        ("/sys/bus/cxl/drivers/cxl_mem/unbind", "mem0"),
+        ("/sys/bus/cxl/drivers/cxl_mem/unbind", "mem1"),
+        ("/sys/bus/cxl/drivers/cxl_port/unbind", "port1"),
+    ]
+    ep = pycxl.enable_port("port1", enable_memdevs=True, sysroot=PMEM, dry_run=True)
+    assert len(ep.plan) == 0  # bound already, memdevs too
     b = pycxl.disable_bus("ACPI.CXL", sysroot=PMEM, dry_run=True)
     assert [(s.path, s.value) for s in b.plan] == [
         ("/sys/bus/platform/drivers/cxl_acpi/unbind", "ACPI0017:00")
@@ -176,3 +183,33 @@ def test_partition_sizes_follow_ndctl() -> None:
                          alignment=0)  # fmt: skip
     with pytest.raises(InvalidRequestError, match="no capacity that can change partition"):
         volatile_size("mem0", fixed, "ram", None, False)
+
+
+def test_check_reports_what_operations_left_running(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from pycxl.cxl.health import AlertConfig
+    from pycxl.ops.check import _alert_finding
+
+    tree = tmp_path / "tree"
+    shutil.copytree(PMEM, tree, symlinks=True)
+    # edited to show a sanitize under way on mem0 (only the file's content changes; the
+    # recorder does not keep /sys/class/firmware, so the firmware loader's state is
+    # shown by the kernel tests)
+    base = tree / "sys" / "devices" / "pci0000:0c" / "0000:0c:00.0" / "0000:0d:00.0" / "mem0"
+    (base / "security" / "state").write_text("sanitize\n")
+    p = pycxl_cli("check", "--events", "", "--json", "--sysroot", str(tree))
+    assert p.returncode == 6, p.stderr
+    found = {(f["check"], f["subject"]): f for f in json.loads(p.stdout)["findings"]}
+    assert "being sanitized" in found["sanitize", "mem0"]["message"]
+    assert found["sanitize", "mem0"]["fix"] == "pycxl memdev wait-sanitize mem0"
+    assert ("sanitize", "mem1") not in found
+    # thresholds someone set are reported as such (QEMU's device has no Get Alert
+    # Configuration, so the kernel tests cannot show it)
+    cfg = AlertConfig(valid=0x11, programmable=0x1F, life_used_crit=90, life_used_warn=80,
+                      over_temp_crit=0, under_temp_crit=0, over_temp_warn=0, under_temp_warn=0,
+                      volatile_err_warn=0, pmem_err_warn=7)  # fmt: skip
+    f = _alert_finding("mem0", cfg, {})
+    assert f is not None and f.message == "mem0: warning alerts set: life used at 80, pmem err at 7"
+    assert _alert_finding("mem0", AlertConfig(0, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0), {}) is None
