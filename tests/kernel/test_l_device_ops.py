@@ -280,6 +280,18 @@ def test_ports_disabled_and_enabled_as_cxl_list_shows() -> None:
 
 
 @PMEM
+def test_regions_are_destroyed_newest_first_as_ndctl_v85_asks() -> None:
+    ram = pycxl.create_region(RegionRequest(memdevs=(FIRST,), type="ram", online=False)).name
+    pmem = pycxl.create_region(RegionRequest(memdevs=(FIRST,), type="pmem")).name
+    with pytest.raises(InvalidRequestError, match=f"destroy {pmem} first"):
+        pycxl.destroy_region(ram)
+    assert read_topology().region(ram).committed  # refused before any write
+    p = pycxl_cli("region", "destroy", "all", "--force")  # 'all' goes newest first
+    assert p.returncode == 0, p.stderr
+    assert not read_topology().regions
+
+
+@PMEM
 def test_the_bus_disabled_and_enabled_again() -> None:
     r = pycxl.disable_bus("root0")
     assert r.executed
