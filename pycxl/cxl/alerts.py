@@ -116,6 +116,12 @@ def set_alert_config(
     dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Turn ``memdev``'s warning alerts on (with thresholds) or off."""
+    memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
+    if not isinstance(changes, list | tuple) or not all(
+        isinstance(c, AlertChange) for c in changes
+    ):
+        raise InvalidRequestError("changes: give a list of AlertChange (see alert_change)")
+    changes = list(changes)
     if not changes:
         raise InvalidRequestError(
             "no alert named: give at least one --<alert>-alert on|off (life-used, "

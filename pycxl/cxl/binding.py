@@ -60,6 +60,8 @@ def disable_memdev(
 ) -> DeviceResult:
     """Unbind ``memdev`` from cxl_mem (its endpoint port goes away); one in an active
     region only with ``force``. A memdev already disabled is left as it is."""
+    memdev, force = device_ops.name(memdev, "memdev"), device_ops.flag(force, "force")
+    dry_run = device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
     m = topo.find_memdev(memdev)
@@ -77,6 +79,7 @@ def enable_memdev(
     memdev: str, *, sysroot: str | None = None, dry_run: bool = False
 ) -> DeviceResult:
     """Bind ``memdev`` to cxl_mem (its endpoint port comes back)."""
+    memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     steps = () if m.enabled else (_bind(MEMDEV_DRIVER, m.name, f"bind {m.name} to cxl_mem"),)
@@ -124,6 +127,8 @@ def disable_port(
     """Unbind a switch or host-bridge port (or, with ``endpoint``, an endpoint port)
     from cxl_port; the endpoints below it go with it. Refused over an active region
     without ``force``; a root port is disabled as its bus (``disable_bus``)."""
+    port, endpoint = device_ops.name(port, "port"), device_ops.flag(endpoint, "endpoint")
+    force, dry_run = device_ops.flag(force, "force"), device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
     p = find_port(topo, port, endpoint=endpoint)
@@ -152,6 +157,9 @@ def enable_port(
 ) -> DeviceResult:  # fmt: skip
     """Bind a port to cxl_port; with ``enable_memdevs``, also bind the memdevs below it
     that are disabled (their endpoints come back)."""
+    port, endpoint = device_ops.name(port, "port"), device_ops.flag(endpoint, "endpoint")
+    enable_memdevs = device_ops.flag(enable_memdevs, "enable_memdevs")
+    dry_run = device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
     p = find_port(topo, port, endpoint=endpoint)
@@ -184,6 +192,8 @@ def disable_bus(
 ) -> DeviceResult:
     """Unbind a CXL root's platform device from cxl_acpi: every port, endpoint and
     region under it goes away until it is bound again (``enable_bus``)."""
+    bus, force = device_ops.name(bus, "bus"), device_ops.flag(force, "force")
+    dry_run = device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
     root = _find_bus(topo, bus)
@@ -202,6 +212,7 @@ def enable_bus(
 ) -> DeviceResult:
     """Bind a CXL root's platform device (``ACPI0017:00``) to cxl_acpi again: the ports
     and memdevs under it are enumerated afresh."""
+    host, dry_run = device_ops.name(host, "host"), device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     if not fs.exists(f"/sys/bus/platform/devices/{host}"):
         raise NotFoundError("CXL root device", host,

@@ -12,14 +12,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import NeedsRootError, NotAvailableError
+from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError
 from ..plan import Plan, StepHook
 from ..sysfs import Sysfs
 from .model import Memdev
 from .read import CXL_DEVICES, bus_present, read_cxl
 from .topology import CxlTopology
 
-__all__ = ["CXL_DEVICES", "DeviceResult", "memdev_after", "require_root", "run", "topology"]
+__all__ = [
+    "CXL_DEVICES", "DeviceResult", "flag", "memdev_after", "name", "require_root", "run",
+    "topology",
+]  # fmt: skip
 
 DEV_CXL = "/dev/cxl"  # the memdevs' character devices (their mailboxes)
 
@@ -36,6 +39,20 @@ class DeviceResult:
     memdev: Memdev | None = None
     details: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+
+
+def name(value: object, what: str) -> str:
+    """A device name as typed (mem0, 0x51, port1, root0, 0000:0c:00.0): non-empty text."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequestError(f"{what} {value!r}: give a name such as mem0 or 0x51")
+    return value.strip()
+
+
+def flag(value: object, what: str) -> bool:
+    """A yes/no option: True or False, never a truthy stand-in."""
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{what} {value!r}: give True or False")
+    return value
 
 
 def topology(fs: Sysfs) -> CxlTopology:

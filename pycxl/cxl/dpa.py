@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import InvalidRequestError, NotFoundError, OperationError
 from ..plan import Plan, Step, write
 from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, RAM, PartitionMode, word
+from ..values import PARTITION_MODES, RAM, PartitionMode, count, word
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Decoder, Memdev
@@ -65,6 +65,10 @@ def reserve_dpa(
 ) -> DeviceResult:  # fmt: skip
     """Reserve ``size`` bytes (default: all that is free) of ``memdev``'s ``mode``
     capacity on its next free endpoint decoder."""
+    memdev, force = device_ops.name(memdev, "memdev"), device_ops.flag(force, "force")
+    dry_run = device_ops.flag(dry_run, "dry_run")
+    size = None if size is None else count(size, "size")
+    decoder = None if decoder is None else device_ops.name(decoder, "decoder")
     part: PartitionMode = word(mode, "type", PARTITION_MODES)  # type: ignore[assignment]
     fs = Sysfs(sysroot)
     m = _memdev_with_endpoint(fs, memdev)
@@ -100,6 +104,9 @@ def free_dpa(
 ) -> DeviceResult:  # fmt: skip
     """Free the DPA of ``memdev``'s newest reservation that no region uses (of ``mode``
     where given)."""
+    memdev, force = device_ops.name(memdev, "memdev"), device_ops.flag(force, "force")
+    dry_run = device_ops.flag(dry_run, "dry_run")
+    decoder = None if decoder is None else device_ops.name(decoder, "decoder")
     part = None if mode is None else word(mode, "type", PARTITION_MODES)
     fs = Sysfs(sysroot)
     m = _memdev_with_endpoint(fs, memdev)

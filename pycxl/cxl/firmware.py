@@ -89,6 +89,8 @@ def update_firmware(
 ) -> DeviceResult:  # fmt: skip
     """Send ``image`` to ``memdev``'s firmware loader; with ``wait``, return once the
     device has taken it (``timeout`` seconds at most). A failure cancels the transfer."""
+    memdev, wait = device_ops.name(memdev, "memdev"), device_ops.flag(wait, "wait")
+    dry_run = device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     size = check_image(image)
@@ -137,6 +139,7 @@ def cancel_firmware_update(memdev: str, *, sysroot: str | None = None,
                            dry_run: bool = False) -> DeviceResult:  # fmt: skip
     """Abort ``memdev``'s firmware update under way; none under way is an error (as
     ndctl)."""
+    memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     path = loader_dir(fs, m.name)

@@ -86,6 +86,7 @@ def read_labels(
     memdev: str, *, size: int | None = None, offset: int = 0, sysroot: str | None = None
 ) -> bytes:
     """``size`` bytes (default: to the end) of ``memdev``'s label area from ``offset``."""
+    memdev = device_ops.name(memdev, "memdev")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)
@@ -100,9 +101,13 @@ def write_labels(
 ) -> DeviceResult:  # fmt: skip
     """Write ``data`` into ``memdev``'s label area at ``offset``; the bytes it replaces
     are read first and put back if the write fails."""
+    memdev = device_ops.name(memdev, "memdev")
+    dry_run = device_ops.flag(dry_run, "dry_run")
+    if not isinstance(data, bytes | bytearray):
+        raise InvalidRequestError(f"label data {type(data).__name__}: give bytes")
     if not data:
         raise InvalidRequestError("the label data is empty: give a file with the bytes to write")
-    return _store(memdev, data, offset, sysroot, dry_run, "write")
+    return _store(memdev, bytes(data), offset, sysroot, dry_run, "write")
 
 
 def zero_labels(
@@ -110,6 +115,8 @@ def zero_labels(
     dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Zero ``size`` bytes (default: to the end) of ``memdev``'s label area."""
+    memdev = device_ops.name(memdev, "memdev")
+    dry_run = device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)

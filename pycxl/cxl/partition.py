@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import InvalidRequestError
 from ..plan import Plan, action
 from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, PMEM, RAM, word
+from ..values import PARTITION_MODES, PMEM, RAM, count, word
 from . import device_ops
 from .device_ops import DeviceResult
 from .mailbox import IDENTIFY, SET_PARTITION_INFO, Mailbox
@@ -85,6 +85,9 @@ def set_partition(
 ) -> DeviceResult:  # fmt: skip
     """Make ``size`` bytes (default: all that can change) of ``memdev``'s capacity
     ``mode`` (ram or pmem), from its next reset."""
+    memdev, align = device_ops.name(memdev, "memdev"), device_ops.flag(align, "align")
+    dry_run = device_ops.flag(dry_run, "dry_run")
+    size = None if size is None else count(size, "size")
     mode = word(mode, "type", PARTITION_MODES)
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)

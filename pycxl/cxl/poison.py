@@ -173,6 +173,7 @@ def _poison(memdev: str, address: int, sysroot: str | None, dry_run: bool,
     from ..plan import Plan, write
     from . import device_ops
 
+    memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     dpa = check_poison_address(m, address)

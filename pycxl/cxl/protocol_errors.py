@@ -6,9 +6,10 @@ CXL error types.
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError, NotAvailableError, NotFoundError
+from ..errors import NotAvailableError, NotFoundError
 from ..plan import Plan, write
 from ..sysfs import Sysfs
+from ..values import word
 from . import device_ops
 from .device_ops import DeviceResult
 from .poison import DEBUGFS
@@ -55,8 +56,8 @@ def inject_protocol_error(dport: str, error: str, *, sysroot: str | None = None,
                           dry_run: bool = False) -> DeviceResult:  # fmt: skip
     """Inject ``error`` (cache-correctable ... mem-fatal) at downstream port ``dport``
     (its device name: 0000:0c:00.0, or pci0000:0c for a host bridge)."""
-    if error not in PROTOCOL_ERRORS:
-        raise InvalidRequestError(f"error type {error!r}: use {', '.join(PROTOCOL_ERRORS)}")
+    dport, dry_run = device_ops.name(dport, "dport"), device_ops.flag(dry_run, "dry_run")
+    error = word(error, "error type", PROTOCOL_ERRORS)
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
     known = [d.name for p in topo.all_ports for d in p.dports]

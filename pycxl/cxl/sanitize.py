@@ -34,6 +34,12 @@ def sanitize(
 ) -> DeviceResult:  # fmt: skip
     """Start a sanitize (``erase``: a secure erase) of ``memdev``; with ``wait``, return
     once it has finished (``timeout`` seconds at most)."""
+    memdev, erase = device_ops.name(memdev, "memdev"), device_ops.flag(erase, "erase")
+    force, wait, dry_run = (
+        device_ops.flag(force, "force"),
+        device_ops.flag(wait, "wait"),
+        device_ops.flag(dry_run, "dry_run"),
+    )
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
     m = topo.find_memdev(memdev)
@@ -78,6 +84,7 @@ def wait_sanitize(memdev: str, *, timeout: float | None = None,
                   sysroot: str | None = None) -> float:  # fmt: skip
     """Wait until ``memdev``'s sanitize has finished (at once when none runs); the
     seconds waited. ``timeout`` None waits as long as it takes."""
+    memdev = device_ops.name(memdev, "memdev")
     fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     if timeout is not None:
