@@ -138,7 +138,17 @@ def disable_port(
     below = _below(topo, p)
     warnings = _refuse_active(f"disabling {p.name}", _decoding(topo, below), force)
     steps: list[Step] = []
-    if p.enabled and p.kind != "endpoint":
+    if p.kind == "endpoint":
+        # unbinding an endpoint port alone deletes it and leaves its memdev bound with no
+        # endpoint to come back to; through the memdev, the endpoint goes and comes back
+        m = topo.memdev(p.host)
+        said = f"unbind {m.name} from cxl_mem (its endpoint {p.name} goes with it)"
+        steps = [_unbind(MEMDEV_DRIVER, m.name, said)] if m.enabled else []
+        plan = Plan(f"disable {p.name}", tuple(steps))
+        done = device_ops.run(fs, p.name, plan, dry_run=dry_run, what="disabling a port")
+        return DeviceResult(p.name, plan, done, details={"memdevs": [m.name]},
+                            warnings=tuple(warnings))  # fmt: skip
+    if p.enabled:
         # the memdevs below first, as ndctl asks: the kernel removes their endpoints
         # with the port but leaves the memdevs bound, with no endpoint to come back to
         steps += [_unbind(MEMDEV_DRIVER, m.name, f"unbind {m.name} from cxl_mem (below {p.name})")
@@ -162,6 +172,8 @@ def enable_port(
     dry_run = device_ops.flag(dry_run, "dry_run")
     fs = Sysfs(sysroot)
     topo = device_ops.topology(fs)
+    if endpoint:
+        return _enable_endpoint(fs, topo, port, dry_run)
     p = find_port(topo, port, endpoint=endpoint)
     steps: list[Step] = []
     if not p.enabled:
@@ -173,6 +185,28 @@ def enable_port(
     plan = Plan(f"enable {p.name}", tuple(steps))
     done = device_ops.run(fs, p.name, plan, dry_run=dry_run, what="enabling a port")
     return DeviceResult(p.name, plan, done)
+
+
+def _enable_endpoint(fs: Sysfs, topo: CxlTopology, name: str, dry_run: bool) -> DeviceResult:
+    """An endpoint comes back with its memdev's driver: named by the endpoint while it
+    exists, by the memdev once it has gone (disabling it deletes it)."""
+    p = next((e for e in topo.endpoints if name in (e.name, e.host)), None)
+    m = topo.memdev_or_none(p.host if p is not None else name)
+    if m is None:
+        raise NotFoundError("endpoint port", name, [e.name for e in topo.endpoints] +
+                            [x.name for x in topo.memdevs],
+                            problem="a disabled endpoint is gone: name its memdev")  # fmt: skip
+    steps: list[Step] = []
+    if p is not None and not p.enabled:
+        steps.append(_bind(PORT_DRIVER, p.name, f"bind {p.name} to cxl_port"))
+    if not m.enabled:
+        steps.append(_bind(MEMDEV_DRIVER, m.name, f"bind {m.name} to cxl_mem (its endpoint "
+                                                  "comes back with it)"))  # fmt: skip
+    target = p.name if p is not None else m.name
+    plan = Plan(f"enable {target}", tuple(steps))
+    done = device_ops.run(fs, target, plan, dry_run=dry_run, what="enabling a port")
+    return DeviceResult(target, plan, done, memdev=device_ops.memdev_after(fs, m.name) if done
+                        else m)  # fmt: skip
 
 
 def _downstream_memdevs(fs: Sysfs, topo: CxlTopology, port: Port) -> list[Memdev]:
