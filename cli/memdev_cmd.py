@@ -14,7 +14,7 @@ import click
 from pycxl.values import PARTITION_MODES
 
 from .device_output import AS_JSON, DRY_RUN, SYSROOT, each_object, emit_results
-from .params import OBJECT_NAMES, SIZE, InputFileType, IntParam, flatten
+from .params import OBJECT_NAMES, SIZE, InputFileType, IntParam, OutputFileType, SizeType, flatten
 
 if TYPE_CHECKING:
     from pycxl.cxl.device_ops import DeviceResult
@@ -24,7 +24,7 @@ MEMDEVS = click.argument("memdevs", nargs=-1, required=True, metavar="MEMDEV... 
 ONE_MEMDEV = click.argument("memdev", metavar="MEMDEV")
 LABEL_SIZE = click.option("-s", "--size", type=SIZE, default=None,
                           help="Bytes of the label area (default: to its end).")  # fmt: skip
-LABEL_OFFSET = click.option("-O", "--offset", type=SIZE.__class__(minimum=0), default="0",
+LABEL_OFFSET = click.option("-O", "--offset", type=SizeType(minimum=0), default="0",
                             help="Where in the label area to start (default: 0).")  # fmt: skip
 
 
@@ -76,8 +76,8 @@ def _run(names: tuple[tuple[str, ...], ...], sysroot: str | None, as_json: bool,
 # --- labels ------------------------------------------------------------------------
 @memdev_group.command("read-labels")
 @MEMDEVS
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="File to write the label data to (default: standard output).")  # fmt: skip
+@click.option("-o", "--output", type=OutputFileType(stdout=True), default=None, metavar="FILE",
+              help="File to write the label data to ('-' or none: standard output).")  # fmt: skip
 @LABEL_SIZE
 @LABEL_OFFSET
 @SYSROOT
@@ -85,16 +85,16 @@ def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None
                         size: int | None, offset: int, sysroot: str | None) -> None:  # fmt: skip
     """Read memdevs' label storage areas (binary, one after another), as cxl read-labels."""
     from pycxl.cxl.labels import read_labels
+    from pycxl.outfiles import STDOUT, write_atomically
 
-    data = [read_labels(m, size=size, offset=offset, sysroot=sysroot)
-            for m in _memdevs(memdevs, sysroot)]  # fmt: skip
-    if output is None:
+    data = b"".join(read_labels(m, size=size, offset=offset, sysroot=sysroot)
+                    for m in _memdevs(memdevs, sysroot))  # fmt: skip
+    if output is None or output == STDOUT:
         sys.stdout.flush()
-        sys.stdout.buffer.write(b"".join(data))
+        sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    with open(output, "wb") as f:
-        f.write(b"".join(data))
+    write_atomically(output, data)
 
 
 @memdev_group.command("write-labels")
@@ -314,9 +314,8 @@ def set_alert_config_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool
 
     changes: list[AlertChange] = []
     for flag, _, _ in ALERT_FLAGS:
-        key = flag.replace("-", "_")
-        name = {"over_temperature": "over_temperature"}.get(key, key)
-        c = alert_change(name, alerts[f"{key}_alert"], alerts[f"{key}_threshold"])
+        key = flag.replace("-", "_")  # ndctl's flag names are the alerts' names
+        c = alert_change(key, alerts[f"{key}_alert"], alerts[f"{key}_threshold"])
         if c is not None:
             changes.append(c)
     _run(memdevs, sysroot, as_json, "alert_config",
