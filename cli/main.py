@@ -37,6 +37,9 @@ COMMANDS = {
     "labels": ("labels_cmd", "labels_command"),
     "spill": ("spill_cmd", "spill_command"),
     "top": ("top_cmd", "top_command"),
+    "memdev": ("memdev_cmd", "memdev_group"),
+    "port": ("port_cmd", "port_group"),
+    "bus": ("port_cmd", "bus_group"),
 }
 
 

@@ -117,7 +117,8 @@ def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_deco
     from pycxl.by_name import destroy_region
 
     _each(regions, root_decoder, sysroot, as_json,
-          lambda r: destroy_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+          lambda r: destroy_region(r, force=force, sysroot=sysroot, dry_run=dry_run),
+          newest_first=True)  # fmt: skip
 
 
 @region_group.command("disable")
@@ -160,10 +161,12 @@ def enable_command(regions: tuple[tuple[str, ...], ...], no_online: bool, zone: 
 
 
 def _each(names: tuple[tuple[str, ...], ...], root_decoder: str | None, sysroot: str | None,
-          as_json: bool, op: Callable[[str], RegionResult]) -> None:  # fmt: skip
+          as_json: bool, op: Callable[[str], RegionResult],
+          newest_first: bool = False) -> None:  # fmt: skip
     """Run ``op`` on each named region (every region for 'all'), as ndctl does: all
     names are checked first; a region that fails does not stop the others; the exit
-    status is the first failure's."""
+    status is the first failure's. ``newest_first``: 'all' in reverse (the kernel
+    resets a port's decoders newest first)."""
     from pycxl.cxl.read import read_cxl
     from pycxl.errors import PycxlError
     from pycxl.listing import pick_regions
@@ -171,6 +174,8 @@ def _each(names: tuple[tuple[str, ...], ...], root_decoder: str | None, sysroot:
 
     topo = read_cxl(Sysfs(sysroot)).require()
     targets = pick_regions(topo, flatten(names), root_decoder)
+    if newest_first and "all" in flatten(names):
+        targets = targets[::-1]
     results: list[RegionResult] = []
     failure: PycxlError | None = None
     for name in targets:

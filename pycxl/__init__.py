@@ -29,6 +29,13 @@ What is here:
   each block updated on the CPU or the GPU, whichever finishes it first.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``top``: live traffic per GPU link and per memory tier, report by report.
+- CXL device operations, each validated, planned (``dry_run=True`` shows the writes) and
+  undone on failure, returning a ``DeviceResult``: ``read_labels``, ``write_labels``,
+  ``zero_labels``; ``disable_memdev``, ``enable_memdev``, ``disable_port``,
+  ``enable_port``, ``disable_bus``, ``enable_bus``; ``reserve_dpa``, ``free_dpa``;
+  ``set_partition``; ``update_firmware``, ``cancel_firmware_update``;
+  ``set_alert_config`` (``AlertChange``); ``sanitize``, ``wait_sanitize``;
+  ``inject_poison``, ``clear_poison``; ``inject_protocol_error``.
 - ``pycxl.bench``: latency, bandwidth, first touch, transfers, the matrix.
 - ``PycxlError`` and its subclasses: every error, each with a message to act on.
 
@@ -79,9 +86,33 @@ if TYPE_CHECKING:
         spill_to as spill_to,
         tier_pool as tier_pool,
     )
+    from .cxl.alerts import AlertChange as AlertChange, set_alert_config as set_alert_config
+    from .cxl.binding import (
+        disable_bus as disable_bus,
+        disable_memdev as disable_memdev,
+        disable_port as disable_port,
+        enable_bus as enable_bus,
+        enable_memdev as enable_memdev,
+        enable_port as enable_port,
+    )
+    from .cxl.device_ops import DeviceResult as DeviceResult
+    from .cxl.dpa import free_dpa as free_dpa, reserve_dpa as reserve_dpa
+    from .cxl.firmware import (
+        cancel_firmware_update as cancel_firmware_update,
+        update_firmware as update_firmware,
+    )
+    from .cxl.labels import (
+        read_labels as read_labels,
+        write_labels as write_labels,
+        zero_labels as zero_labels,
+    )
+    from .cxl.partition import set_partition as set_partition
+    from .cxl.poison import clear_poison as clear_poison, inject_poison as inject_poison
+    from .cxl.protocol_errors import inject_protocol_error as inject_protocol_error
     from .cxl.read import read_cxl as read_cxl
     from .cxl.region_layout import RegionRequest as RegionRequest
     from .cxl.regions import RegionResult as RegionResult
+    from .cxl.sanitize import sanitize as sanitize, wait_sanitize as wait_sanitize
     from .listing import ListRequest as ListRequest, list_json as list_json
     from .numa.placement import NumaBuffer as NumaBuffer
     from .numa.policy import Policy as Policy
@@ -100,6 +131,18 @@ _LAZY = {
         "by_name",
     ),
     "RegionRequest": "cxl.region_layout",
+    # CXL device operations (ndctl's memdev, port and bus commands)
+    **dict.fromkeys(("read_labels", "write_labels", "zero_labels"), "cxl.labels"),
+    **dict.fromkeys(("disable_memdev", "enable_memdev", "disable_port", "enable_port",
+                     "disable_bus", "enable_bus"), "cxl.binding"),
+    **dict.fromkeys(("reserve_dpa", "free_dpa"), "cxl.dpa"),
+    **dict.fromkeys(("inject_poison", "clear_poison"), "cxl.poison"),
+    **dict.fromkeys(("set_alert_config", "AlertChange"), "cxl.alerts"),
+    **dict.fromkeys(("sanitize", "wait_sanitize"), "cxl.sanitize"),
+    **dict.fromkeys(("update_firmware", "cancel_firmware_update"), "cxl.firmware"),
+    "set_partition": "cxl.partition",
+    "inject_protocol_error": "cxl.protocol_errors",
+    "DeviceResult": "cxl.device_ops",
     "RegionResult": "cxl.regions",
     "NumaBuffer": "numa.placement",
     "Policy": "numa.policy",

@@ -199,6 +199,22 @@ class Sysfs:
         except OSError as e:
             raise SysfsError(rel, f"write of {value!r} failed ({e.strerror})", e.errno) from e
 
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write a binary attribute (a firmware loader's ``data``) in one go."""
+        if self.root != "/":
+            self._require_inside(rel)
+        try:
+            with open(self.path(rel), "wb") as f:
+                f.write(data)
+        except PermissionError as e:
+            if os.geteuid() != 0:
+                raise NeedsRootError(f"writing {rel} needs root; run with sudo") from e
+            raise SysfsError(rel, f"write of {len(data)} bytes refused ({e.strerror})",
+                             e.errno) from e  # fmt: skip
+        except OSError as e:
+            raise SysfsError(rel, f"write of {len(data)} bytes failed ({e.strerror})",
+                             e.errno) from e  # fmt: skip
+
     def _write_bounded(self, rel: str, value: str, timeout: float) -> None:
         p = self.path(rel)
         pid = os.fork()

@@ -58,7 +58,14 @@ def memdev_json(m: Memdev, human: bool = False) -> Json:
         "label_storage_size": m.label_storage_size,
         "ram_qos_class": m.ram_qos_class,
         "pmem_qos_class": m.pmem_qos_class,
+        # ndctl v84+: absent where debugfs cannot say
+        **_present("poison_injectable", m.poison_injectable),
     }
+
+
+def _present(key: str, value: object) -> Json:
+    """``{key: value}``, or nothing where the kernel has no such attribute (as ndctl)."""
+    return {} if value is None else {key: value}
 
 
 def decoder_json(d: Decoder, targets: bool = False, human: bool = False) -> Json:
@@ -128,6 +135,8 @@ def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
         else None,
         "memdev_nodes": r.memdev_nodes,  # the sockets (nodes) of its memdevs' host bridges
         "advertised": advertised_json(cpu_figures(r.access)),
+        **_present("extended_linear_cache_size", _size(r.extended_linear_cache_size, human)),
+        **_present("locked", r.locked),
     }
 
 
@@ -140,7 +149,15 @@ def port_json(p: Port, targets: bool = False, human: bool = False) -> Json:
         "depth": p.depth,
         "state": _state(p.enabled),
         "nr_dports": len(p.dports),
-        "dports": [{"dport": d.name, "alias": d.alias, "id": _hex(d.id, human)} for d in p.dports]
+        "dports": [
+            {
+                "dport": d.name,
+                "alias": d.alias,
+                "id": _hex(d.id, human),
+                **_present("protocol_injectable", d.protocol_injectable),
+            }
+            for d in p.dports
+        ]
         if targets
         else None,
     }
@@ -148,7 +165,10 @@ def port_json(p: Port, targets: bool = False, human: bool = False) -> Json:
 
 def bus_json(b: Bus) -> Json:
     """A bus (CXL root) in ndctl's fields."""
-    return {"bus": b.name, "provider": b.provider}
+    return {"bus": b.name, "provider": b.provider,
+            **_present("injectable_protocol_errors",
+                       None if b.injectable_protocol_errors is None
+                       else list(b.injectable_protocol_errors))}  # fmt: skip
 
 
 def dax_json(d: DaxDevice, human: bool = False) -> Json:

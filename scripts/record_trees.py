@@ -4,7 +4,8 @@
 
 For each topology: boot, record the fresh state with ndctl's JSON beside it; on
 two-dev also create and online a 2-way region (pycxl region create) and record again; on
-two-socket, a region on each socket (2-way on socket 0's bridge, 1-way on socket 1's).
+two-socket, a region on each socket (2-way on socket 0's bridge, 1-way on socket 1's);
+on pmem-dev, the fresh devices with persistent capacity and label areas.
 Hand-broken trees are made by the tests from copies of these; never edit them here.
 """
 
@@ -52,6 +53,7 @@ PLANS = {
     "two-dev": ("", REGION, ("fresh", "region")),
     "four-dev": ("-i", "", ("fresh",)),
     "two-socket": ("-i", REGIONS, ("fresh", "regions")),
+    "pmem-dev": ("", "", ("fresh",)),
 }
 
 

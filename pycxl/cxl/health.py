@@ -49,8 +49,9 @@ ALERT_KINDS = (
     ("corrected_pmem_err_prog_warn_threshold", 0x10),
 )
 
-# Get FW Info (8.2.9.2.1): slots supported, slot info (active slot in bits 2:0), then
-# four 16-byte revision strings at offset 16.
+# Get FW Info (8.2.9.2.1): slots supported, slot info (active slot in bits 2:0, the
+# slot staged for the next reset in bits 5:3), activation capabilities (bit 0: online),
+# then four 16-byte revision strings at offset 16.
 FW_HEADER = struct.Struct("<BBB")
 
 
@@ -205,24 +206,29 @@ class FirmwareInfo:
     slots: int
     active_slot: int
     revisions: tuple[str, ...]
+    staged_slot: int = 0  # the slot activated at the next reset (0: none)
+    online_activate: bool = False  # the device can activate a new image while running
 
     def as_json(self) -> dict[str, Any]:
-        """Slots, the active one, and each slot's revision."""
+        """Slots, the active and staged ones, and each slot's revision."""
         return {
             "num_slots": self.slots,
             "active_slot": self.active_slot,
+            "staged_slot": self.staged_slot or None,
+            "online_activate_capable": self.online_activate,
             "slots": [{"slot": i + 1, "revision": r} for i, r in enumerate(self.revisions) if r],
         }
 
 
 def decode_fw_info(payload: bytes) -> FirmwareInfo:
     """Get FW Info's 80-byte output."""
-    slots, info, _caps = FW_HEADER.unpack(payload[: FW_HEADER.size])
+    slots, info, caps = FW_HEADER.unpack(payload[: FW_HEADER.size])
     revisions = tuple(
         payload[16 + 16 * i : 32 + 16 * i].split(b"\0", 1)[0].decode("ascii", "replace").strip()
         for i in range(4)
     )
-    return FirmwareInfo(slots, info & 0x7, revisions[: max(slots, 1)])
+    return FirmwareInfo(slots, info & 0x7, revisions[: max(slots, 1)], info >> 3 & 0x7,
+                        bool(caps & 0x1))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ _TARGET_TYPES = {1: "expander", 2: "accelerator"}
 
 # Fields libcxl 76.x has no getter for; the libcxl backend leaves them at their default.
 SYSFS_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
-    "Memdev": ("payload_max", "ram_qos_class", "pmem_qos_class"),
+    "Memdev": ("payload_max", "ram_qos_class", "pmem_qos_class", "poison_injectable"),
     "Decoder": ("type3_capable", "qos_class"),
     "Port": ("parent_dport", "decoders_committed"),
-    "Region": ("access",),
+    "Region": ("access", "extended_linear_cache_size", "locked"),
+    "Bus": ("injectable_protocol_errors",),
 }
 
 

@@ -39,6 +39,9 @@ class Dport:
     name: str  # device name: 'pci0000:0c' for a host bridge, '0000:0c:00.0' for a root port
     id: int  # the id that decoders' target_list uses
     alias: str | None = None  # firmware/physical node, e.g. 'ACPI0016:00'
+    # protocol errors can be injected here (the platform's EINJ, through debugfs); None
+    # where debugfs or EINJ is absent. Not compared: libcxl 76.1 cannot say it
+    protocol_injectable: bool | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,8 @@ class Memdev(_Linked):
     ram_qos_class: int | None = None
     pmem_qos_class: int | None = None
     enabled: bool = True
+    # the kernel's debugfs offers poison injection (None: debugfs not readable here)
+    poison_injectable: bool | None = None
 
     def partition_size(self, mode: PartitionMode) -> int:
         """The device's capacity of ``mode``."""
@@ -249,6 +254,10 @@ class Region(_Linked):
     mappings: tuple[Mapping, ...] = ()
     # what the platform advertises for it (HMAT to its host bridges, the devices' CDAT)
     access: tuple[AccessFigures, ...] = ()
+    # kernels that have them (6.14+): the memory-side cache in front of it, and whether
+    # the platform locked its decode; None where the kernel has no such attribute
+    extended_linear_cache_size: int | None = None
+    locked: bool | None = None
 
     @property
     def decode_state(self) -> str:
@@ -302,3 +311,5 @@ class Bus:
     name: str
     provider: str
     port: str  # the root port object of this bus (same name)
+    # the CXL protocol errors the platform's EINJ can inject (None: no EINJ or debugfs)
+    injectable_protocol_errors: tuple[str, ...] | None = None

@@ -67,7 +67,8 @@ def create_plan(
         )
     ]
     if layout.uuid:
-        steps.append(write("set the pmem region's uuid", f"{reg}/uuid", layout.uuid))
+        # the kernel takes exactly a UUID and its newline (uuid_store: EINVAL otherwise)
+        steps.append(write("set the pmem region's uuid", f"{reg}/uuid", f"{layout.uuid}\n"))
     steps += [
         write("set interleave granularity", f"{reg}/interleave_granularity",
               str(layout.granularity)),

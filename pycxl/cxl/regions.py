@@ -110,7 +110,28 @@ def destroy_region(
             f"{name} is a pmem region: destroying it discards its data and labels; "
             "pass --force if that is intended"
         )
+    later = regions_after(region)
+    if later:
+        raise InvalidRequestError(
+            f"{name} is out of order: {', '.join(later)} decode{'s' if len(later) == 1 else ''} "
+            f"after it on the same devices, and the kernel resets decoders newest first; "
+            f"destroy {' and '.join(later)} first (as ndctl v85 asks)"
+        )
     return _teardown(fs, region, delete=True, force=force, dry_run=dry_run, hook=before_step)
+
+
+def regions_after(region: Region) -> list[str]:
+    """Regions committed on a later decoder of one of ``region``'s endpoint ports: the
+    kernel commits a port's decoders in id order and resets them in reverse, so those
+    must be destroyed first."""
+    topo = region._topo()
+    later = set()
+    for m in region.mappings:
+        mine = topo.decoder(m.decoder)
+        for d in mine.port_obj.decoders:
+            if d.id > mine.id and d.region and d.region != region.name and d.committed:
+                later.add(d.region)
+    return sorted(later)
 
 
 def disable_region(

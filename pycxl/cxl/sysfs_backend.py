@@ -25,6 +25,8 @@ from .model import (
     PortKind,
     Region,
 )
+from .poison import DEBUGFS
+from .protocol_errors import EINJ_TYPES, offered_protocol_errors
 from .read import CXL_DEVICES, DECODER_NAME, MEMDEV_NAME, PORT_NAME, REGION_NAME, bus_present
 from .topology import CxlTopology
 
@@ -55,11 +57,13 @@ def read_topology(sysfs: Sysfs | None = None) -> CxlTopology:
     regions = [
         _read_region(fs, n, decoder_port, endpoint_memdev) for n in names if REGION_NAME.match(n)
     ]
+    offered = offered_protocol_errors(fs)
     buses = [
-        Bus(name=p.name, provider=bus_provider(p.host), port=p.name)
+        Bus(name=p.name, provider=bus_provider(p.host), port=p.name,
+            injectable_protocol_errors=offered)
         for p in ports
         if p.kind == "root"
-    ]
+    ]  # fmt: skip
     return CxlTopology.build(
         buses=buses,
         ports=[p for p in ports if p.kind != "endpoint"],
@@ -91,7 +95,8 @@ def _read_port(fs: Sysfs, name: str) -> Port:
             target = fs.link_target_name(f"{dev}/{entry}") or entry
             # ndctl's 'alias': the dport's firmware (ACPI) node, e.g. ACPI0016:00
             alias = fs.link_target_name(f"{dev}/{entry}/firmware_node")
-            dports.append(Dport(name=target, id=int(m.group(1)), alias=alias))
+            dports.append(Dport(name=target, id=int(m.group(1)), alias=alias,
+                                protocol_injectable=_einj_at(fs, target)))  # fmt: skip
     dports.sort(key=lambda d: d.id)
     # Depth is the number of ports above this one: root 0, host bridge 1, ...
     depth = sum(1 for part in fs.realpath(dev).split("/")[:-1] if PORT_NAME.match(part))
@@ -171,7 +176,17 @@ def _read_memdev(fs: Sysfs, name: str) -> Memdev:
         ram_qos_class=_qos(fs.read_int(f"{dev}/ram/qos_class")),
         pmem_qos_class=_qos(fs.read_int(f"{dev}/pmem/qos_class")),
         enabled=fs.exists(f"{dev}/driver"),
+        poison_injectable=fs.exists(f"{DEBUGFS}/cxl/{name}/inject_poison")
+        if fs.exists(f"{DEBUGFS}/cxl")
+        else None,
     )
+
+
+def _einj_at(fs: Sysfs, dport: str) -> bool | None:
+    """Whether a dport takes injected protocol errors (None: no EINJ to ask)."""
+    if not fs.exists(EINJ_TYPES):
+        return None
+    return fs.exists(f"{DEBUGFS}/cxl/{dport}/einj_inject")
 
 
 def _address(v: int | None) -> int | None:
@@ -219,4 +234,6 @@ def _read_region(
         uuid=uuid,
         mappings=tuple(mappings),
         access=read_region_access(fs, dev),
+        extended_linear_cache_size=fs.read_int(f"{dev}/extended_linear_cache_size"),
+        locked=fs.read_bool(f"{dev}/locked"),
     )

@@ -172,6 +172,7 @@ def run_check(
         )
     for m in memdevs:
         out += _memdev_findings(m)
+        out += _operation_findings(fs, m)
     for r in cxl.regions:
         out += _region_findings(system, r)
         out += _socket_findings(system, r)
@@ -260,6 +261,52 @@ def _memdev_findings(m: Memdev) -> list[Finding]:
             )
         )
     return out
+
+
+def _operation_findings(fs: Sysfs, m: Memdev) -> list[Finding]:
+    """What device operations left running on ``m``: a sanitize, a firmware update."""
+    labels = _memdev_labels(m)
+    out = []
+    state = fs.read(f"/sys/bus/cxl/devices/{m.name}/security/state")
+    if state == "sanitize":
+        out.append(Finding("warning", "sanitize", m.name,
+                           f"{m.name} is being sanitized: its media is unusable until it ends",
+                           f"pycxl memdev wait-sanitize {m.name}", labels))  # fmt: skip
+    if fs.exists(f"/sys/class/firmware/{m.name}/loading"):
+        from ..cxl.firmware import loader_state
+
+        loader = loader_state(fs, m.name)
+        if loader.busy:
+            out.append(Finding("warning", "firmware", m.name,
+                               f"{m.name}'s firmware update is under way ({loader.status}, "
+                               f"{loader.remaining} bytes to go)",
+                               f"pycxl memdev update-firmware {m.name} --cancel to abort it",
+                               labels))  # fmt: skip
+    return out
+
+
+def _alert_finding(memdev: str, cfg: Any, labels: dict[str, str]) -> Finding | None:
+    """The warning thresholds someone set on the device (set-alert-config), if any."""
+    from ..cxl.alerts import ALERTS
+    from ..cxl.health import AlertConfig
+
+    if not isinstance(cfg, AlertConfig) or not cfg.valid:
+        return None
+    values = cfg.as_json()
+    on = [f"{name.replace('_', ' ')} at {values[key]}"
+          for (name, (bit, _, _)), key in zip(ALERTS.items(), _ALERT_KEYS, strict=True)
+          if cfg.valid & bit]  # fmt: skip
+    return Finding("info", "alert-config", memdev,
+                   f"{memdev}: warning alerts set: {', '.join(on)}", "", labels)  # fmt: skip
+
+
+_ALERT_KEYS = (
+    "life_used_prog_warn_threshold",
+    "dev_over_temperature_prog_warn_threshold",
+    "dev_under_temperature_prog_warn_threshold",
+    "corrected_volatile_mem_err_prog_warn_threshold",
+    "corrected_pmem_err_prog_warn_threshold",
+)
 
 
 def _socket_findings(system: System, r: Region) -> list[Finding]:
@@ -567,6 +614,9 @@ def _device_findings(
             continue
         health[m.name] = h
         out.append(_health_finding(m.name, h.health, labels, "the device"))
+        alerts = _alert_finding(m.name, h.alert_config, labels)
+        if alerts is not None:
+            out.append(alerts)
     try:
         poison = read_poison([m.name for m in memdevs], fs)
     except (OperationError, NeedsRootError) as e:
@@ -588,6 +638,9 @@ def _device_findings(
             )
         elif recs:
             where = sorted({_where(system, r) for r in recs})
+            injected = sum(r.source == "Injected" for r in recs)
+            if injected:  # a test of the alerting path, not a failing device
+                where.append(f"({injected} injected: pycxl memdev clear-media-poison)")
             out.append(
                 Finding(
                     "warning",

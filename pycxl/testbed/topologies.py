@@ -1,4 +1,5 @@
-"""Emulated CXL topologies for QEMU's q35 machine (type-3 volatile devices).
+"""Emulated CXL topologies for QEMU's q35 machine (type-3 devices: volatile capacity,
+and where a topology says so, persistent capacity with a label storage area).
 
 Serial numbers are fixed per device (QEMU ``sn=``): memdev numbers follow the kernel's
 asynchronous probe order and are not stable across boots, serials are.
@@ -89,6 +90,9 @@ class Topology:
     sockets: tuple[Socket, ...] = (Socket("0-1", "2G"),)
     hmat: Hmat | None = None
     pcie: tuple[PcieDevice, ...] = ()
+    # each device's persistent capacity and label storage area (0: volatile only)
+    persistent_size: int = 0
+    label_size: int = 0
 
     def device_id(self, serial: int) -> str:
         """QEMU's id of the type-3 device with this serial number (for QMP)."""
@@ -146,8 +150,10 @@ class Topology:
                     f"memory-backend-ram,id=vmem{sn},share=on,size={DEVICE_SIZE}",
                     "-device",
                     f"cxl-rp,port={port},bus={b.id},id={rp},chassis=0,slot={slot}",
+                    *self._persistent_backends(sn),
                     "-device",
-                    f"cxl-type3,bus={rp},volatile-memdev=vmem{sn},id={self.device_id(sn)},sn={sn:#x}",
+                    f"cxl-type3,bus={rp},volatile-memdev=vmem{sn}{self._persistent_args(sn)},"
+                    f"id={self.device_id(sn)},sn={sn:#x}",
                 ]
                 slot += 1
         for i, d in enumerate(self.pcie):
@@ -165,6 +171,22 @@ class Topology:
             fmw += [f"cxl-fmw.{i}.interleave-granularity={w.granularity}"]
         args += ["-M", ",".join(fmw)]
         return args + self._hmat_args()
+
+    def _persistent_backends(self, sn: int) -> list[str]:
+        """The memory behind a device's persistent capacity and its label area."""
+        out = []
+        if self.persistent_size:
+            out += [
+                "-object",
+                f"memory-backend-ram,id=pmem{sn},share=on,size={self.persistent_size}",
+            ]
+        if self.label_size:
+            out += ["-object", f"memory-backend-ram,id=lsa{sn},share=on,size={self.label_size}"]
+        return out
+
+    def _persistent_args(self, sn: int) -> str:
+        pmem = f",persistent-memdev=pmem{sn}" if self.persistent_size else ""
+        return pmem + (f",lsa=lsa{sn}" if self.label_size else "")
 
     def _hmat_args(self) -> list[str]:
         if self.hmat is None:
@@ -224,6 +246,15 @@ TOPOLOGIES: dict[str, Topology] = {
                 port_remote=Figure(160, "32G"),
             ),
             pcie=(PcieDevice(100, socket=1),),
+        ),
+        Topology(
+            name="pmem-dev",
+            description="one host bridge, two root ports, two devices with 256 MiB volatile "
+            "and 256 MiB persistent capacity and a 1 MiB label area each, one 4 GiB window",
+            bridges=(HostBridge("cxl.1", 12, (0x51, 0x52)),),
+            windows=(Window(("cxl.1",)),),
+            persistent_size=DEVICE_SIZE,
+            label_size=1 << 20,
         ),
     )
 }

@@ -104,11 +104,12 @@ def pages_by_node(mib: int, *policy: str) -> dict[int, int]:
 
 
 def destroy_all_regions() -> None:
-    """Clean-up after a failed test, so the next tests of the boot start fresh. Never
-    forced: memory that cannot be offlined keeps its region (and the next test fails
-    clearly) rather than being left online with nothing decoding it."""
+    """Clean-up after a failed test, so the next tests of the boot start fresh: newest
+    first, pmem regions too (their data is the tests' own). Memory that cannot be
+    offlined keeps its region (and the next test fails clearly) rather than being left
+    online with nothing decoding it."""
     from pycxl.cxl import regions
     from pycxl.cxl.sysfs_backend import read_topology
 
-    for r in read_topology().regions:
-        regions.destroy_region(r.name)
+    for r in reversed(read_topology().regions):  # newest first, as the kernel resets them
+        regions.destroy_region(r.name, force=True)

@@ -33,7 +33,7 @@ def _check_backends_and_ndctl(topology: str) -> None:
     assert n == sum(1 for k in flatten(oracle) if k[0] in ALL_KINDS) > 0
 
 
-@pytest.mark.kernel(topology=("two-dev", "four-dev", "two-socket"))
+@pytest.mark.kernel(topology=("two-dev", "four-dev", "two-socket", "pmem-dev"))
 def test_backends_agree_and_match_ndctl() -> None:
     _check_backends_and_ndctl(os.environ["PYCXL_TESTBED_TOPOLOGY"])
 

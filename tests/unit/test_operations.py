@@ -91,6 +91,11 @@ def test_firmware_info_payload() -> None:
     payload[32 : 32 + 6] = b"FW 2.0"
     fw = decode_fw_info(bytes(payload))
     assert fw.slots == 2 and fw.active_slot == 2 and fw.revisions == ("FW 1.0", "FW 2.0")
+    assert fw.staged_slot == 2 and not fw.online_activate
+    payload[1], payload[2] = 0b000_001, 1  # slot 1 active, none staged; online activation
+    fw = decode_fw_info(bytes(payload))
+    assert (fw.active_slot, fw.staged_slot, fw.online_activate) == (1, 0, True)
+    assert fw.as_json()["staged_slot"] is None
 
 
 # --- trace lines, as the kernel prints them (recorded in the testbed after injecting a

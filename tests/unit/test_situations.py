@@ -63,7 +63,9 @@ NOT_FOUND = 5
 # Values for what a command requires, safe to run here: read-only targets, plans, `true`
 SAFE = {"target": ["dram0"], "tier": ["dram0"], "gpu": ["gpu0"], "fmt": ["json"],
         "regions": ["all"], "command": ["--", "true"], "interval": ["0.05"],
-        "count": ["1"]}  # fmt: skip
+        "count": ["1"], "memdevs": ["all"], "memdev": ["mem0"], "ports": ["all"],
+        "buses": ["root0"], "dport": ["0000:0c:00.0"], "address": ["0x1000"],
+        "infile": ["README.md"], "error": ["mem-correctable"]}  # fmt: skip
 LIST_TYPES = (P.NamesType, P.ObjectNamesType, P.IntListType, P.RatesType, P.WeightsType)
 NUMBER_TYPES = (P.FiniteType, P.CountType, P.SizeType, P.IntListType, P.RatesType, P.PidType,
                 click.types.IntParamType, click.types.FloatParamType)  # fmt: skip

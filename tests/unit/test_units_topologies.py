@@ -32,5 +32,9 @@ def test_topologies_build_qemu_args() -> None:
     args = " ".join(four.qemu_args())
     assert "cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.targets.1=cxl.2" in args
     assert args.count("cxl-type3") == 4 and four.serials == (0x11, 0x12, 0x21, 0x22)
-    with pytest.raises(NotFoundError, match="known: four-dev, two-dev"):
+    assert "persistent-memdev" not in args and "lsa=" not in args  # volatile only
+    with pytest.raises(NotFoundError, match="known: four-dev, pmem-dev, two-dev"):
         topology("eight-dev")
+    pmem = " ".join(TOPOLOGIES["pmem-dev"].qemu_args())
+    assert pmem.count("persistent-memdev=pmem") == 2 and pmem.count(",lsa=lsa") == 2
+    assert "memory-backend-ram,id=lsa81,share=on,size=1048576" in pmem
