@@ -79,10 +79,9 @@ static struct {
     cu_result (*device_get)(int *, int);
     cu_result (*primary_retain)(void **, int);
     cu_result (*mem_info)(size_t *, size_t *);
-    cu_result (*default_pool)(void **, int);
+    cu_result (*current_pool)(void **, int);
     cu_result (*pool_get)(void *, int, void *);
     cu_result (*pool_set)(void *, int, void *);
-    cu_result (*ctx_get_device)(int *);
 } tier_cu;
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
@@ -171,10 +170,9 @@ static int load_driver(char *err, size_t errlen) {
     BIND(device_get, "cuDeviceGet");
     BIND(primary_retain, "cuDevicePrimaryCtxRetain");
     BIND(mem_info, "cuMemGetInfo_v2");
-    BIND(default_pool, "cuDeviceGetDefaultMemPool");
+    BIND(current_pool, "cuDeviceGetMemPool");
     BIND(pool_get, "cuMemPoolGetAttribute");
     BIND(pool_set, "cuMemPoolSetAttribute");
-    BIND(ctx_get_device, "cuCtxGetDevice");
 #undef BIND
     tier_cu.loaded = 1;
     return 0;
@@ -421,37 +419,44 @@ SLOT_ALLOCATOR(0) SLOT_ALLOCATOR(1) SLOT_ALLOCATOR(2) SLOT_ALLOCATOR(3)
 SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
 
 /* Room in the GPU's memory for a spilling process: what the driver has free plus what
- * the device's stream-ordered pool holds unused (memory freed into it, which the driver
- * counts as used but the pool gives out again). Asked of the driver only when the last
- * answer, less what was allocated since, comes near the size asked and the headroom:
- * asking on every allocation costs more than the allocation. */
+ * the device's stream-ordered pool (the one cuMemAllocAsync takes from) holds unused:
+ * memory freed into it, which the driver counts as used but the pool gives out again.
+ * Asked of the driver only when the last answer for the device, less what was allocated
+ * on it since, comes near the size asked and the headroom: asking on every allocation
+ * costs more than the allocation. Memory others allocate between answers goes unseen up
+ * to ROOM_MARGIN. */
 #define ROOM_MARGIN ((size_t)1 << 30)
-static size_t room_known;     /* bytes, at the last answer */
-static int64_t room_used;     /* bytes allocated less bytes freed since that answer */
-static void *room_pool;       /* the pool of the device last asked about */
+static struct {
+    size_t known;  /* bytes, at the last answer */
+    int64_t used;  /* bytes allocated less bytes freed since that answer */
+    void *pool;    /* the pool whose release threshold was raised */
+} room[TIER_DEVICES];
 
-static size_t hbm_room(size_t want) {
-    int64_t used = __atomic_load_n(&room_used, __ATOMIC_RELAXED);
-    if (room_known && (int64_t)room_known - used > (int64_t)(want + spill_headroom + ROOM_MARGIN))
-        return room_known - (size_t)used;
+static int room_index(int device) { return device >= 0 && device < TIER_DEVICES ? device : -1; }
+
+static size_t hbm_room(int dev, size_t want) {
+    if (dev < 0) return SIZE_MAX; /* no device to ask about: no reason to spill */
+    int64_t used = __atomic_load_n(&room[dev].used, __ATOMIC_RELAXED);
+    size_t known = __atomic_load_n(&room[dev].known, __ATOMIC_RELAXED);
+    if (known && (int64_t)known - used > (int64_t)(want + spill_headroom + ROOM_MARGIN))
+        return known - (size_t)used;
     size_t free_bytes = 0, total = 0;
-    if (tier_cu.mem_info(&free_bytes, &total) != CU_OK) return 0;
-    int dev = 0;
+    if (tier_cu.mem_info(&free_bytes, &total) != CU_OK) return SIZE_MAX; /* as before: no spill */
     void *pool = NULL;
     uint64_t reserved = 0, in_use = 0;
-    if (tier_cu.ctx_get_device(&dev) == CU_OK && tier_cu.default_pool(&pool, dev) == CU_OK &&
+    if (tier_cu.current_pool(&pool, dev) == CU_OK &&
         tier_cu.pool_get(pool, POOL_RESERVED_CURRENT, &reserved) == CU_OK &&
         tier_cu.pool_get(pool, POOL_USED_CURRENT, &in_use) == CU_OK && reserved > in_use)
         free_bytes += (size_t)(reserved - in_use);
-    if (pool && pool != room_pool) {
+    if (pool && pool != room[dev].pool) {
         /* keep what is freed for reuse (as PyTorch's cudaMallocAsync backend does): given
          * back at every synchronisation, it would be mapped again at the next step */
         uint64_t keep = UINT64_MAX;
         tier_cu.pool_set(pool, POOL_RELEASE_THRESHOLD, &keep);
-        room_pool = pool;
+        room[dev].pool = pool;
     }
-    room_known = free_bytes;
-    __atomic_store_n(&room_used, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&room[dev].used, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&room[dev].known, free_bytes, __ATOMIC_RELAXED);
     return free_bytes;
 }
 
@@ -463,15 +468,17 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
     if (preferred_slot >= 0) return alloc_on(preferred_slot, (size_t)size, stream);
     cu_ptr p = 0;
     cu_result rc = CU_OUT_OF_MEMORY;
+    int dev = room_index(device);
     int spill_now = spill_slot >= 0 && (size_t)size >= ((size_t)1 << 20) &&
-                    hbm_room((size_t)size) < (size_t)size + spill_headroom;
+                    hbm_room(dev, (size_t)size) < (size_t)size + spill_headroom;
     if (!spill_now) {
         rc = tier_cu.alloc_async(&p, (size_t)size, stream);
         if (rc == CU_OK) {
-            __atomic_add_fetch(&room_used, (int64_t)size, __ATOMIC_RELAXED);
+            if (dev >= 0) __atomic_add_fetch(&room[dev].used, (int64_t)size, __ATOMIC_RELAXED);
             return (void *)(uintptr_t)p;
         }
-        room_known = 0; /* refused: ask the driver next time */
+        if (dev >= 0) /* refused: ask the driver next time */
+            __atomic_store_n(&room[dev].known, 0, __ATOMIC_RELAXED);
     }
     if (rc != CU_OUT_OF_MEMORY || spill_slot < 0) return NULL;
     __atomic_add_fetch(&hbm_refusals, 1, __ATOMIC_RELAXED);
@@ -489,7 +496,8 @@ __attribute__((visibility("default"))) void pycxl_cuda_free(void *ptr, ssize_t s
     ensure_context(device);
     if (!free_on((cu_ptr)(uintptr_t)ptr, stream)) {
         tier_cu.free_async((cu_ptr)(uintptr_t)ptr, stream);
-        __atomic_sub_fetch(&room_used, (int64_t)size, __ATOMIC_RELAXED);
+        int dev = room_index(device);
+        if (dev >= 0) __atomic_sub_fetch(&room[dev].used, (int64_t)size, __ATOMIC_RELAXED);
     }
 }
 

@@ -255,6 +255,8 @@ def _zero_copy_bandwidth(s: System, pair: Pair, kernel: str, size: int | None,
             "--zero-copy runs a GPU's kernels on host memory: give a GPU as --from and a "
             "host tier as --target (-t cxl0 --from gpu0)"
         )
+    n = size or gpu_stream.DEFAULT_SIZE
+    pair.check_fits(3 * n)  # three arrays on the tier
     tier = s.tier(pair.node)
     pool = open_pool(pair.node, tier.name if tier is not None else f"node{pair.node}")
     return list(gpu_stream.tier_stream_bandwidth(pair.gpu, pool, kernel=kernel, size=size,
@@ -378,7 +380,7 @@ def measure_offload(
     # before the driver
     offload.check_offload(wanted, shape["layers"], shape["width"], shape["tokens"], lookahead,
                           1 if samples is None else samples, backward)  # fmt: skip
-    if gpu_name(gpu) == "all" and modes is not None:
+    if gpu_name(gpu) == "all" and modes is not None and set(wanted) != set(offload.STREAMING):
         raise InvalidRequestError(
             "every GPU at once (gpu all) runs pycxl's streaming mode against HBM: leave the "
             "modes out, or name one GPU to choose them"

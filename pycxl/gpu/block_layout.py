@@ -7,10 +7,10 @@ parameter's piece between them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidRequestError
 from .torch_offload import import_torch
@@ -27,6 +27,7 @@ class ParamSlot:
     offset: int  # in elements
     numel: int
     shape: tuple[int, ...]
+    steps: int = 0  # Adam steps it has taken (as torch's per-parameter ``step``)
 
 
 @dataclass
@@ -44,7 +45,6 @@ class Block:
     grads: Any = None  # host tensor (dtype, numel): the gradients a CPU or GPU step reads
     weights: Any = None  # host tensor (dtype): new weights (resident), the home (stream)
     incoming: Any = None  # host tensor: a later micro-batch's gradients, added into grads
-    chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, group)
     cpu_update: Future[None] | None = None  # the CPU step of this block in flight
     updated: Any = None  # event: the new weights are where the next forward reads them
     landed: Any = None  # event: the block's gradients have reached host memory
@@ -82,6 +82,12 @@ def layout_blocks(
     for i, module in enumerate(modules):
         params = [p for p in module.parameters() if id(p) not in seen]
         seen.update(id(p) for p in params)
+        strangers = [p for p in params if p.requires_grad and id(p) not in group_of]
+        if strangers:
+            raise InvalidRequestError(
+                f"block {i} ({type(module).__name__}) has parameters the optimizer does not "
+                "hold: give blocks of the model the optimizer was made for"
+            )
         trainable = [p for p in params if p.requires_grad]
         frozen = [p for p in params if not p.requires_grad] if with_frozen else []
         kept = trainable + frozen
@@ -104,27 +110,37 @@ def layout_blocks(
             out.append(Block(i, module, slots, still, numel, at, kept[0].dtype))
     if not any(B.params for B in out):
         raise InvalidRequestError("the blocks have no trainable parameters")
+    kinds = sorted({str(B.dtype) for B in out})
+    if len(kinds) > 1:
+        raise InvalidRequestError(
+            f"the blocks' parameters are of several dtypes ({', '.join(kinds)}): give them "
+            "one (model.to(torch.bfloat16))"
+        )
     return out
 
 
+Key = TypeVar("Key")
+
+
 def chunks_of(
-    block: Block, limit: int, params: list[ParamSlot] | None = None
-) -> list[tuple[int, int, int]]:
-    """The block's trainable span (or that of ``params``, the ones to update) in pieces
-    of at most ``limit`` elements, each within one param group (the GPU side updates a
-    piece at a time, so its device buffers stay small): (start, end, group), alignment
-    gaps inside a run of one group's neighbouring parameters included."""
-    out: list[tuple[int, int, int]] = []
-    runs: list[list[int]] = []  # [start, end, group]
-    for p in block.params if params is None else params:
-        if runs and runs[-1][2] == p.group and runs[-1][1] == p.offset:
-            runs[-1][1] = p.offset + _aligned(p.numel)
+    block: Block, limit: int, params: list[ParamSlot], key: Callable[[ParamSlot], Key]
+) -> list[tuple[int, int, Key]]:
+    """The span of ``params`` (the block's parameters to update, in layout order) in
+    pieces of at most ``limit`` elements, each over neighbouring parameters of one
+    ``key`` (their param group and step number: one update runs a piece): (start, end,
+    key), alignment gaps inside a run included."""
+    out: list[tuple[int, int, Key]] = []
+    runs: list[tuple[int, int, Key]] = []
+    for p in params:
+        k = key(p)
+        if runs and runs[-1][2] == k and runs[-1][1] == p.offset:
+            runs[-1] = (runs[-1][0], p.offset + _aligned(p.numel), k)
         else:
-            runs.append([p.offset, p.offset + _aligned(p.numel), p.group])
-    for start, end, group in runs:
+            runs.append((p.offset, p.offset + _aligned(p.numel), k))
+    for start, end, k in runs:
         end = min(end, block.numel)
         for a in range(start, end, limit):
-            out.append((a, min(a + limit, end), group))
+            out.append((a, min(a + limit, end), k))
     return out
 
 

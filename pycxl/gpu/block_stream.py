@@ -124,13 +124,20 @@ class BlockStream:
         torch = import_torch()
         return torch.cuda.current_stream(self.device) if self._on_gpu else None
 
-    def _take(self, B: Block, backward: bool) -> None:
+    def _take(self, B: Block, backward: bool, slot: int | None = None) -> None:
+        """Bind ``B``'s parameters to a ring buffer holding it: for its backward pass,
+        ``slot``, the buffer its forward pass used (autograd saved views of that memory
+        then, a Linear's weight.t(), and reads them now)."""
         k = self._position[id(B)]
         if k in self._held:
-            return
+            if slot is None or self.ring.buffer_of(k) == slot:
+                return
+            self._let_go(B)  # held in another buffer than this graph's views
+            if B in self._backward_held:
+                self._backward_held.remove(B)
         if backward:
             self._let_go_backward()  # the blocks after it are done
-        view = self.ring.get(k, self._stream())
+        view = self.ring.get(k, self._stream(), slot_index=slot)
         key = (view.slot, k)
         views = self._bound.get(key)
         if views is None:
@@ -152,14 +159,26 @@ class BlockStream:
         self._held.discard(k)
 
     def _let_go_backward(self) -> None:
+        """The blocks held for their backward pass are done: their gradients that have
+        arrived go home now (a parameter that takes none this pass does not hold the
+        others on the device), and their buffers go back to the ring."""
         while self._backward_held:
-            self._let_go(self._backward_held.pop())
+            B = self._backward_held.pop()
+            if self._arrived[self._position[id(B)]]:
+                self._send_home(B)
+            self._let_go(B)
 
     # --- hooks -------------------------------------------------------------------------
     def _before_forward(self, B: Block, module: Any, args: Any) -> None:
         backward = in_backward()
         if not backward and B is self.blocks[0]:
-            training = bool(import_torch().is_grad_enabled())
+            self._forget_a_broken_pass()
+            torch = import_torch()
+            # training: gradients will come (also when a reentrant checkpoint runs this
+            # pass without them and again later with them)
+            training = bool(torch.is_grad_enabled()) or any(
+                getattr(a, "requires_grad", False) for a in args
+            )
             if training != self._training_order:
                 n = len(self.blocks)
                 self.ring.set_order([*range(n), *reversed(range(n))] if training else range(n))
@@ -169,19 +188,18 @@ class BlockStream:
     def _after_forward(self, B: Block, module: Any, args: Any, output: Any) -> None:
         if in_backward():
             return  # run again for its backward pass (checkpointing): it stays bound
+        slot = self.ring.buffer_of(self._position[id(B)])
         self._let_go(B)
         outputs = output if isinstance(output, tuple | list) else (output,)
-        needs = [t for t in outputs if getattr(t, "requires_grad", False)]
-        if not needs:
-            return
-        first = [True]
+        for t in outputs:
+            if getattr(t, "requires_grad", False):
+                # every backward pass through this output takes the block first, into
+                # the buffer this forward pass used
+                t.register_hook(functools.partial(self._before_backward, B, slot))
 
-        def before_backward(grad: Any) -> None:
-            if first and first.pop():
-                self._take(B, backward=True)
-
-        for t in needs:
-            t.register_hook(before_backward)
+    def _before_backward(self, B: Block, slot: int | None, grad: Any) -> None:
+        self._take(B, backward=True, slot=slot)
+        self._await_end()
 
     def _before_accumulate(self, B: Block, j: int, grad: Any) -> None:
         k = self._position[id(B)]
@@ -206,18 +224,30 @@ class BlockStream:
             self._callback_task = task
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
 
+    def _forget_a_broken_pass(self) -> None:
+        """A backward pass that raised never reached its end: what it left is dropped
+        before the next pass begins (its gradients are lost, as PyTorch's would be)."""
+        if self._backward_held or any(self._arrived) or self._landing:
+            self._backward_done()
+
     # --- gradients home ----------------------------------------------------------------
     def _send_home(self, B: Block) -> None:
         k = self._position[id(B)]
         self._arrived[k] = 0
         eng = self.engine
-        arrived = [j for j, p in enumerate(B.params) if p.param.grad is not None]
+        home = self._home_grads[k]
+        arrived = [
+            j for j, p in enumerate(B.params)
+            if p.param.grad is not None and p.param.grad is not home[j]
+        ]  # fmt: skip
+        if not arrived:
+            return
         grads = []
         for j in arrived:
             g = B.params[j].param.grad
             grads.append(g if g.is_contiguous() else g.contiguous())
         produced = eng.event()
-        eng.record(produced, self._stream())
+        eng.record(produced, self._stream())  # after the contiguous copies, if any
         eng.wait(eng.copy_out_stream, produced)
         adding = any(id(B.params[j].param) in self._set_aside for j in arrived)
         if adding and B.incoming is None:
@@ -261,7 +291,8 @@ class BlockStream:
         for B, n in zip(self.blocks, self._arrived, strict=True):
             if n:  # some of its parameters took no gradient this time
                 self._send_home(B)
-        for B in self._landing:
+        landing, self._landing = self._landing, []
+        for B in landing:
             self.engine.synchronize(B.landed)
         adds, self._adds = self._adds, []
         for f in adds:
@@ -269,7 +300,12 @@ class BlockStream:
         for k, j in self._landed_params:
             self.blocks[k].params[j].param.grad = self._home_grads[k][j]
         self._landed_params.clear()
-        self._landing.clear()
+        # set aside, and no new one came (torch.autograd.grad runs the hooks, accumulates
+        # nothing): the earlier gradient is the parameter's again
+        for k, B in enumerate(self.blocks):
+            for j, p in enumerate(B.params):
+                if id(p.param) in self._set_aside and p.param.grad is None:
+                    p.param.grad = self._home_grads[k][j]
         self._set_aside.clear()
 
     # --- the update's side ---------------------------------------------------------------

@@ -69,6 +69,7 @@ def _optimizer_class() -> type:
             self._offload = offload
 
         def step(self, closure: Callable[[], Any] | None = None) -> Any:
+            self._offload._check_open()
             loss = None
             if closure is not None:
                 with torch.enable_grad():
@@ -76,12 +77,22 @@ def _optimizer_class() -> type:
             self._offload._step(self.param_groups)
             return loss
 
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            if not set_to_none:  # zeroing in place: not under an update still reading them
+                self._offload.synchronize()
+            super().zero_grad(set_to_none)
+
         def state_dict(self) -> dict[str, Any]:
             return self._offload._state_dict(super().state_dict())
 
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            groups = state_dict.get("param_groups", [])
+            if len(groups) != len(self.param_groups):
+                raise InvalidRequestError(
+                    f"the state dict has {len(groups)} param groups, this optimizer "
+                    f"{len(self.param_groups)}: load one saved by an optimizer over the same groups"
+                )
             self._offload._load_state_dict(state_dict)
-            groups = state_dict["param_groups"]
             for mine, theirs in zip(self.param_groups, groups, strict=True):
                 mine.update({k: v for k, v in theirs.items() if k != "params"})
 
@@ -118,6 +129,15 @@ class ModelOffload:
             raise InvalidRequestError(f"overlap {overlap!r}: give True or False")
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
+        if self._on_gpu:
+            from .torch_tier import spilling
+
+            if spilling() is not None:
+                raise InvalidRequestError(
+                    "this process spills CUDA memory onto a tier (spill_to, pycxl spill): "
+                    "its allocator does not keep a tensor for the streams that still read "
+                    "it, which offload_model's copies need; train it without the spill"
+                )
         if update == "gpu" and not self._on_gpu:
             raise InvalidRequestError("update='gpu' needs a GPU: name one, or use 'cpu'")
         self.model = model
@@ -139,9 +159,11 @@ class ModelOffload:
         else:
             self._check_on_device(model)
         self._rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
-        self._steps = 0
+        self._steps = 0  # step() calls; each parameter counts its own Adam steps
+        self._closed = False
         self._place_state()
         self._rest_state = self._place_rest()
+        self._rest_steps = {id(p): 0 for p in self._rest}
         self._cpu = CpuAdam(cpus)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pycxl-cpu-adam")
         self.times = StepTimes()
@@ -150,8 +172,12 @@ class ModelOffload:
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
+            from .prefetch import CudaEngine
             from .streams import Event
 
+            # the GPU side's state has copy streams of its own: the next forward pass's
+            # copies (and the CPU side's weights) do not queue behind the whole update
+            self._state = CudaEngine(engine.ctx)
             self._update_stream = torch.cuda.Stream(self.device)
             self._events = {
                 name: [engine.event() for _ in range(GPU_SLOTS)]
@@ -170,6 +196,7 @@ class ModelOffload:
             for B in self._blocks:
                 self._hooks.append(B.module.register_forward_pre_hook(self._forward_waiter(B)))
         self._hooks.append(model.register_state_dict_pre_hook(self._before_model_state))
+        self._hooks.append(model.register_load_state_dict_pre_hook(self._before_model_load))
         self._hooks.append(model.register_load_state_dict_post_hook(self._after_model_load))
         self._fixed = update != "auto"
         self._plan = self._first_plan(update)
@@ -265,6 +292,11 @@ class ModelOffload:
                  torch.empty(2 * self._chunk, dtype=low, device=self.device))
                 for _ in range(GPU_SLOTS)
             ]  # fmt: skip
+            # their memory may be what the compute stream freed and has not finished with
+            made = self._record(torch.cuda.current_stream(self.device))
+            for stream in (self._state.copy_in_stream, self._state.copy_out_stream):
+                self._state.wait(stream, made)
+            self._state.wait(self._update_stream, made)
         return self._slots
 
     def _first_plan(self, update: str) -> UpdatePlan:
@@ -304,7 +336,7 @@ class ModelOffload:
             for p in B.params:
                 self._cpu_step(B, p, piece(grads, p), 1, settings, piece(B.weights, p))
             cpu_s = min(cpu_s, time.perf_counter() - t0)
-        eng = self.engine
+        eng = self._state
         n = 3 * self._chunk * 4
         host = eng.host_span(B.state)
         host = (host[0], min(n, host[1]))
@@ -408,11 +440,15 @@ class ModelOffload:
         self._settle()
         settings = self._settings(groups)
         self._steps += 1
-        step = self._steps
         by_index = {B.index: B for B in self._blocks}
-        live = {
-            B.index: [p for p in B.params if p.param.grad is not None] for B in self._blocks
-        }  # decided here: the user may clear the gradients while the update runs
+        # decided here: the user may clear the gradients while the update runs; each
+        # parameter with one takes a step (its own count, as torch's Adam keeps it)
+        live = {B.index: [p for p in B.params if p.param.grad is not None] for B in self._blocks}
+        for B in self._blocks:
+            for p in live[B.index]:
+                p.steps += 1
+            if self.stream is not None:
+                self._gradients_home(B, live[B.index])
         cpu_blocks = [by_index[i] for i in self._plan.cpu if live[i]]
         gpu_blocks = [by_index[i] for i in self._plan.gpu if live[i]]
         if self.stream is not None:
@@ -421,25 +457,36 @@ class ModelOffload:
         if not self._on_gpu:
             t0 = time.perf_counter()
             for B in cpu_blocks:
-                self._cpu_block(B, live[B.index], step, settings)
+                self._cpu_block(B, live[B.index], settings)
             self._cpu_window = [t0, time.perf_counter()]
-            self._rest_step(settings, step)
+            self._rest_step(settings)
             return
         current = torch.cuda.current_stream(self.device)
-        produced = self._record(current)  # the backward pass's gradients
         if self.stream is None:
-            self._copy_grads_out(cpu_blocks, live, produced)
+            self._copy_grads_out(cpu_blocks, live, current)
+        produced = self._record(current)  # the backward pass's gradients
         self._cpu_window = [0.0, 0.0]
         for k, B in enumerate(cpu_blocks):
             B.cpu_update = self._worker.submit(
-                self._cpu_block, B, live[B.index], step, settings,
+                self._cpu_block, B, live[B.index], settings,
                 first=k == 0, last=k == len(cpu_blocks) - 1,
             )  # fmt: skip
         if gpu_blocks:
-            self._gpu_side(gpu_blocks, live, produced, step, settings)
-        self._rest_step(settings, step)
+            self._gpu_side(gpu_blocks, live, produced, settings)
+        self._rest_step(settings)
         if not self._overlap:
             self.synchronize()
+
+    def _gradients_home(self, B: Block, params: list[ParamSlot]) -> None:
+        """Streamed: a gradient the user put in place of the home one (``p.grad = g *
+        2``, not in place) is copied home: the update reads the home gradients."""
+        torch = import_torch()
+        for p in params:
+            g = p.param.grad
+            home = piece(B.grads, p)
+            if g.data_ptr() != home.data_ptr():
+                with torch.no_grad():
+                    home.copy_(g.reshape(-1))
 
     def _record(self, stream: Any) -> Any:
         event = self.engine.event()
@@ -447,30 +494,28 @@ class ModelOffload:
         return event
 
     def _copy_grads_out(
-        self, blocks: list[Block], live: dict[int, list[ParamSlot]], produced: Any
+        self, blocks: list[Block], live: dict[int, list[ParamSlot]], current: Any
     ) -> None:
-        """Resident: the CPU side's gradients to the tier, on the copy-out stream; each
-        block's CPU step waits for its own. The gradients' memory is kept until then."""
+        """Resident: the CPU side's gradients to the tier, on the copy-out stream, once
+        ``current`` has made them (contiguous copies included); each block's CPU step
+        waits for its own. The gradients' memory is kept until then."""
         eng = self.engine
-        eng.wait(eng.copy_out_stream, produced)
+        kept = {B.index: [_grad_of(p) for p in live[B.index]] for B in blocks}
+        eng.wait(eng.copy_out_stream, self._record(current))
         for B in blocks:
             base, _ = eng.host_span(B.grads)
             size = B.dtype.itemsize
-            kept = []
-            for p in live[B.index]:
-                g = _grad_of(p)
-                kept.append(g)
+            for p, g in zip(live[B.index], kept[B.index], strict=True):
                 eng.copy_out(
                     (base + p.offset * size, p.numel * size), (g.data_ptr(), p.numel * size)
                 )
             eng.record(B.landed, eng.copy_out_stream)
-            B.kept = kept
+            B.kept = kept[B.index]
 
     def _cpu_block(
         self,
         B: Block,
         params: list[ParamSlot],
-        step: int,
         settings: list[AdamSettings],
         *,
         first: bool = False,
@@ -493,7 +538,7 @@ class ModelOffload:
                 grad, weight = piece(B.grads, p), piece(B.weights, p)
             else:  # the CPU, resident: the parameter's own
                 grad, weight = _grad_of(p), p.param.data.view(-1)
-            self._cpu_step(B, p, grad, step, settings[p.group], weight)
+            self._cpu_step(B, p, grad, p.steps, settings[p.group], weight)
             if resident_gpu:
                 src = (at + p.offset * size, p.numel * size)
                 eng.copy_in((p.param.data_ptr(), p.numel * size), src)
@@ -514,19 +559,18 @@ class ModelOffload:
         blocks: list[Block],
         live: dict[int, list[ParamSlot]],
         produced: Any,
-        step: int,
         settings: list[AdamSettings],
     ) -> None:
         """Enqueue the GPU's blocks piece by piece: state (and streamed, gradients) in,
         fused update, state (and streamed, weights) out, through three device buffers;
         the host does not wait."""
         torch = import_torch()
-        eng = self.engine
+        eng = self._state
         ev = self._events
         upd = self._update_stream
         streamed = self.stream is not None
         eng.wait(upd, produced)
-        step_t = torch.full((), float(step), dtype=torch.float32, device=self.device)
+        step_of: dict[int, Any] = {}  # step number -> its tensor, made on the update stream
         start, end = self._timing
         start.record(_stream(eng.copy_in_stream))
         slots = self._gpu_buffers()
@@ -538,7 +582,7 @@ class ModelOffload:
             weights = eng.host_span(B.weights)[0] if streamed else 0
             low = B.dtype.itemsize
             params = live[B.index]
-            for a, b, g in chunks_of(B, c, params):
+            for a, b, (g, n_step) in chunks_of(B, c, params, key=lambda p: (p.group, p.steps)):
                 s = j % GPU_SLOTS
                 j += 1
                 n = b - a
@@ -553,11 +597,13 @@ class ModelOffload:
                 eng.record(ev["loaded"][s], eng.copy_in_stream)
                 eng.wait(upd, ev["loaded"][s])
                 with torch.cuda.stream(upd):
+                    if n_step not in step_of:
+                        step_of[n_step] = torch.full((), float(n_step), device=self.device)
                     if streamed:
                         g32.copy_(gin)
                     else:
                         _gather_grads(g32, a, b, params, upd)
-                    gpu_adam_step([master], [g32], [m], [v], step_t, settings[g])
+                    gpu_adam_step([master], [g32], [m], [v], step_of[n_step], settings[g])
                     if streamed:
                         wout.copy_(master)
                     else:
@@ -573,14 +619,15 @@ class ModelOffload:
             eng.record(B.updated, eng.copy_out_stream if streamed else upd)
         end.record(_stream(eng.copy_out_stream))
         self._gpu_window = (start, end)
-        step_t.record_stream(upd)
 
-    def _rest_step(self, settings: list[AdamSettings], step: int) -> None:
+    def _rest_step(self, settings: list[AdamSettings]) -> None:
         """The parameters outside the blocks, in the device's memory."""
         torch = import_torch()
         live = [(p, m, a, b) for p, m, a, b in self._rest_state if p.grad is not None]
         if not live:
             return
+        for p, *_ in live:
+            self._rest_steps[id(p)] += 1
         if not self._on_gpu:
             for p, m, a, b in live:
                 grad = (
@@ -591,15 +638,16 @@ class ModelOffload:
                     (m.view(-1), a.view(-1), b.view(-1)),
                     grad,
                     weight,
-                    step,
+                    self._rest_steps[id(p)],
                     settings[self._group_of[id(p)]],
                 )
             return
-        step_t = torch.full((), float(step), dtype=torch.float32, device=self.device)
-        by_group: dict[int, list[tuple[Any, Any, Any, Any]]] = {}
+        by_group: dict[tuple[int, int], list[tuple[Any, Any, Any, Any]]] = {}
         for entry in live:
-            by_group.setdefault(self._group_of[id(entry[0])], []).append(entry)
-        for g, entries in by_group.items():
+            key = (self._group_of[id(entry[0])], self._rest_steps[id(entry[0])])
+            by_group.setdefault(key, []).append(entry)
+        for (g, n_step), entries in by_group.items():
+            step_t = torch.full((), float(n_step), dtype=torch.float32, device=self.device)
             grads = [
                 p.grad.float() if p.grad.dtype != torch.float32 else p.grad for p, *_ in entries
             ]
@@ -618,6 +666,9 @@ class ModelOffload:
     # --- the model's own state ---------------------------------------------------------
     def _before_model_state(self, module: Any, prefix: str, keep_vars: bool) -> None:
         self.synchronize()  # the weights of an update in flight are not the ones saved
+
+    def _before_model_load(self, module: Any, *args: Any) -> None:
+        self.synchronize()  # an update in flight would write over what is loaded
 
     def _after_model_load(self, module: Any, incompatible: Any) -> None:
         """The model's weights were loaded: the masters follow them (an optimizer
@@ -684,14 +735,20 @@ class ModelOffload:
         }
         state = {}
         torch = import_torch()
+        steps = self._param_steps()
         for p, master, a, b in self._entries():
             state[index[id(p)]] = {
-                "step": torch.tensor(float(self._steps)),
+                "step": torch.tensor(float(steps[id(p)])),
                 "exp_avg": a.detach().cpu().clone(),
                 "exp_avg_sq": b.detach().cpu().clone(),
                 "master": master.detach().cpu().clone(),
             }
         return {"state": state, "param_groups": base["param_groups"]}
+
+    def _param_steps(self) -> dict[int, int]:
+        """Each updated parameter's Adam steps, by its id."""
+        out = {id(p.param): p.steps for B in self._blocks for p in B.params}
+        return out | self._rest_steps
 
     def _load_state_dict(self, state_dict: dict[str, Any]) -> None:
         torch = import_torch()
@@ -708,11 +765,12 @@ class ModelOffload:
                     f"the state dict has no master and moments for parameter {i}: load one "
                     "saved by this optimizer"
                 )
-            if tuple(st["master"].shape) != tuple(p.shape):
-                raise InvalidRequestError(
-                    f"parameter {i}: saved shape {tuple(st['master'].shape)}, "
-                    f"the model's {tuple(p.shape)}"
-                )
+            for key in ("master", "exp_avg", "exp_avg_sq"):
+                if tuple(st[key].shape) != tuple(p.shape):
+                    raise InvalidRequestError(
+                        f"parameter {i}: saved {key} of shape {tuple(st[key].shape)}, the "
+                        f"model's {tuple(p.shape)}: load a state dict of this model"
+                    )
             checked.append((entries[id(p)], st))
         self.synchronize()
         with torch.no_grad():
@@ -724,8 +782,13 @@ class ModelOffload:
         if self.stream is not None:
             for B in self._blocks:
                 self.stream.invalidate(B)
-        steps = {int(st["step"]) for _, st in checked}
-        self._steps = max(steps, default=0)
+        saved_steps = {id(e[0]): int(st["step"]) for e, st in checked}
+        for B in self._blocks:
+            for p in B.params:
+                p.steps = saved_steps.get(id(p.param), p.steps)
+        for ident in self._rest_steps:
+            self._rest_steps[ident] = saved_steps.get(ident, self._rest_steps[ident])
+        self._steps = max(saved_steps.values(), default=0)
 
     def synchronize(self) -> None:
         """Wait for the update in flight: every block's step, every copy."""
@@ -735,10 +798,25 @@ class ModelOffload:
         if self._on_gpu:
             import_torch().cuda.synchronize(self.device)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidRequestError(
+                "this offload was closed: make a new one (pycxl.offload_model) to train on"
+            )
+
     def close(self) -> None:
         """Wait for what is in flight, remove the hooks, stop the CPU step's threads
-        and free the device buffers (streamed parameters stay home, on the tier)."""
-        self.synchronize()
+        and free the device buffers (streamed parameters stay home, on the tier).
+        Twice is once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.synchronize()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
         for h in self._hooks:
             h.remove()
         self._hooks = []
@@ -756,7 +834,7 @@ def _grad_of(p: ParamSlot) -> Any:
     return g.view(-1)
 
 
-def _overlap(a: int, b: int, p: ParamSlot) -> tuple[int, int]:
+def _span_in(a: int, b: int, p: ParamSlot) -> tuple[int, int]:
     """The part of ``p`` in elements [a, b) of the block's layout, as (start, end) in
     the layout (empty where there is none)."""
     return max(a, p.offset), min(b, p.offset + p.numel)
@@ -765,10 +843,10 @@ def _overlap(a: int, b: int, p: ParamSlot) -> tuple[int, int]:
 def _gather_grads(g32: Any, a: int, b: int, params: list[ParamSlot], stream: Any) -> None:
     """Resident: the gradients of [a, b) into the fp32 piece ``g32`` (gaps zero); each
     gradient's memory is kept for ``stream``, which reads it."""
-    if sum(max(0, hi - lo) for lo, hi in (_overlap(a, b, p) for p in params)) < b - a:
+    if sum(max(0, hi - lo) for lo, hi in (_span_in(a, b, p) for p in params)) < b - a:
         g32.zero_()
     for p in params:
-        lo, hi = _overlap(a, b, p)
+        lo, hi = _span_in(a, b, p)
         if lo >= hi:
             continue
         g = _grad_of(p)
@@ -780,7 +858,7 @@ def _gather_grads(g32: Any, a: int, b: int, params: list[ParamSlot], stream: Any
 def _scatter_weights(master: Any, a: int, b: int, params: list[ParamSlot]) -> None:
     """Resident: the new weights of [a, b) from the fp32 piece into the parameters."""
     for p in params:
-        lo, hi = _overlap(a, b, p)
+        lo, hi = _span_in(a, b, p)
         if lo < hi:
             p.param.data.view(-1)[lo - p.offset : hi - p.offset].copy_(master[lo - a : hi - a])
 

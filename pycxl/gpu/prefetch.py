@@ -97,6 +97,7 @@ class Engine(Protocol):
 class _Slot:
     buffer: Any
     loaded: Any  # event recorded on the copy-in stream after the last fill
+    slot_index: int = 0
     item: int | None = None
     users: int = 0
     fresh: bool = False  # filled for its next use (not yet used since)
@@ -164,7 +165,7 @@ class Prefetcher:
         self.lookahead = lookahead
         self.slot_size = max(n for _, n in self._spans)
         size = -(-self.slot_size // ALIGN) * ALIGN
-        self._slots = [_Slot(engine.buffer(size), engine.event()) for _ in range(count)]
+        self._slots = [_Slot(engine.buffer(size), engine.event(), k) for k in range(count)]
         self._spare_events: list[Any] = []
         self._before_copy = before_copy
         self._order: list[int] = []
@@ -191,15 +192,27 @@ class Prefetcher:
             )
         self._order, self._position = items, position % len(items)
 
-    def get(self, item: int, stream: Any) -> Any:
+    def get(self, item: int, stream: Any, *, slot_index: int | None = None) -> Any:
         """Item ``item`` in a device buffer for work enqueued on ``stream`` after this
         call (the stream waits for the copy; the host does not). The buffer is the
         item's until ``done(item, stream)``. Items used out of ``order`` are served
-        too, at the cost of a copy the ring did not start early."""
+        too, at the cost of a copy the ring did not start early. ``slot_index`` asks
+        for one buffer in particular (views of it kept from an earlier use read it
+        again); it must not be in use."""
         self._check(item)
         self._seek(item)
         slot = self._slot_of(item)
-        if slot is None:
+        if slot_index is not None and (slot is None or slot.slot_index != slot_index):
+            wanted = self._slots[slot_index]
+            if wanted.users:
+                raise OperationError(
+                    f"device buffer {slot_index} is in use: item {item} cannot go there"
+                )
+            if slot is not None and not slot.users:
+                slot.item = None  # in another buffer: that copy is left unused
+            self._fill(wanted, item)
+            slot = wanted
+        elif slot is None:
             slot = self._victim(protect={item})
             if slot is None:
                 raise OperationError(
@@ -215,6 +228,11 @@ class Prefetcher:
         self._prefetch()
         self.engine.wait(stream, slot.loaded)
         return self.engine.slot_view(slot.buffer, self._spans[item][1])
+
+    def buffer_of(self, item: int) -> int | None:
+        """The index of the device buffer holding ``item`` now, if one does."""
+        slot = self._slot_of(item)
+        return None if slot is None else slot.slot_index
 
     def done(self, item: int, stream: Any) -> None:
         """``stream`` has enqueued all its work on item ``item``: its buffer may be

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, OperationError
 from ..gpu.cuda_devices import ordinal_of
 from ..gpu.devices import GpuDevice
 from ..gpu.memory import GpuContext, HostMemory
@@ -100,7 +100,7 @@ def offload_steps(
     gpu: GpuDevice,
     pairs: Sequence[Pair],
     *,
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] | None = None,
     layers: int = LAYERS,
     width: int = WIDTH,
     tokens: int = TOKENS,
@@ -108,8 +108,10 @@ def offload_steps(
     backward: bool = False,
     samples: int | None = None,
 ) -> list[OffloadResult]:
-    """The stack from each pair's tier, every mode; the hbm result first."""
+    """The stack from each pair's tier, every mode (None: ``default_modes``); the hbm
+    result first."""
     samples = samples or default(SAMPLES, 2)
+    modes = default_modes(backward) if modes is None else modes
     run = check_offload(modes, layers, width, tokens, lookahead, samples, backward)
     torch = import_torch("bench offload")
     layer_bytes = 2 * width * width
@@ -279,13 +281,15 @@ def _result(mode: str, times: list[float], p: Pair | None, figures: dict[str, An
 
 def _update_result(stack: _Stack, ctx: GpuContext, p: Pair, figures: dict[str, Any],
                    common: dict[str, Any], samples: int) -> OffloadResult:  # fmt: skip
-    """Mode update: the optimizer step's times against the bound of its first plan."""
-    times, pages, first, last = stack.update_steps(ctx, p, samples)
-    assert first.predicted_s is not None and first.cpu_rate and first.gpu_rate
+    """Mode update: the optimizer step's times against the bound of the plan made at
+    set-up (its split, from each side's rate alone)."""
+    times, pages, first = stack.update_steps(ctx, p, samples)
+    if first.predicted_s is None or not first.cpu_rate or not first.gpu_rate:
+        raise OperationError(f"the update's plan measured no rates: {first}")
     own = dict(figures, bound_s=first.predicted_s)
     result = _result("update", times, p, own, common, pages=pages, bytes_=(0, 0))
     return dataclasses.replace(
-        result, update_cpu_blocks=last.cpu, update_gpu_blocks=last.gpu,
+        result, update_cpu_blocks=first.cpu, update_gpu_blocks=first.gpu,
         update_cpu_rate=first.cpu_rate, update_gpu_rate=first.gpu_rate,
     )  # fmt: skip
 
@@ -415,10 +419,10 @@ class _Stack:
 
     def update_steps(
         self, ctx: GpuContext, p: Pair, samples: int
-    ) -> tuple[list[float], tuple[int, int], Any, Any]:
+    ) -> tuple[list[float], tuple[int, int], Any]:
         """The optimizer step over the layers (their gradients from one backward
-        pass) with the state on ``p``'s node, waited for each time: its times, the
-        state's pages, and the plan at set-up and after the steps."""
+        pass) with the state on ``p``'s node, waited for each time, the split as set up
+        (not moved by the steps' timings): its times, the state's pages, the plan."""
         from ..gpu.model_offload import ModelOffload
         from ..gpu.prefetch import CudaEngine
         from ..gpu.torch_offload import tier_allocator
@@ -439,12 +443,13 @@ class _Stack:
         )  # fmt: skip
         try:
             first = offload.plan()
+            offload.set_plan(gpu=first.gpu)  # the bound's split, timed as it is
             h = self.x
             for lin in model:
                 h = torch.relu(lin(h))
             self._finish(h, True)  # the gradients every step updates from
             times = self.time(offload.optimizer.step, samples)
-            return times, _on_node(offload.pages_by_node(), p.node), first, offload.plan()
+            return times, _on_node(offload.pages_by_node(), p.node), first
         finally:
             offload.close()
 

@@ -304,7 +304,7 @@ def test_the_gpu_side_takes_blocks_in_pieces_of_one_group() -> None:
     flat = [p for p in model.parameters() if p.ndim <= 1]
     group_of = {id(p): 0 for p in decay} | {id(p): 1 for p in flat}
     (B, _) = layout_blocks(list(model.model.layers), group_of, with_frozen=False)
-    pieces = chunks_of(B, 5000)
+    pieces = chunks_of(B, 5000, B.params, key=lambda p: p.group)
     assert all(b - a <= 5000 for a, b, _ in pieces)
     for p in B.params:  # every element of every parameter in exactly one piece of its group
         covered = sum(
@@ -314,7 +314,12 @@ def test_the_gpu_side_takes_blocks_in_pieces_of_one_group() -> None:
         )
         assert covered == p.numel
     some = B.params[:2]
-    assert max(b for _, b, _ in chunks_of(B, 5000, some)) <= some[1].offset + some[1].numel + 63
+    assert max(b for _, b, _ in chunks_of(B, 5000, some, key=lambda p: p.group)) <= (
+        some[1].offset + some[1].numel + 63
+    )
+    B.params[1].steps = 7  # a parameter that skipped steps is a piece of its own
+    keys = {k for _, _, k in chunks_of(B, 1 << 30, B.params, key=lambda p: (p.group, p.steps))}
+    assert (B.params[1].group, 7) in keys and len(keys) >= 3
 
 
 def test_the_split_is_refined_from_the_step_times_only_while_the_sides_differ() -> None:
@@ -340,3 +345,107 @@ def test_stream_settings_are_checked_where_they_enter() -> None:
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=0)
     with pytest.raises(InvalidRequestError, match="overlap 'yes'"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), overlap="yes")
+
+
+class _Gated(torch.nn.Module):
+    """A block whose second layer runs only while ``on`` (an expert that got no tokens)."""
+
+    on = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(32, 32)
+        self.b = torch.nn.Linear(32, 32)
+
+    def forward(self, h: Any) -> Any:
+        h = torch.tanh(self.a(h))
+        return torch.tanh(self.b(h)) if _Gated.on else h
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Gated() for _ in range(n))
+
+    def forward(self, h: Any) -> Any:
+        for block in self.blocks:
+            h = block(h)
+        return h
+
+
+def _stacks(weights: str) -> tuple[Any, Any, Any, Any]:
+    torch.manual_seed(0)
+    ref = _Stack()
+    model = copy.deepcopy(ref)
+    adam = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    off = pycxl.offload_model(model, "dram0", None, optimizer=adam, weights=weights)
+    return ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), model, off
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+def test_a_parameter_that_skips_steps_counts_its_own_as_adam_does(weights: str) -> None:
+    ref, opt, model, off = _stacks(weights)
+    x = torch.randn(8, 32)
+    for i in range(5):
+        _Gated.on = i % 2 == 0  # the second layers take a gradient every other step
+        for m, o in ((ref, opt), (model, off.optimizer)):
+            m(x).square().mean().backward()
+            o.step()
+            o.zero_grad()
+    _Gated.on = True
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    saved = off.optimizer.state_dict()["state"]
+    assert {int(st["step"]) for st in saved.values()} == {5, 3}
+    off.close()
+
+
+def test_a_micro_batch_that_leaves_a_parameter_without_gradient_keeps_the_earlier_one() -> None:
+    ref, opt, model, off = _stacks("stream")
+    x = torch.randn(8, 32)
+    for m, o in ((ref, opt), (model, off.optimizer)):
+        for on in (True, False):  # two micro-batches; the second gives b no gradient
+            _Gated.on = on
+            m(x).square().mean().backward()
+        _Gated.on = True
+        grads = [p.grad.clone() for p in m.parameters()]
+        o.step()
+        o.zero_grad()
+        if m is ref:
+            want = grads
+    for g, w in zip(grads, want, strict=True):
+        assert torch.allclose(g, w, atol=1e-6)
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    off.close()
+
+
+def test_a_forward_pass_between_a_forward_and_its_backward_leaves_the_gradients_right() -> None:
+    ref, _, model, off = _stacks("stream")
+    x, other = torch.randn(8, 32), torch.randn(8, 32)
+    for m in (ref, model):
+        loss = m(x).square().mean()
+        with torch.no_grad():
+            m(other)  # an evaluation pass: it takes the ring's buffers in between
+        loss.backward(retain_graph=True)
+        loss.backward()  # twice through one graph: the blocks are taken again
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+    off.close()
+
+
+def test_a_closed_offload_says_so_and_bad_state_is_refused_by_name() -> None:
+    _, _, model, off = _stacks("stream")
+    saved = off.optimizer.state_dict()
+    broken = copy.deepcopy(saved)
+    broken["param_groups"] = broken["param_groups"] * 2
+    with pytest.raises(InvalidRequestError, match="2 param groups"):
+        off.optimizer.load_state_dict(broken)
+    off.close()
+    off.close()  # twice is once
+    with pytest.raises(InvalidRequestError, match="closed"):
+        off.optimizer.step()
+    stray = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+    with pytest.raises(InvalidRequestError, match="does not hold"):
+        pycxl.offload_model(model, "dram0", None, blocks=stray,
+                            optimizer=torch.optim.AdamW(model.parameters()))  # fmt: skip

@@ -218,6 +218,21 @@ def test_holding_more_items_than_buffers_is_an_error_not_a_hang() -> None:
         ring.get(2, "compute")
 
 
+def test_an_item_asked_for_in_one_buffer_lands_there_whatever_the_ring_holds() -> None:
+    src = _sources(4)
+    ring = Prefetcher(HostEngine(), src, lookahead=1)
+    for i in range(4):  # a pass that leaves item 3 in some buffer and 0 prefetched
+        ring.get(i, None)
+        ring.done(i, None)
+    for item in (3, 1):
+        other = 1 - (ring.buffer_of(3) or 0) if item == 3 else 0
+        view = ring.get(item, None, slot_index=other)
+        assert ring.buffer_of(item) == other and bytes(view.memory) == src[item].tobytes()
+        with pytest.raises(OperationError, match=f"buffer {other} is in use"):
+            ring.get(2, None, slot_index=other)
+        ring.done(item, None)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
