@@ -1,5 +1,6 @@
-"""What the device commands (memdev, port, bus) share: their common options, running
-one operation per object as ndctl does, and showing results as lines or ndctl's JSON."""
+"""What the device commands (memdev, port, bus) share: running one operation per object
+as ndctl does, and showing results as lines or ndctl's JSON (their options are
+cli.params')."""
 
 from __future__ import annotations
 
@@ -8,20 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .params import sysroot_option
 from .render import emit_json
 
 if TYPE_CHECKING:
     from pycxl.cxl.device_ops import DeviceResult
-
-SYSROOT = sysroot_option(
-    "Plan on a recorded sysfs tree instead of this machine (with --dry-run; without it, "
-    "the tree's files are written)"
-)
-DRY_RUN = click.option(
-    "--dry-run", is_flag=True, help="Show the plan (the writes); change nothing."
-)
-AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def each_object(names: list[str], op: Callable[[str], DeviceResult], as_json: bool,

@@ -13,8 +13,19 @@ import click
 
 from pycxl.values import PARTITION_MODES
 
-from .device_output import AS_JSON, DRY_RUN, SYSROOT, each_object, emit_results
-from .params import OBJECT_NAMES, SIZE, InputFileType, IntParam, OutputFileType, SizeType, flatten
+from .device_output import each_object, emit_results
+from .params import (
+    AS_JSON,
+    DRY_RUN,
+    OBJECT_NAMES,
+    SIZE,
+    WRITES_SYSROOT,
+    InputFileType,
+    IntParam,
+    OutputFileType,
+    SizeType,
+    flatten,
+)
 
 if TYPE_CHECKING:
     from pycxl.cxl.device_ops import DeviceResult
@@ -80,7 +91,7 @@ def _run(names: tuple[tuple[str, ...], ...], sysroot: str | None, as_json: bool,
               help="File to write the label data to ('-' or none: standard output).")  # fmt: skip
 @LABEL_SIZE
 @LABEL_OFFSET
-@SYSROOT
+@WRITES_SYSROOT
 def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None,
                         size: int | None, offset: int, sysroot: str | None) -> None:  # fmt: skip
     """Read memdevs' label storage areas (binary, one after another), as cxl read-labels."""
@@ -106,7 +117,7 @@ def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None
 @LABEL_OFFSET
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def write_labels_command(memdev: str, infile: str, size: int | None, offset: int,
                          dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Write a file into one memdev's label area (the bytes it replaces are restored if
@@ -130,7 +141,7 @@ def write_labels_command(memdev: str, infile: str, size: int | None, offset: int
 @LABEL_OFFSET
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def zero_labels_command(memdevs: tuple[tuple[str, ...], ...], size: int | None, offset: int,
                         dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Zero memdevs' label areas."""
@@ -149,7 +160,7 @@ def zero_labels_command(memdevs: tuple[tuple[str, ...], ...], size: int | None, 
                    "vanishes under whatever uses it).")  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def disable_command(memdevs: tuple[tuple[str, ...], ...], force: bool, dry_run: bool,
                     as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Take memdevs out of service: unbind them from cxl_mem (cxl disable-memdev)."""
@@ -163,7 +174,7 @@ def disable_command(memdevs: tuple[tuple[str, ...], ...], force: bool, dry_run: 
 @MEMDEVS
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def enable_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool, as_json: bool,
                    sysroot: str | None) -> None:  # fmt: skip
     """Bring memdevs back into service: bind them to cxl_mem (cxl enable-memdev)."""
@@ -193,7 +204,7 @@ DPA_FORCE = click.option("-f", "--force", is_flag=True,
 @DPA_FORCE
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def reserve_dpa_command(memdevs: tuple[tuple[str, ...], ...], size: int | None,
                         mode: str | None, decoder: str | None, force: bool, dry_run: bool,
                         as_json: bool, sysroot: str | None) -> None:  # fmt: skip
@@ -212,7 +223,7 @@ def reserve_dpa_command(memdevs: tuple[tuple[str, ...], ...], size: int | None,
 @DPA_FORCE
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def free_dpa_command(memdevs: tuple[tuple[str, ...], ...], mode: str | None,
                      decoder: str | None, force: bool, dry_run: bool, as_json: bool,
                      sysroot: str | None) -> None:  # fmt: skip
@@ -238,7 +249,7 @@ def free_dpa_command(memdevs: tuple[tuple[str, ...], ...], mode: str | None,
 @click.option("-a", "--align", is_flag=True, help="Round --size to the partition alignment.")
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def set_partition_command(memdevs: tuple[tuple[str, ...], ...], mode: str, size: int | None,
                           align: bool, dry_run: bool, as_json: bool,
                           sysroot: str | None) -> None:  # fmt: skip
@@ -259,7 +270,7 @@ def set_partition_command(memdevs: tuple[tuple[str, ...], ...], mode: str, size:
 @click.option("-w", "--wait", is_flag=True, help="Return once the device has taken it.")
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def update_firmware_command(memdevs: tuple[tuple[str, ...], ...], image: str | None,
                             cancel: bool, wait: bool, dry_run: bool, as_json: bool,
                             sysroot: str | None) -> None:  # fmt: skip
@@ -305,7 +316,7 @@ ALERT_FLAGS = (
 @_alert_options
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def set_alert_config_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool,
                              as_json: bool, sysroot: str | None,
                              **alerts: Any) -> None:  # fmt: skip
@@ -334,7 +345,7 @@ def set_alert_config_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool
                    "takes).")  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def sanitize_command(memdevs: tuple[tuple[str, ...], ...], erase: bool, force: bool, wait: bool,
                      timeout: int | None, dry_run: bool, as_json: bool,
                      sysroot: str | None) -> None:  # fmt: skip
@@ -351,7 +362,7 @@ def sanitize_command(memdevs: tuple[tuple[str, ...], ...], erase: bool, force: b
 @MEMDEVS
 @click.option("-t", "--timeout", type=click.IntRange(min=1), default=None, metavar="MS",
               help="Milliseconds to wait at most (default: as long as it takes).")  # fmt: skip
-@SYSROOT
+@WRITES_SYSROOT
 def wait_sanitize_command(memdevs: tuple[tuple[str, ...], ...], timeout: int | None,
                           sysroot: str | None) -> None:  # fmt: skip
     """Wait for memdevs' sanitize to finish (at once where none runs)."""
@@ -369,7 +380,7 @@ def wait_sanitize_command(memdevs: tuple[tuple[str, ...], ...], timeout: int | N
 @ADDRESS
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def inject_poison_command(memdev: str, address: int, dry_run: bool, as_json: bool,
                           sysroot: str | None) -> None:  # fmt: skip
     """Poison a 64-byte line of a memdev, to test the alerting path (pycxl list -L, check,
@@ -385,7 +396,7 @@ def inject_poison_command(memdev: str, address: int, dry_run: bool, as_json: boo
 @ADDRESS
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def clear_poison_command(memdev: str, address: int, dry_run: bool, as_json: bool,
                          sysroot: str | None) -> None:  # fmt: skip
     """Clear the poison of a 64-byte line of a memdev."""

@@ -298,6 +298,16 @@ def sysroot_option(help: str | None = None) -> Callable[[Any], Any]:
                         help=help and f"{help} (also {SYSROOT_ENV})")  # fmt: skip
 
 
+# the options of the commands that write to the kernel (region, memdev, port, bus)
+WRITES_SYSROOT = sysroot_option(
+    "Plan on a recorded sysfs tree instead of this machine (with --dry-run; without it, "
+    "the tree's files are written)"
+)
+DRY_RUN = click.option(
+    "--dry-run", is_flag=True, help="Show the plan (the sysfs writes); change nothing."
+)
+AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
 SIZE = SizeType()
 PAGE_SIZE = SizeType(minimum=4096)  # buffers of at least one page
 COUNT = CountType()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from .device_output import AS_JSON, DRY_RUN, SYSROOT, each_object, emit_results
-from .params import OBJECT_NAMES, flatten
+from .device_output import each_object, emit_results
+from .params import AS_JSON, DRY_RUN, OBJECT_NAMES, WRITES_SYSROOT, flatten
 
 PORTS = click.argument("ports", nargs=-1, required=True, metavar="PORT... | all",
                        type=OBJECT_NAMES)  # fmt: skip
@@ -40,7 +40,7 @@ def port_group() -> None:
               help="Disable a port above memdevs that still decode an active region.")  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def disable_command(ports: tuple[tuple[str, ...], ...], endpoint: bool, force: bool,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Unbind ports from cxl_port; the endpoints below go with them (cxl disable-port)."""
@@ -59,7 +59,7 @@ def disable_command(ports: tuple[tuple[str, ...], ...], endpoint: bool, force: b
                    "back).")  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def enable_command(ports: tuple[tuple[str, ...], ...], endpoint: bool, enable_memdevs: bool,
                    dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Bind ports to cxl_port (cxl enable-port)."""
@@ -79,7 +79,7 @@ def enable_command(ports: tuple[tuple[str, ...], ...], endpoint: bool, enable_me
               help="The CXL protocol error to inject.")  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def inject_protocol_error_command(dport: str, error: str, dry_run: bool, as_json: bool,
                                   sysroot: str | None) -> None:  # fmt: skip
     """Inject a CXL protocol error at a downstream port (0000:0c:00.0) through the
@@ -101,7 +101,7 @@ def bus_group() -> None:
               help="Disable a bus above memdevs that still decode an active region.")  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def bus_disable_command(buses: tuple[tuple[str, ...], ...], force: bool, dry_run: bool,
                         as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Unbind CXL roots (root0, ACPI.CXL) from cxl_acpi: everything under them goes
@@ -117,7 +117,7 @@ def bus_disable_command(buses: tuple[tuple[str, ...], ...], force: bool, dry_run
 @click.argument("host", default="ACPI0017:00", metavar="[HOST]")
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def bus_enable_command(host: str, dry_run: bool, as_json: bool, sysroot: str | None) -> None:
     """Bind a CXL root's platform device (default ACPI0017:00) to cxl_acpi again: its
     ports and memdevs are found afresh."""

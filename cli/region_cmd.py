@@ -10,21 +10,13 @@ import click
 
 from pycxl.values import PARTITION_MODES
 
-from .params import COUNT, OBJECT_NAMES, SIZE, flatten, sysroot_option
+from .params import AS_JSON, COUNT, DRY_RUN, OBJECT_NAMES, SIZE, WRITES_SYSROOT, flatten
 from .render import dash, emit_json, emit_table
 
 if TYPE_CHECKING:
     from pycxl.cxl.regions import RegionResult
     from pycxl.plan import Step
 
-SYSROOT = sysroot_option(
-    "Plan on a recorded sysfs tree instead of this machine (with "
-    "--dry-run; without it, the tree's files are written)"
-)
-DRY_RUN = click.option(
-    "--dry-run", is_flag=True, help="Show the plan (sysfs writes); change nothing."
-)
-AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 ZONE_HELP = (
     "Zone to online the memory into. normal: GPU-registered (long-term pinned) "
     "pages stay on the node; movable: the memory can always be offlined, but the "
@@ -76,7 +68,7 @@ def region_group() -> None:
               show_default=True, help=MODE_HELP)  # fmt: skip
 @DRY_RUN
 @AS_JSON
-@SYSROOT  # fmt: skip
+@WRITES_SYSROOT  # fmt: skip
 def create_command(
     memdevs: tuple[tuple[str, ...], ...], memdev_args: bool, ways: int | None,
     granularity: int | None, size: int | None, rtype: str | None, decoder: str | None,
@@ -110,7 +102,7 @@ def create_command(
 @ROOT_FILTER
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
@@ -128,7 +120,7 @@ def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_deco
 @ROOT_FILTER
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def disable_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
@@ -147,7 +139,7 @@ def disable_command(regions: tuple[tuple[str, ...], ...], force: bool, root_deco
 @ROOT_FILTER
 @DRY_RUN
 @AS_JSON
-@SYSROOT
+@WRITES_SYSROOT
 def enable_command(regions: tuple[tuple[str, ...], ...], no_online: bool, zone: str | None,
                    mode: str | None, root_decoder: str | None, dry_run: bool, as_json: bool,
                    sysroot: str | None) -> None:  # fmt: skip
