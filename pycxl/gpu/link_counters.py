@@ -2,10 +2,14 @@
 
 PCIe: the driver's cumulative byte counters (``NVML_FI_DEV_PCIE_COUNT_RX_BYTES`` and
 ``_TX_BYTES``, fields 198 and 197, drivers r550 and later), which the differences of two
-reads turn into rates over any interval; where the driver lacks them, or they are too
-narrow to survive an interval (a 32-bit byte counter wraps in 0.07 s on a Gen5 x16 link),
-``nvmlDeviceGetPcieThroughput``: the driver's own count over 20 ms, in KB/s, one sample
-per read. Each GPU's method is named in its reading. NVLink: the links' data counters
+reads turn into rates over any interval. They count the packets' bytes (an H200 read
+1.08x a host-to-device copy's payload, 1.09x device-to-host), where the sampled
+throughput below also counts the link's own traffic (1.11-1.12x). Where they are 32-bit
+(an H200's are: 2^32 bytes pass in 0.07 s on a Gen5 x16 link), a thread reads them every
+10 ms to unwrap them, and an interval in which it fell behind (two reads further apart
+than the fastest link could wrap the counter) has no figure. Where the driver lacks
+them, ``nvmlDeviceGetPcieThroughput``: the driver's own count over 20 ms, in KB/s, one
+sample per read. Each GPU's method is named in its reading. NVLink: the links' data counters
 (fields 138 and 139, KiB, summed over all links), where the GPU has links; C2C (Grace
 Hopper's chip-to-chip link): NVML says how many links and how fast, and counts no bytes.
 Memory: the share of the last sample period in which the GPU's memory was read or
@@ -16,6 +20,7 @@ Every field has its own return code: a field the GPU does not support
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,8 +63,12 @@ VALUE_TYPES: dict[int, tuple[str, int | None]] = {
     4: ("sllVal", 64), 5: ("siVal", 32), 6: ("usVal", 16),
 }  # fmt: skip
 # a counter this narrow wraps faster than an interval at PCIe speeds (2^32 B in 0.07 s
-# at 63 GB/s): its differences cannot be trusted
+# at 63 GB/s): it is read often, on a thread, to unwrap it
 MIN_COUNTER_BITS = 48
+POLL_S = 0.010
+# the fastest link a GPU's PCIe counters count (Gen6 x16, 121 GB/s a direction): two reads
+# further apart than a narrow counter takes to wrap at that rate may have missed a wrap
+FASTEST_LINK = 121e9
 NVLINK_MAX, C2C_MAX = "nvlink_max", "c2c_max"  # bytes/s per direction, from NVML
 # what every reading needs (nvmlDeviceGetFieldValues is optional: sampled without it)
 NEEDED = ("nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetPcieThroughput",
@@ -72,12 +81,18 @@ class _Gpu:
 
     index: int
     handle: Any
-    pcie: str  # 'counters' or 'sampled'
+    pcie: str  # 'counters', 'polled' (narrow counters, read often) or 'sampled'
     pcie_why: str = ""  # why sampled
+    pcie_bits: int = 64
     nvlink: bool = False
     missing: dict[str, Missing] = field(default_factory=dict)
     rates: dict[str, float] = field(default_factory=dict)  # constant: the links' maxima
     unwrapped: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id: raw, bits, total
+    last_stamp_us: int = 0  # NVML's time of the last PCIe counter read
+    lapses: int = 0  # reads that came too late to be sure of every wrap
+    lapses_seen: int = 0  # ... as of the last reading
+    lapse_gap_us: int = 0  # how far apart the reads of the last lapse were
+    resuming: bool = False  # the last reading lapsed: the next interval has no start
 
 
 class GpuLinks:
@@ -87,6 +102,20 @@ class GpuLinks:
 
     def __init__(self, ffi: Any, lib: Any, gpus: list[_Gpu], missing: dict[Key, Missing]) -> None:
         self.ffi, self.lib, self.gpus, self.missing = ffi, lib, gpus, missing
+        self._lock = threading.Lock()  # the poller and read() unwrap the same counters
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        if any(g.pcie == "polled" for g in gpus):
+            self._poller = threading.Thread(target=self._poll, name="pycxl-nvml-poll", daemon=True)
+            self._poller.start()
+
+    def _poll(self) -> None:
+        """Every POLL_S, each narrow counter read once, so that no wrap goes unseen."""
+        polled = [g for g in self.gpus if g.pcie == "polled"]
+        while not self._stop.wait(POLL_S):
+            with self._lock:
+                for g in polled:
+                    self._read_pcie(g)
 
     def read(self) -> Reading:
         """Each GPU's link counters (or sampled rates) and memory busy now."""
@@ -113,6 +142,25 @@ class GpuLinks:
         if g.pcie == "counters":
             wanted += [(FI_PCIE_COUNT_RX_BYTES, 0, PCIE_RX, 1),
                        (FI_PCIE_COUNT_TX_BYTES, 0, PCIE_TX, 1)]  # fmt: skip
+        elif g.pcie == "polled":
+            with self._lock:
+                self._read_pcie(g)
+                lapsed, resuming = g.lapses != g.lapses_seen, g.resuming
+                g.lapses_seen = g.lapses
+                for fid, figure in ((FI_PCIE_COUNT_RX_BYTES, PCIE_RX),
+                                    (FI_PCIE_COUNT_TX_BYTES, PCIE_TX)):  # fmt: skip
+                    key = (subject, figure)
+                    if fid not in g.unwrapped:
+                        missing[key] = Missing("nvml-error", "NVML: the PCIe counters could "
+                                               "not be read")  # fmt: skip
+                    elif lapsed:
+                        missing[key] = _lapse(g)
+                    else:
+                        totals[key] = g.unwrapped[fid][2]
+                        stamps[key] = g.last_stamp_us / 1e6
+                        if resuming:  # the interval's start had no total: say why
+                            missing[key] = _lapse(g)
+                g.resuming = lapsed
         if g.nvlink:
             wanted += [(FI_NVLINK_THROUGHPUT_DATA_RX, SCOPE_ALL_LINKS, NVLINK_RX, KIB),
                        (FI_NVLINK_THROUGHPUT_DATA_TX, SCOPE_ALL_LINKS, NVLINK_TX, KIB)]  # fmt: skip
@@ -128,6 +176,22 @@ class GpuLinks:
             totals[key] = _unwrap(g, fid, raw, bits) * unit
             if stamp_us > 0:
                 stamps[key] = stamp_us / 1e6
+
+    def _read_pcie(self, g: _Gpu) -> None:
+        """A narrow counter pair read and unwrapped (the lock held); a read later than a
+        wrap could take counts as a lapse."""
+        rx, tx = _fields(self.ffi, self.lib, g.handle,
+                         [(FI_PCIE_COUNT_RX_BYTES, 0), (FI_PCIE_COUNT_TX_BYTES, 0)])  # fmt: skip
+        if isinstance(rx, Missing) or isinstance(tx, Missing):
+            return  # the last totals stand; the next read tries again
+        stamp = max(rx[2], tx[2])
+        if g.last_stamp_us:
+            gap = stamp - g.last_stamp_us
+            if gap > (1 << g.pcie_bits) / FASTEST_LINK * 1e6:
+                g.lapses, g.lapse_gap_us = g.lapses + 1, gap
+        g.last_stamp_us = stamp
+        _unwrap(g, FI_PCIE_COUNT_RX_BYTES, rx[0], rx[1])
+        _unwrap(g, FI_PCIE_COUNT_TX_BYTES, tx[0], tx[1])
 
     def _sample_pcie(self, g: _Gpu, subject: Subject, rates: dict[Key, float],
                      missing: dict[Key, Missing]) -> None:  # fmt: skip
@@ -151,7 +215,11 @@ class GpuLinks:
                                                          "memory utilization")  # fmt: skip
 
     def close(self) -> None:
-        """Nothing to let go of: NVML stays started for the process (nvml_session)."""
+        """The poller stopped; NVML stays started for the process (nvml_session)."""
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+            self._poller = None
 
 
 def open_reader(devices: Sequence[GpuDevice]) -> GpuLinks:
@@ -203,11 +271,8 @@ def _probe(ffi: Any, lib: Any, index: int, handle: Any) -> _Gpu:
     for got in (rx, tx):
         if isinstance(got, Missing):
             g.pcie, g.pcie_why = "sampled", f"no cumulative counter: {got.reason}"
-        elif got[1] < MIN_COUNTER_BITS:
-            g.pcie, g.pcie_why = (
-                "sampled",
-                f"the cumulative counters are {got[1]}-bit: they wrap within an interval",
-            )
+        elif got[1] < MIN_COUNTER_BITS and g.pcie != "sampled":
+            g.pcie, g.pcie_bits = "polled", got[1]
     links = 0 if isinstance(nvlinks, Missing) else nvlinks[0]
     if links > 0:
         g.nvlink = True
@@ -259,12 +324,27 @@ def _unwrap(g: _Gpu, fid: int, raw: int, bits: int) -> int:
 def _method(g: _Gpu) -> str:
     if g.pcie == "counters":
         pcie = "NVML cumulative PCIe byte counters"
+    elif g.pcie == "polled":
+        pcie = (
+            f"NVML cumulative PCIe byte counters ({g.pcie_bits}-bit, read every "
+            f"{POLL_S * 1e3:.0f} ms to unwrap)"
+        )
     else:
         pcie = (
             f"NVML PCIe throughput sampled over 20 ms, packet headers counted with the "
             f"payload ({g.pcie_why})"
         )
     return pcie + ("; NVLink data counters" if g.nvlink else "")
+
+
+def _lapse(g: _Gpu) -> Missing:
+    wrap_ms = (1 << g.pcie_bits) / FASTEST_LINK * 1e3
+    return Missing(
+        "lapsed",
+        f"the {g.pcie_bits}-bit PCIe counters were read {g.lapse_gap_us / 1e3:.0f} ms "
+        f"apart, and can wrap in {wrap_ms:.0f} ms: no figure for this interval (a busy host "
+        "kept the reading thread waiting)",
+    )
 
 
 def _nvml_missing(ffi: Any, lib: Any, rc: int, what: str) -> Missing:

@@ -190,6 +190,37 @@ def test_nvml_counters_that_wrap_are_unwrapped_at_their_width() -> None:
     assert _unwrap(g, 198, 60, 32) == (1 << 32) + 60
 
 
+def test_narrow_counters_read_too_far_apart_give_no_figure_for_that_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """32-bit counters are unwrapped from reads 10 ms apart; two reads further apart than
+    the fastest link could wrap one (35 ms) may have missed a wrap: that interval says so.
+    (NVML's answers here are the ones an H200 gives: value, width, timestamp in us.)"""
+    from pycxl.gpu import link_counters as lc
+
+    answers = iter([
+        [(100, 32, 1_000), (5, 32, 1_000)],
+        [(200, 32, 11_000), (6, 32, 11_000)],
+        [(50, 32, 100_000), (7, 32, 100_000)],  # 89 ms later: a wrap could hide
+        [(60, 32, 110_000), (8, 32, 110_000)],
+        [(70, 32, 120_000), (9, 32, 120_000)],
+    ])  # fmt: skip
+    monkeypatch.setattr(lc, "_fields", lambda *args: next(answers))
+    links = lc.GpuLinks(None, None, [], {})
+    g = lc._Gpu(0, None, "polled", pcie_bits=32)
+    gpu = ("gpu", 0)
+    seen = []
+    for _ in range(5):
+        totals: dict = {}
+        missing: dict = {}
+        links._read_fields(g, gpu, totals, {}, missing)
+        seen.append((totals.get((gpu, PCIE_RX)), missing.get((gpu, PCIE_RX))))
+    assert [t for t, _ in seen] == [100, 200, None, (1 << 32) + 60, (1 << 32) + 70]
+    # the lapsed reading and the next (its interval starts without a total) say why
+    assert [m.short if m else None for _, m in seen] == [None, None, "lapsed", "lapsed", None]
+    assert "89 ms apart" in seen[2][1].reason and "35 ms" in seen[2][1].reason
+
+
 # --- links --------------------------------------------------------------------------------
 def test_pcie_links_carry_what_their_speed_width_and_encoding_give() -> None:
     assert bandwidth(32.0, 16) == pytest.approx(63.015e9, rel=1e-4)  # Gen5 x16, 128b/130b
