@@ -128,7 +128,7 @@ def spill_to(
         raise InvalidRequestError(
             "CUDA memory is allocated already: call spill_to before the program's first "
             "CUDA allocation (PyTorch takes one allocator per process), or run the "
-            "program with pycxl run --spill TIER"
+            "unchanged program with pycxl spill TIER SCRIPT"
         )
     try:
         allocator = CUDAPluggableAllocator(compiled.module_path(), "pycxl_cuda_malloc",
