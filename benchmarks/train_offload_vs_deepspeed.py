@@ -12,15 +12,19 @@ CPU Adam on the same parameters.
 Model: a randomly initialised Hugging Face Llama (16 layers of hidden 2048, intermediate
 5632, vocab 32000: 953 M parameters) in bf16 with fp32 master weights, AdamW (lr 1e-4,
 weight decay 0.01), 4 x 1024 random tokens a step, the same seed and data for all. Each
-configuration runs in a process of its own; its step time is the median over each of
-three rounds of the steps after two warm-up steps, and the table gives the median of the
-rounds (and their range), the mean over the timed steps with the last update waited for
-(pycxl's updates run beside the next forward pass), the peak GPU memory and the losses.
+configuration runs in a process of its own; a step is the time from one loss to the next
+(each step reads its loss; nothing waits for the whole device between steps, as in a
+training loop: pycxl's updates run beside the next forward pass); its step time is the
+median over each of three rounds of the steps after two warm-up steps, and the table
+gives the median of the rounds (and their range), the mean over the timed steps with
+everything they started finished (the last update waited for), the peak GPU memory and
+the losses.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -184,19 +188,21 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
             return float(loss)
 
     torch.cuda.reset_peak_memory_stats()
-    times, losses = [], []
-    began = 0.0
-    for k, x in enumerate(data):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        if k == 2:
-            began = t0
+    losses: list[float] = []
+    # a step is the time from one loss to the next, as a training loop sees it: each step
+    # reads its loss (which waits for its forward and backward passes) and nothing waits
+    # for the whole device between steps (pycxl's updates run beside the next forward)
+    torch.cuda.synchronize()
+    marks = [time.perf_counter()]
+    for x in data:
         losses.append(step(x))
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+        marks.append(time.perf_counter())
     if name.startswith("pycxl-") and name != "pycxl-stream":
         off.synchronize()  # the last update, run beside a next step that never came
-    mean_s = (time.perf_counter() - began) / max(len(data) - 2, 1)
+    torch.cuda.synchronize()
+    times = [b - a for a, b in itertools.pairwise(marks)]
+    # the mean over the timed steps with everything they started finished
+    mean_s = (time.perf_counter() - marks[2]) / max(len(data) - 2, 1)
     if name.startswith(("pycxl-resident", "pycxl-model-stream")):
         extra["plan"] = str(off.plan())
         extra["update_times"] = list(off.times.history)[-3:]

@@ -7,7 +7,7 @@ reads turn into rates over any interval. They count the packets' bytes (an H200 
 throughput below also counts the link's own traffic (1.11-1.12x). Where they are 32-bit
 (an H200's are: 2^32 bytes pass in 0.07 s on a Gen5 x16 link), a thread reads them every
 10 ms to unwrap them, and an interval in which it fell behind (two reads further apart
-than the fastest link could wrap the counter) has no figure. Where the driver lacks
+than the GPU's link at its best could wrap the counter) has no figure. Where the driver lacks
 them, ``nvmlDeviceGetPcieThroughput``: the driver's own count over 20 ms, in KB/s, one
 sample per read. Each GPU's method is named in its reading. NVLink: the links' data counters
 (fields 138 and 139, KiB, summed over all links), where the GPU has links; C2C (Grace
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,8 +66,8 @@ VALUE_TYPES: dict[int, tuple[str, int | None]] = {
 # at 63 GB/s): it is read often, on a thread, to unwrap it
 MIN_COUNTER_BITS = 48
 POLL_S = 0.010
-# the fastest link a GPU's PCIe counters count (Gen6 x16, 121 GB/s a direction): two reads
-# further apart than a narrow counter takes to wrap at that rate may have missed a wrap
+# two reads further apart than a narrow counter takes to wrap at the link's best rate may
+# have missed a wrap; where the link is unknown, the fastest a GPU has (Gen6 x16)
 FASTEST_LINK = 121e9
 NVLINK_MAX, C2C_MAX = "nvlink_max", "c2c_max"  # bytes/s per direction, from NVML
 # what every reading needs (nvmlDeviceGetFieldValues is optional: sampled without it)
@@ -84,6 +84,7 @@ class _Gpu:
     pcie: str  # 'counters', 'polled' (narrow counters, read often) or 'sampled'
     pcie_why: str = ""  # why sampled
     pcie_bits: int = 64
+    link_bytes_per_s: float = FASTEST_LINK  # the most the counters can move a second
     nvlink: bool = False
     missing: dict[str, Missing] = field(default_factory=dict)
     rates: dict[str, float] = field(default_factory=dict)  # constant: the links' maxima
@@ -187,7 +188,7 @@ class GpuLinks:
         stamp = max(rx[2], tx[2])
         if g.last_stamp_us:
             gap = stamp - g.last_stamp_us
-            if gap > (1 << g.pcie_bits) / FASTEST_LINK * 1e6:
+            if gap > (1 << g.pcie_bits) / g.link_bytes_per_s * 1e6:
                 g.lapses, g.lapse_gap_us = g.lapses + 1, gap
         g.last_stamp_us = stamp
         _unwrap(g, FI_PCIE_COUNT_RX_BYTES, rx[0], rx[1])
@@ -222,9 +223,11 @@ class GpuLinks:
             self._poller = None
 
 
-def open_reader(devices: Sequence[GpuDevice]) -> GpuLinks:
-    """NVML's link counters of ``devices``; where NVML cannot start, every figure of
-    every GPU is missing with NVML's reason."""
+def open_reader(devices: Sequence[GpuDevice], links: Mapping[int, float] | None = None
+                ) -> GpuLinks:  # fmt: skip
+    """NVML's link counters of ``devices``; ``links``: each GPU's (by index) PCIe
+    bandwidth at the link's best speed, bytes/s, where known. Where NVML cannot start,
+    every figure of every GPU is missing with NVML's reason."""
     try:
         with session() as (ffi, lib):
             pass  # started once, left running for the process: its handles stay good
@@ -250,7 +253,9 @@ def open_reader(devices: Sequence[GpuDevice]) -> GpuLinks:
             why = _nvml_missing(ffi, lib, rc, f"the GPU at {d.pci_bus_id}")
             missing.update({(("gpu", d.index), f): why for f in (PCIE_RX, PCIE_TX, HBM_BUSY)})
             continue
-        gpus.append(_probe(ffi, lib, d.index, handle[0]))
+        g = _probe(ffi, lib, d.index, handle[0])
+        g.link_bytes_per_s = (links or {}).get(d.index) or FASTEST_LINK
+        gpus.append(g)
     return GpuLinks(ffi, lib, gpus, missing)
 
 
@@ -338,7 +343,7 @@ def _method(g: _Gpu) -> str:
 
 
 def _lapse(g: _Gpu) -> Missing:
-    wrap_ms = (1 << g.pcie_bits) / FASTEST_LINK * 1e3
+    wrap_ms = (1 << g.pcie_bits) / g.link_bytes_per_s * 1e3
     return Missing(
         "lapsed",
         f"the {g.pcie_bits}-bit PCIe counters were read {g.lapse_gap_us / 1e3:.0f} ms "

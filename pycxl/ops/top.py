@@ -273,8 +273,16 @@ def open_readers(system: System, fs: Sysfs) -> list[Reader]:
     if system.gpus.devices:
         from ..gpu import link_counters
 
-        readers.append(link_counters.open_reader(system.gpus.devices))
+        best = {g.index: _pcie_best(g, fs) for g in system.gpus.devices}
+        readers.append(link_counters.open_reader(system.gpus.devices,
+                                                 {i: b for i, b in best.items() if b}))  # fmt: skip
     return readers
+
+
+def _pcie_best(g: GpuDevice, fs: Sysfs) -> float | None:
+    """A GPU's PCIe bandwidth at its link's best speed (bytes/s), where sysfs says."""
+    link = read_link(g.pci_bus_id, fs)
+    return None if link is None else link.bandwidth(best_speed=True)
 
 
 def _cxl_memdevs(system: System) -> dict[int, list[str]]:

@@ -53,7 +53,9 @@ def test_a_copy_at_a_known_rate_shows_on_the_gpus_row(direction: str, figure: st
     row = [r.gpus[0] for r in reports]
     method = "; ".join(row[-1].methods)
     seen = [g.value(figure) for g in row]
-    assert all(v is not None for v in seen), (row[-1].missing, method)
+    # a second without a figure says why (NVML answers ~100 ms late while the benchmark's
+    # process starts CUDA: longer than the 32-bit counter takes to wrap, so 'lapsed')
+    assert all(v is not None or figure in g.missing for v, g in zip(seen, row, strict=True))
     # the seconds the copies ran: the first and last of them may be partly set-up or the
     # end; the ones between are whole seconds of back-to-back copies
     busy = [v for v in seen if v is not None and v > 0.5 * rate]
