@@ -16,6 +16,13 @@
  *   own memory first (its default stream-ordered pool) and, when that is out of memory,
  *   the spill tier; a thread may prefer a tier for what it allocates (tier_prefer).
  *
+ * Where the driver cannot create memory on a host node (drivers before 12.2 refuse the
+ * HOST_NUMA location), or where asked, a slot is "registered" instead: each allocation is
+ * anonymous memory bound to the node by mbind (MPOL_BIND), pinned and mapped for every
+ * GPU by cuMemHostRegister (DEVICEMAP), as HostMemory does in Python. Kernels read and
+ * write it in place, and PyTorch's copies between it and HBM work (unified addressing
+ * lets the driver tell host memory from device memory whatever the copy says).
+ *
  * Placement is checked, not assumed: the pages of each new mapping are asked for their
  * node (move_pages without moving); a mapping with a page elsewhere is released and the
  * allocation refused. The driver is reached through dlopen, so the module loads on
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -35,6 +43,14 @@
 #define TIER_PAGE 4096
 #define CU_OK 0
 #define CU_OUT_OF_MEMORY 2
+#define CU_INVALID_VALUE 1
+#define CU_NOT_SUPPORTED 801
+/* tier_open's modes */
+enum { TIER_AUTO = 0, TIER_VMM = 1, TIER_REGISTERED = 2 };
+#define REGISTERED_GRANULE ((size_t)2 << 20)
+#define MPOL_BIND_MODE 2
+#define HOST_REGISTER_PORTABLE 1
+#define HOST_REGISTER_DEVICEMAP 2
 
 typedef int cu_result;
 typedef unsigned long long cu_ptr;
@@ -82,6 +98,9 @@ static struct {
     cu_result (*current_pool)(void **, int);
     cu_result (*pool_get)(void *, int, void *);
     cu_result (*pool_set)(void *, int, void *);
+    cu_result (*host_register)(void *, size_t, unsigned int);
+    cu_result (*host_unregister)(void *);
+    cu_result (*host_device_pointer)(cu_ptr *, void *, unsigned int);
 } tier_cu;
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
@@ -90,6 +109,7 @@ struct tier_seg {
     size_t size; /* mapped: a multiple of the granularity */
     size_t asked;
     cu_handle handle;
+    void *host; /* registered slots: the host mapping (NULL: a VMM mapping) */
     cu_event freed; /* recorded on the stream of the last free */
     int slot;
     struct tier_seg *next;
@@ -97,6 +117,7 @@ struct tier_seg {
 
 struct tier_slot {
     int open, node, ndevices;
+    int registered; /* 1: mbind + cuMemHostRegister; 0: cuMemCreate on the host node */
     int devices[TIER_DEVICES];
     size_t granularity;
     struct tier_seg *cached;
@@ -173,6 +194,9 @@ static int load_driver(char *err, size_t errlen) {
     BIND(current_pool, "cuDeviceGetMemPool");
     BIND(pool_get, "cuMemPoolGetAttribute");
     BIND(pool_set, "cuMemPoolSetAttribute");
+    BIND(host_register, "cuMemHostRegister_v2");
+    BIND(host_unregister, "cuMemHostUnregister");
+    BIND(host_device_pointer, "cuMemHostGetDevicePointer_v2");
 #undef BIND
     tier_cu.loaded = 1;
     return 0;
@@ -207,12 +231,14 @@ static cu_alloc_prop prop_of(int node) {
     return p;
 }
 
-/* Open slot ``slot`` on host node ``node`` for the CUDA ``devices``. 0, or the CUDA
- * result (the call in err), or -1 (a message in err). */
-int tier_open(int slot, int node, const int *devices, int ndevices, char *err, size_t errlen) {
-    if (slot < 0 || slot >= TIER_SLOTS || ndevices < 1 || ndevices > TIER_DEVICES) {
-        snprintf(err, errlen, "tier slot %d is not one of 0-%d (or no devices)", slot,
-                 TIER_SLOTS - 1);
+/* Open slot ``slot`` on host node ``node`` for the CUDA ``devices``, its memory made as
+ * ``mode`` says (TIER_AUTO: on the host node where the driver can, else registered). 0,
+ * or the CUDA result (the call in err), or -1 (a message in err). */
+int tier_open(int slot, int node, const int *devices, int ndevices, int mode, char *err, size_t errlen) {
+    if (slot < 0 || slot >= TIER_SLOTS || ndevices < 1 || ndevices > TIER_DEVICES ||
+        mode < TIER_AUTO || mode > TIER_REGISTERED || node < 0 || node >= 1024) {
+        snprintf(err, errlen, "tier slot %d is not one of 0-%d (or no devices, or mode %d, "
+                 "or node %d)", slot, TIER_SLOTS - 1, mode, node);
         return -1;
     }
     if (load_driver(err, errlen)) return -1;
@@ -222,11 +248,17 @@ int tier_open(int slot, int node, const int *devices, int ndevices, char *err, s
     if (!s->open) {
         cu_alloc_prop prop = prop_of(node);
         size_t g = 0;
-        if ((rc = tier_cu.granularity(&g, &prop, GRANULARITY_MINIMUM))) {
-            snprintf(err, errlen, "cuMemGetAllocationGranularity on host node %d", node);
-        } else {
+        int registered = mode == TIER_REGISTERED;
+        if (!registered && (rc = tier_cu.granularity(&g, &prop, GRANULARITY_MINIMUM))) {
+            if (mode == TIER_AUTO && (rc == CU_NOT_SUPPORTED || rc == CU_INVALID_VALUE))
+                registered = 1, rc = 0; /* no host-node memory in this driver */
+            else
+                snprintf(err, errlen, "cuMemGetAllocationGranularity on host node %d", node);
+        }
+        if (!rc) {
             memset(s, 0, sizeof *s);
-            s->open = 1, s->node = node, s->granularity = g, s->ndevices = ndevices;
+            s->open = 1, s->node = node, s->ndevices = ndevices, s->registered = registered;
+            s->granularity = registered ? REGISTERED_GRANULE : g;
             memcpy(s->devices, devices, sizeof(int) * (size_t)ndevices);
         }
     }
@@ -257,16 +289,68 @@ static void unmap_seg(struct tier_seg *g) {
         tier_cu.event_sync(g->freed);
         tier_cu.event_destroy(g->freed);
     }
+    if (g->host) {
+        tier_cu.host_unregister(g->host);
+        munmap(g->host, g->size);
+        free(g);
+        return;
+    }
     tier_cu.unmap(g->ptr, g->size);
     tier_cu.release(g->handle);
     tier_cu.address_free(g->ptr, g->size);
     free(g);
 }
 
+/* A registered mapping: anonymous memory bound to the slot's node, pinned and mapped for
+ * the GPUs by the driver (which faults its pages in, where the policy puts them). */
+static struct tier_seg *map_registered(struct tier_slot *s, int slot, size_t rounded, char *why, size_t whylen) {
+    struct tier_seg *seg = calloc(1, sizeof *seg);
+    const char *call = "";
+    cu_result rc = 0;
+    if (!seg) return NULL;
+    seg->size = rounded, seg->slot = slot;
+    void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        snprintf(why, whylen, "mmap of %zu bytes failed", rounded);
+        free(seg);
+        return NULL;
+    }
+    unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+    mask[s->node / (8 * sizeof(unsigned long))] |= 1UL << (s->node % (8 * sizeof(unsigned long)));
+    if (syscall(SYS_mbind, p, rounded, MPOL_BIND_MODE, mask, (unsigned long)1024 + 1, 0) != 0) {
+        snprintf(why, whylen, "mbind of %zu bytes to node %d failed", rounded, s->node);
+        munmap(p, rounded);
+        free(seg);
+        return NULL;
+    }
+    if ((rc = tier_cu.host_register(p, rounded, HOST_REGISTER_PORTABLE | HOST_REGISTER_DEVICEMAP))) {
+        call = "cuMemHostRegister";
+        munmap(p, rounded);
+        goto fail;
+    }
+    seg->host = p;
+    if ((rc = tier_cu.host_device_pointer(&seg->ptr, p, 0))) { call = "cuMemHostGetDevicePointer"; goto undo; }
+    if ((rc = tier_cu.event_create(&seg->freed, EVENT_NO_TIMING))) {
+        seg->freed = NULL;
+        call = "cuEventCreate";
+        goto undo;
+    }
+    return seg;
+undo:
+    snprintf(why, whylen, "%s of %zu bytes on host node %d: CUDA error %d", call, rounded, s->node, rc);
+    unmap_seg(seg);
+    return NULL;
+fail:
+    snprintf(why, whylen, "%s of %zu bytes on host node %d: CUDA error %d", call, rounded, s->node, rc);
+    free(seg);
+    return NULL;
+}
+
 /* A new mapping of ``size`` bytes (rounded up) on the slot's node; NULL with the reason
  * in the slot's error. Called without the lock. */
 static struct tier_seg *map_new(struct tier_slot *s, int slot, size_t size, char *why, size_t whylen) {
     size_t g = s->granularity, rounded = (size + g - 1) / g * g;
+    if (s->registered) return map_registered(s, slot, rounded, why, whylen);
     cu_alloc_prop prop = prop_of(s->node);
     struct tier_seg *seg = calloc(1, sizeof *seg);
     cu_result rc;
@@ -362,7 +446,7 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
             if (had) seg = map_new(s, slot, size, why, sizeof why);
         }
         uint64_t bad = 0;
-        if (seg) bad = pages_elsewhere(seg->ptr, seg->size, s->node);
+        if (seg) bad = pages_elsewhere(seg->host ? (cu_ptr)(uintptr_t)seg->host : seg->ptr, seg->size, s->node);
         pthread_mutex_lock(&tier_lock);
         if (seg) s->mapped += seg->size;
         if (seg && bad) {
@@ -531,6 +615,12 @@ int tier_stats(int slot, uint64_t *out, char *error, size_t errlen) {
     snprintf(error, errlen, "%s", s->error);
     pthread_mutex_unlock(&tier_lock);
     return 0;
+}
+
+/* 1 if slot ``slot`` makes registered memory, 0 if memory on the host node, -1: not open. */
+int tier_registered(int slot) {
+    if (slot < 0 || slot >= TIER_SLOTS || !tier_slots[slot].open) return -1;
+    return tier_slots[slot].registered;
 }
 
 /* For callers outside PyTorch: one allocation on a tier, and its free. */

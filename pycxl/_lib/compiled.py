@@ -259,6 +259,9 @@ class CopyStream:
 
 # --- GPU-addressable memory on a tier (tier.c) ------------------------------------------------
 TIER_SLOTS = 8
+# tier.c's ways to make a slot's memory: on the host node where the driver can, else
+# registered; on the host node only; registered only
+TIER_MODES = {"auto": 0, "host-numa": 1, "registered": 2}
 TIER_STAT_FIELDS = ("bytes_now", "bytes_peak", "allocations", "bytes_allocated", "refused",
                     "misplaced_pages", "mapped", "gpu_refusals")  # fmt: skip
 
@@ -269,13 +272,21 @@ def module_path() -> str:
     return str(bench.__file__)
 
 
-def tier_open(slot: int, node: int, devices: Sequence[int]) -> tuple[int, str]:
-    """Open tier slot ``slot`` as a pool on host ``node`` for the CUDA ``devices``: 0, or
-    the CUDA result (-1: no driver entry point), with the message."""
+def tier_open(slot: int, node: int, devices: Sequence[int], mode: int = 0) -> tuple[int, str]:
+    """Open tier slot ``slot`` as a pool on host ``node`` for the CUDA ``devices``, its
+    memory made as ``mode`` says (TIER_MODES): 0, or the CUDA result (-1: no driver entry
+    point), with the message."""
     ffi, lib = _compiled()
     err = ffi.new("char[512]")
-    rc = int(lib.tier_open(slot, node, ffi.new("int[]", list(devices)), len(devices), err, 512))
+    rc = int(lib.tier_open(slot, node, ffi.new("int[]", list(devices)), len(devices), mode,
+                           err, 512))  # fmt: skip
     return rc, ffi.string(err).decode(errors="replace")
+
+
+def tier_registered(slot: int) -> bool:
+    """Whether open slot ``slot`` makes registered memory (mbind + cuMemHostRegister)
+    rather than memory the driver creates on the host node."""
+    return int(_compiled()[1].tier_registered(slot)) == 1
 
 
 def tier_stats(slot: int) -> tuple[dict[str, int], str]:

@@ -4,6 +4,12 @@ and writes in place (zero-copy) and CUDA copies as device memory; freed mappings
 cached for reuse in stream order. The node of each new mapping's pages is asked of the
 kernel (move_pages), and a mapping with a page elsewhere is refused.
 
+Where the driver cannot create memory on a host node (before 12.2), a pool's memory is
+registered instead: anonymous memory bound to the node (mbind), pinned and mapped for
+the GPUs (cuMemHostRegister), which kernels read and write in place as well; CUDA takes
+it for host memory. ``PYCXL_TIER_MEMORY`` chooses: ``auto`` (the default), ``host-numa``
+(only memory the driver creates on the node) or ``registered``.
+
 ``TierPool`` is one open pool (one per node, at most eight); ``TierMemory`` one
 allocation, with ``__cuda_array_interface__`` for CuPy, Numba or PyTorch. The PyTorch
 side (a MemPool per tier, spilling on out-of-memory) is torch_tier.py.
@@ -11,6 +17,7 @@ side (a MemPool per tier, spilling on out-of-memory) is torch_tier.py.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -24,6 +31,7 @@ from .memory import GpuContext, byte_array_interface
 
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_INVALID_VALUE = 1
+MEMORY_ENV = "PYCXL_TIER_MEMORY"
 
 _lock = threading.Lock()
 _pools: dict[int, TierPool] = {}  # node -> its pool: one per node for the process
@@ -66,12 +74,14 @@ class TierStats:
 class TierPool:
     """The pool of one tier; ``allocate`` gives TierMemory, ``stats`` its counters."""
 
-    def __init__(self, slot: int, node: int, tier: str) -> None:
+    def __init__(self, slot: int, node: int, tier: str, registered: bool = False) -> None:
         self.slot, self.node, self.tier = slot, node, tier
+        self.registered = registered  # mbind + cuMemHostRegister, not the host-node VMM
         self._context: GpuContext | None = None
 
     def __repr__(self) -> str:
-        return f"TierPool({self.tier}, node {self.node})"
+        how = ", registered" if self.registered else ""
+        return f"TierPool({self.tier}, node {self.node}{how})"
 
     @property
     def allocator_symbols(self) -> tuple[str, str]:
@@ -133,9 +143,21 @@ class TierMemory:
         self.close()
 
 
+def memory_mode() -> int:
+    """How pools make their memory, from PYCXL_TIER_MEMORY (checked where it enters)."""
+    word = os.environ.get(MEMORY_ENV, "").strip() or "auto"
+    if word not in compiled.TIER_MODES:
+        raise InvalidRequestError(
+            f"{MEMORY_ENV}={word!r}: give one of {', '.join(compiled.TIER_MODES)} (or leave "
+            "it unset: auto)"
+        )
+    return compiled.TIER_MODES[word]
+
+
 def open_pool(node: int, tier: str) -> TierPool:
     """The pool on ``node`` (a node with memory, checked by the caller), opened once for
     the process, usable by every CUDA device."""
+    mode = memory_mode()
     with _lock:
         if node in _pools:
             return _pools[node]
@@ -148,16 +170,16 @@ def open_pool(node: int, tier: str) -> TierPool:
         count = ffi.new("int *")
         drv.check("cuDeviceGetCount", lib.cuDeviceGetCount(count))
         slot = len(_pools)
-        rc, message = compiled.tier_open(slot, node, range(count[0]))
+        rc, message = compiled.tier_open(slot, node, range(count[0]), mode)
         if rc == -1:
             raise NotAvailableError(message)
         if rc in (CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_INVALID_VALUE):
             raise NotAvailableError(
                 f"{tier}: this CUDA driver cannot create memory on a host NUMA node "
                 f"({drv.error(message, rc)}); that needs driver 12.2 or later on Linux; "
-                "pinned host memory (pycxl.host_memory) works without"
+                f"{MEMORY_ENV}=registered (or unset) uses registered memory instead"
             )
         if rc:
             raise drv.error(message, rc)
-        pool = _pools[node] = TierPool(slot, node, tier)
+        pool = _pools[node] = TierPool(slot, node, tier, compiled.tier_registered(slot))
         return pool

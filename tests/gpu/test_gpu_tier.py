@@ -2,7 +2,8 @@
 reads and writes in place, every page on the node; PyTorch tensors land there inside
 ``on_tier`` and move to HBM and back; 1,000 allocate/free cycles leave nothing behind;
 and a fresh process that spills (``spill_to``) keeps running where HBM is full, with
-correct results and counted spills."""
+correct results and counted spills. All of it again with the pools' memory registered
+(mbind + cuMemHostRegister, what drivers without host-node memory get)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def _node() -> int:
 def test_tier_memory_is_on_the_node_and_the_gpu_reads_and_writes_it() -> None:
     torch = pytest.importorskip("torch")
     pool = pycxl.tier_pool("dram0")
+    assert pool.registered == (os.environ.get("PYCXL_TIER_MEMORY") == "registered")
     with pool.allocate(256 * MiB) as mem:
         assert mem.pages_by_node() == {_node(): 256 * MiB // 4096}
         t = torch.as_tensor(mem, device="cuda")  # __cuda_array_interface__: no copy
@@ -124,3 +126,14 @@ def test_a_process_that_spills_runs_on_where_hbm_is_full() -> None:
     assert out["gpu_refusals"] >= spilled.count(True) and out["misplaced"] == 0
     assert out["spilled_now"] >= spilled.count(True) * 4 * GiB
     assert "spilled 4294967296 bytes to dram0 at <string>:" in p.stderr, p.stderr[-2000:]
+
+
+def test_registered_memory_passes_the_same_tests() -> None:
+    if os.environ.get("PYCXL_TIER_MEMORY") == "registered":
+        pytest.skip("this is the registered run")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        "-s", __file__],
+                       capture_output=True, text=True, timeout=600, check=False,
+                       env={**os.environ, "PYCXL_TIER_MEMORY": "registered"})  # fmt: skip
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    print(p.stdout[-1500:])

@@ -61,6 +61,17 @@ def test_a_tier_is_checked_before_any_driver(
     assert said in str(e.value)
 
 
+def test_how_pools_make_memory_is_checked_before_any_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYCXL_TIER_MEMORY", "pinned")
+    with pytest.raises(InvalidRequestError, match="auto, host-numa, registered"):
+        pycxl.tier_pool("dram0")
+    # the C side refuses a mode it does not know, and a node beyond its mask, by itself
+    assert compiled.tier_open(0, 0, [0], 7)[0] == -1
+    assert compiled.tier_open(0, 4096, [0], 0)[0] == -1
+
+
 def test_a_recorded_tree_gets_no_pool(trees: object) -> None:
     tree = snapshot(sysroot=f"{trees}/two-dev", gpus=False)
     with pytest.raises(InvalidRequestError, match="recorded tree"):
