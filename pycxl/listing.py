@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     # and the memdevs' mailbox answers (list_devices) only for -H, -A, -L
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.topology import CxlTopology
-    from .gpu.devices import GpuDevice
+    from .gpu.model import GpuDevice
     from .system import System
     from .tiers import NodeTier
     from .to_json import Json

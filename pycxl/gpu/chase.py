@@ -15,7 +15,8 @@ from typing import Any
 from .._lib import compiled
 from ..numa.placement import HugePages, NumaBuffer
 from ..numa.policy import Policy
-from .memory import DeviceMemory, GpuContext, HostMemory
+from .context import GpuContext
+from .memory import DeviceMemory, HostMemory
 from .prefetch import device_span
 from .ptx import Module, pointer, u64
 from .streams import Stream, Timer

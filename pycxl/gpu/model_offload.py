@@ -43,7 +43,8 @@ from ..errors import InvalidRequestError
 from .adam_step import AdamSettings, CpuAdam, gpu_adam_step
 from .block_layout import Block, ParamSlot, chunks_of, find_blocks, layout_blocks, piece
 from .block_stream import BlockStream
-from .torch_offload import HostAlloc, import_torch
+from .torch_import import import_torch
+from .torch_offload import HostAlloc
 from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
 
 Update = Literal["auto", "cpu", "gpu"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import OperationError
 from . import driver as drv
-from .memory import GpuContext
+from .context import GpuContext
 from .streams import Stream
 
 CU_JIT_ERROR_LOG_BUFFER = 5

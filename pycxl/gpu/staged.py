@@ -27,7 +27,8 @@ from ..numa import pages
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from . import driver as drv
-from .memory import GpuContext, HostMemory
+from .context import GpuContext
+from .memory import HostMemory
 from .streams import Event, Stream
 
 # From benchmarks/pinned_vs_torch.py --tune on the GPU machine (1 GiB, 55 GB/s link,

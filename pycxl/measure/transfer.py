@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError
-from ..gpu.devices import GpuDevice
-from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
+from ..gpu.context import GpuContext
+from ..gpu.memory import DeviceMemory, HostMemory
+from ..gpu.model import GpuDevice
 from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer, allocate

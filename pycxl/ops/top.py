@@ -42,7 +42,7 @@ from ..counters.base import (
     per_second,
 )
 from ..errors import NotFoundError
-from ..gpu.devices import GpuDevice
+from ..gpu.model import GpuDevice
 from ..pcie import read_link
 from ..sysfs import Sysfs
 from ..system import System, snapshot

@@ -12,7 +12,7 @@ import pytest
 
 import pycxl
 from pycxl.errors import InvalidRequestError
-from pycxl.gpu.memory import GpuContext
+from pycxl.gpu.context import GpuContext
 from pycxl.gpu.prefetch import CudaEngine, Prefetcher
 from pycxl.system import snapshot
 
