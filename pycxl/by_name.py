@@ -267,7 +267,8 @@ def offload_layers(
     >>> model(x)                                   # each layer copied in ahead of use
     >>> offload.pages_by_node()                    # {1: 524288}: counted, not assumed
     """
-    from .gpu.prefetch import CudaEngine, HostEngine
+    from .gpu.cuda_engine import CudaEngine
+    from .gpu.host_engine import HostEngine
     from .gpu.torch_import import import_torch
     from .gpu.torch_offload import LayerOffload, tier_allocator
 
@@ -339,8 +340,9 @@ def offload_model(
     >>> model(**batch).loss.backward(); off.optimizer.step(); off.optimizer.zero_grad()
     >>> off.pages_by_node()                        # {1: 2621440}: counted, not assumed
     """
+    from .gpu.cuda_engine import CudaEngine
+    from .gpu.host_engine import HostEngine
     from .gpu.model_offload import ModelOffload
-    from .gpu.prefetch import CudaEngine, HostEngine
     from .gpu.torch_import import import_torch
     from .gpu.torch_offload import tier_allocator
 

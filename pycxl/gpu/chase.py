@@ -17,8 +17,8 @@ from ..numa.placement import HugePages, NumaBuffer
 from ..numa.policy import Policy
 from .context import GpuContext
 from .memory import DeviceMemory, HostMemory
-from .prefetch import device_span
 from .ptx import Module, pointer, u64
+from .spans import device_span
 from .streams import Stream, Timer
 
 

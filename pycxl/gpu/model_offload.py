@@ -173,7 +173,7 @@ class ModelOffload:
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
-            from .prefetch import CudaEngine
+            from .cuda_engine import CudaEngine
             from .streams import Event
 
             # the GPU side's state has copy streams of its own: the next forward pass's

@@ -35,7 +35,7 @@ def u64(value: int) -> Arg:
 def pointer(memory: Any) -> Arg:
     """A .u64 parameter that points at the start of ``memory``: DeviceMemory, host
     memory mapped for the GPU (HostMemory), or any CUDA array."""
-    from .prefetch import device_span
+    from .spans import device_span
 
     return Arg("unsigned long long", device_span(memory)[0])
 

@@ -162,7 +162,7 @@ class StagedCopier:
 
 def _device_start(memory: Any, size: int) -> int:
     """The device address of ``memory``, which must hold ``size`` bytes."""
-    from .prefetch import device_span
+    from .spans import device_span
 
     address, n = device_span(memory)
     if n < size:

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import InvalidRequestError
-from .prefetch import CopyBack, Engine, HostEngine, Prefetcher, copy_to_device, copy_to_host
+from .engine import CopyBack, Engine, copy_to_device, copy_to_host
+from .host_engine import HostEngine
+from .prefetch import Prefetcher
 from .torch_import import import_torch
 
 Weights = Literal["stream", "resident"]

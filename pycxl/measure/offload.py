@@ -388,7 +388,7 @@ class _Stack:
 
     def _streamed(self, ctx: GpuContext, node: int, backward: bool, lookahead: int,
                   samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
-        from ..gpu.prefetch import CudaEngine
+        from ..gpu.cuda_engine import CudaEngine
         from ..gpu.torch_offload import LayerOffload, tier_allocator
 
         torch = self.torch
@@ -425,8 +425,8 @@ class _Stack:
         """The optimizer step over the layers (their gradients from one backward
         pass) with the state on ``p``'s node, waited for each time, the split as set up
         (not moved by the steps' timings): its times, the state's pages, the plan."""
+        from ..gpu.cuda_engine import CudaEngine
         from ..gpu.model_offload import ModelOffload
-        from ..gpu.prefetch import CudaEngine
         from ..gpu.torch_offload import tier_allocator
 
         torch = self.torch
