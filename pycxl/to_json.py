@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list 
     from .gpu.model import GpuDevice
     from .numa.access import AccessFigures
     from .pci_caps import CxlCapability, Unread
-    from .pcie import Link
+    from .pci_link import Link
     from .tiers import NodeTier
 
 Json = dict[str, Any]

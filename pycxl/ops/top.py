@@ -43,7 +43,7 @@ from ..counters.base import (
 )
 from ..errors import NotFoundError
 from ..gpu.model import GpuDevice
-from ..pcie import read_link
+from ..pci_link import read_link
 from ..sysfs import Sysfs
 from ..system import System, snapshot
 from ..values import count as whole_count, finite, pid as check_pid
