@@ -24,16 +24,24 @@ class DeviceQuestions(Protocol):
     named here, so this module needs nothing from the listing that calls it."""
 
     @property
-    def device_info(self) -> bool: ...  # any of the three
+    def device_info(self) -> bool:
+        """Whether any of the three below is asked."""
+        ...
 
     @property
-    def health(self) -> bool: ...
+    def health(self) -> bool:
+        """The memdevs' health (``-H``)."""
+        ...
 
     @property
-    def alert_config(self) -> bool: ...
+    def alert_config(self) -> bool:
+        """Their alert thresholds (``-A``)."""
+        ...
 
     @property
-    def media_errors(self) -> bool: ...
+    def media_errors(self) -> bool:
+        """Their poison lists (``-L``)."""
+        ...
 
 
 @dataclass(frozen=True)
