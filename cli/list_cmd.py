@@ -15,7 +15,7 @@ from .render import advertised, dash, emit_json, emit_table, near, pins, ranges,
 if TYPE_CHECKING:
     from pycxl.listing import ListRequest, Selection
     from pycxl.pci_caps import CxlCapability, Unread
-    from pycxl.pcie import Link
+    from pycxl.pci_link import Link
     from pycxl.system import System
 
 
@@ -167,7 +167,7 @@ def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> 
 def _device_tables(system: System, sel: Selection, req: ListRequest) -> None:
     """What the memdevs' mailboxes and poison lists say (-H, -A, -L)."""
     from pycxl.cxl.health import AlertConfig, Health
-    from pycxl.list_devices import read_device_info
+    from pycxl.memdev_health import read_device_info
 
     info = read_device_info(system, sel.memdevs, req)
     unread = sorted({i.unavailable for i in info.values() if i.unavailable})

@@ -93,7 +93,8 @@ def host_memory(
     (zero-copy and DMA); ``close()`` unregisters and frees them. Pages the pin moved
     off the target (a CXL node onlined movable) are a PlacementError, unless
     ``allow_migration`` (then ``.placement`` says where they went)."""
-    from .gpu.memory import GpuContext, HostMemory
+    from .gpu.context import GpuContext
+    from .gpu.memory import HostMemory
 
     s = given_or_read(system)
     nodes = s.placement_nodes(target)
@@ -224,7 +225,7 @@ def pinned_tensor(
     on ``target``, pinned and registered for ``gpu``: PyTorch treats it as pinned
     (``is_pinned()``; ``non_blocking`` copies by DMA), and it is unregistered and freed
     with the tensor. PyTorch is needed only here."""
-    from .gpu.torch_offload import import_torch
+    from .gpu.torch_import import import_torch
 
     torch = import_torch("pinned_tensor")
     if not isinstance(dtype, torch.dtype):
@@ -266,8 +267,10 @@ def offload_layers(
     >>> model(x)                                   # each layer copied in ahead of use
     >>> offload.pages_by_node()                    # {1: 524288}: counted, not assumed
     """
-    from .gpu.prefetch import CudaEngine, HostEngine
-    from .gpu.torch_offload import LayerOffload, import_torch, tier_allocator
+    from .gpu.cuda_engine import CudaEngine
+    from .gpu.host_engine import HostEngine
+    from .gpu.torch_import import import_torch
+    from .gpu.torch_offload import LayerOffload, tier_allocator
 
     torch = import_torch()
     s = given_or_read(system, gpus=gpu is not None)
@@ -282,13 +285,12 @@ def offload_layers(
                 "weights='resident' to train on the CPU with the parameters on the tier"
             )
     else:
-        from .gpu.cuda_devices import ordinal_of
-        from .gpu.memory import GpuContext
+        from .gpu.context import GpuContext
 
-        ordinal = ordinal_of(s.gpu(gpu).pci_bus_id)  # CUDA's number for it, as torch's
+        found = s.gpu(gpu)
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
-        ctx = GpuContext(ordinal)
-        engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
+        ctx = GpuContext.of(found)
+        engine, device = CudaEngine(ctx), torch.device("cuda", ctx.ordinal)
     return LayerOffload(list(layers), tier_allocator(nodes, ctx, huge), engine=engine,
                         device=device, weights=weights, lookahead=lookahead,
                         optimizer=optimizer, cpus=_tier_cpus(s, nodes))  # fmt: skip
@@ -338,9 +340,11 @@ def offload_model(
     >>> model(**batch).loss.backward(); off.optimizer.step(); off.optimizer.zero_grad()
     >>> off.pages_by_node()                        # {1: 2621440}: counted, not assumed
     """
+    from .gpu.cuda_engine import CudaEngine
+    from .gpu.host_engine import HostEngine
     from .gpu.model_offload import ModelOffload
-    from .gpu.prefetch import CudaEngine, HostEngine
-    from .gpu.torch_offload import import_torch, tier_allocator
+    from .gpu.torch_import import import_torch
+    from .gpu.torch_offload import tier_allocator
 
     torch = import_torch()
     if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
@@ -361,13 +365,12 @@ def offload_model(
     if gpu is None:
         engine, device = HostEngine(), torch.device("cpu")
     else:
-        from .gpu.cuda_devices import ordinal_of
-        from .gpu.memory import GpuContext
+        from .gpu.context import GpuContext
 
-        ordinal = ordinal_of(s.gpu(gpu).pci_bus_id)
+        found = s.gpu(gpu)
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
-        ctx = GpuContext(ordinal)
-        engine, device = CudaEngine(ctx), torch.device("cuda", ordinal)
+        ctx = GpuContext.of(found)
+        engine, device = CudaEngine(ctx), torch.device("cuda", ctx.ordinal)
     return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
                         weights=weights, lookahead=lookahead, overlap=overlap)  # fmt: skip

@@ -19,10 +19,10 @@ from .list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
 
 if TYPE_CHECKING:
     # the CXL model loads only where there is CXL, the JSON builders only for --json,
-    # and the memdevs' mailbox answers (list_devices) only for -H, -A, -L
+    # and the memdevs' mailbox answers (memdev_health) only for -H, -A, -L
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.topology import CxlTopology
-    from .gpu.devices import GpuDevice
+    from .gpu.model import GpuDevice
     from .system import System
     from .tiers import NodeTier
     from .to_json import Json
@@ -364,7 +364,7 @@ def device_links(system: System, sel: Selection) -> dict[str, Any]:
     """The PCIe link of each memdev and GPU selected (by memdev and GPU name; None for a
     device without one), and each memdev's CXL capability (``lspci -vv``'s view)."""
     from .pci_caps import read_cxl_capability
-    from .pcie import read_link
+    from .pci_link import read_link
     from .sysfs import Sysfs
 
     fs = Sysfs(system.sysroot)
@@ -396,7 +396,7 @@ def list_json(system: System, req: ListRequest) -> Any:
         if name in {m.name for m in sel.memdevs}:
             extras[name]["cxl_capability"] = js.cxl_capability_json(cxl)
     if req.device_info:
-        from .list_devices import device_json, read_device_info
+        from .memdev_health import device_json, read_device_info
 
         for name, info in read_device_info(system, sel.memdevs, req).items():
             extras[name] = extras.get(name, {}) | device_json(system, info, req)

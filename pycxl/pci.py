@@ -1,5 +1,6 @@
 """PCI devices as the kernel lists them, no driver needed: the NUMA node of each, and the
-NVIDIA GPUs among them. (Their links: ``pcie.py``.)"""
+NVIDIA GPUs among them. (Their links: ``pci_link.py``; their CXL capability:
+``pci_caps.py``.)"""
 
 from __future__ import annotations
 

@@ -17,10 +17,10 @@ from .units import format_size_ndctl
 
 if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list --json
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-    from .gpu.devices import GpuDevice
+    from .gpu.model import GpuDevice
     from .numa.access import AccessFigures
     from .pci_caps import CxlCapability, Unread
-    from .pcie import Link
+    from .pci_link import Link
     from .tiers import NodeTier
 
 Json = dict[str, Any]

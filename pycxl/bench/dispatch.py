@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import InvalidRequestError
-from ..gpu.devices import GpuDevice
+from ..gpu.model import GpuDevice
 from ..measure.conditions import default
 from ..measure.results import (
     BandwidthResult,

@@ -10,15 +10,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .devices import (
-        GpuDevice as GpuDevice,
-        GpuInventory as GpuInventory,
-        read_gpus as read_gpus,
-        with_cuda_facts as with_cuda_facts,
-    )
+    from .devices import read_gpus as read_gpus, with_cuda_facts as with_cuda_facts
+    from .model import GpuDevice as GpuDevice, GpuInventory as GpuInventory
 
 # every exported name and the module it loads from (a test holds the imports above equal)
-_LAZY = dict.fromkeys(("GpuDevice", "GpuInventory", "read_gpus", "with_cuda_facts"), "devices")
+_LAZY = {
+    **dict.fromkeys(("GpuDevice", "GpuInventory"), "model"),
+    **dict.fromkeys(("read_gpus", "with_cuda_facts"), "devices"),
+}
 __all__ = sorted(_LAZY)
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

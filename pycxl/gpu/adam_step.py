@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequestError
-from .torch_offload import import_torch
+from .torch_import import import_torch
 
 
 @dataclass(frozen=True)

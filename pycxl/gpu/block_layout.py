@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidRequestError
-from .torch_offload import import_torch
+from .torch_import import import_torch
 
 ALIGN_ELEMENTS = 64  # 128 bytes of bf16, 256 of fp32: every piece starts aligned
 

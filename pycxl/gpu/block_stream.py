@@ -30,8 +30,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .block_layout import Block, ParamSlot, piece
-from .prefetch import Engine, Prefetcher
-from .torch_offload import import_torch, ring_tensor
+from .engine import Engine
+from .prefetch import Prefetcher
+from .torch_import import import_torch
+from .torch_offload import ring_tensor
 
 
 def in_backward() -> bool:

@@ -15,9 +15,10 @@ from typing import Any
 from .._lib import compiled
 from ..numa.placement import HugePages, NumaBuffer
 from ..numa.policy import Policy
-from .memory import DeviceMemory, GpuContext, HostMemory
-from .prefetch import device_span
+from .context import GpuContext
+from .memory import DeviceMemory, HostMemory
 from .ptx import Module, pointer, u64
+from .spans import device_span
 from .streams import Stream, Timer
 
 

@@ -1,4 +1,4 @@
-"""GPU memory and host memory the GPU can reach.
+"""GPU memory and host memory the GPU can reach (both in a ``GpuContext``, ``context.py``).
 
 ``HostMemory`` pins and registers a host buffer (a NumaBuffer placed on a tier, or any
 writable buffer / numpy array) with the CUDA driver, portable and device-mapped: the
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequestError, OperationError
 from ..numa import longterm, pages
 from . import driver as drv
+from .context import GpuContext
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..numa.placement import HugePages
-    from .devices import GpuDevice
     from .streams import Stream
 
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
@@ -71,48 +71,6 @@ def _register(ffi: Any, lib: Any, address: int, n: int, total: int) -> None:
 def _unregister_all(lib: Any, ffi: Any, addresses: tuple[int, ...]) -> None:
     for a in reversed(addresses):
         lib.cuMemHostUnregister(ffi.cast("void *", a))
-
-
-class GpuContext:
-    """The primary context of one device, current on the calling thread."""
-
-    def __init__(self, ordinal: int) -> None:
-        ffi, lib = drv.driver()
-        count = ffi.new("int *")
-        drv.check("cuDeviceGetCount", lib.cuDeviceGetCount(count))
-        if not 0 <= ordinal < count[0]:
-            raise InvalidRequestError(f"CUDA device {ordinal} does not exist ({count[0]} found)")
-        dev = ffi.new("CUdevice *")
-        drv.check("cuDeviceGet", lib.cuDeviceGet(dev, ordinal))
-        self.device = int(dev[0])
-        ctx = ffi.new("CUcontext *")
-        drv.check("cuDevicePrimaryCtxRetain", lib.cuDevicePrimaryCtxRetain(ctx, self.device))
-        self.handle = ctx[0]
-        self.activate()
-        self._release = weakref.finalize(self, lib.cuDevicePrimaryCtxRelease_v2, self.device)
-
-    @classmethod
-    def of(cls, gpu: GpuDevice) -> GpuContext:
-        """The primary context of ``gpu``, found by its PCI address (CUDA numbers GPUs its
-        own way; CUDA_VISIBLE_DEVICES renumbers them)."""
-        from .cuda_devices import ordinal_of
-
-        return cls(ordinal_of(gpu.pci_bus_id))
-
-    def __repr__(self) -> str:
-        return f"GpuContext(device {self.device}, primary)"
-
-    def activate(self) -> None:
-        """Make this context current on the calling thread."""
-        _, lib = drv.driver()
-        drv.check("cuCtxSetCurrent", lib.cuCtxSetCurrent(self.handle))
-
-    def free_memory(self) -> int:
-        """Bytes of the GPU's memory free now."""
-        ffi, lib = drv.driver()
-        free, total = ffi.new("size_t *"), ffi.new("size_t *")
-        drv.check("cuMemGetInfo", lib.cuMemGetInfo_v2(free, total))
-        return int(free[0])
 
 
 class DeviceMemory:
@@ -263,11 +221,25 @@ class HostMemory:
         ``pycxl.host_memory``."""
         from ..numa.placement import allocate
 
-        buf = allocate(size, nodes, huge=huge)
+        buf = allocate(size, nodes, huge=huge)  # refused where the nodes lack the room
+        return cls.owning(ctx, buf, allow_migration=allow_migration, chunk=chunk)
+
+    @classmethod
+    def owning(
+        cls,
+        ctx: GpuContext,
+        buffer: Any,
+        *,
+        allow_migration: bool = False,
+        chunk: int = REGISTER_CHUNK,
+    ) -> HostMemory:
+        """``buffer`` (a NumaBuffer) pinned and mapped, and closed with it (or at once,
+        when registering fails): for a caller that has checked the room on its nodes
+        already (a measurement, with ``Pair.check_fits``), so it is not read again."""
         try:
-            mem = cls(ctx, buf, allow_migration=allow_migration, chunk=chunk)
+            mem = cls(ctx, buffer, allow_migration=allow_migration, chunk=chunk)
         except BaseException:
-            buf.close()
+            buffer.close()
             raise
         mem._owned = True
         return mem

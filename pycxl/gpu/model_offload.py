@@ -43,7 +43,8 @@ from ..errors import InvalidRequestError
 from .adam_step import AdamSettings, CpuAdam, gpu_adam_step
 from .block_layout import Block, ParamSlot, chunks_of, find_blocks, layout_blocks, piece
 from .block_stream import BlockStream
-from .torch_offload import HostAlloc, import_torch
+from .torch_import import import_torch
+from .torch_offload import HostAlloc
 from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
 
 Update = Literal["auto", "cpu", "gpu"]
@@ -172,7 +173,7 @@ class ModelOffload:
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
-            from .prefetch import CudaEngine
+            from .cuda_engine import CudaEngine
             from .streams import Event
 
             # the GPU side's state has copy streams of its own: the next forward pass's

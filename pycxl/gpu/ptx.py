@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import OperationError
 from . import driver as drv
-from .memory import GpuContext
+from .context import GpuContext
 from .streams import Stream
 
 CU_JIT_ERROR_LOG_BUFFER = 5
@@ -35,7 +35,7 @@ def u64(value: int) -> Arg:
 def pointer(memory: Any) -> Arg:
     """A .u64 parameter that points at the start of ``memory``: DeviceMemory, host
     memory mapped for the GPU (HostMemory), or any CUDA array."""
-    from .prefetch import device_span
+    from .spans import device_span
 
     return Arg("unsigned long long", device_span(memory)[0])
 

@@ -27,7 +27,8 @@ from ..numa import pages
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from . import driver as drv
-from .memory import GpuContext, HostMemory
+from .context import GpuContext
+from .memory import HostMemory
 from .streams import Event, Stream
 
 # From benchmarks/pinned_vs_torch.py --tune on the GPU machine (1 GiB, 55 GB/s link,
@@ -161,7 +162,7 @@ class StagedCopier:
 
 def _device_start(memory: Any, size: int) -> int:
     """The device address of ``memory``, which must hold ``size`` bytes."""
-    from .prefetch import device_span
+    from .spans import device_span
 
     address, n = device_span(memory)
     if n < size:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import InvalidRequestError
 from . import driver as drv
-from .memory import GpuContext
+from .context import GpuContext
 
 CU_STREAM_NON_BLOCKING = 1
 CU_EVENT_DISABLE_TIMING = 2

@@ -27,7 +27,8 @@ from .._lib import compiled
 from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa import pages
 from . import driver as drv
-from .memory import GpuContext, byte_array_interface
+from .context import GpuContext
+from .memory import byte_array_interface
 
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_INVALID_VALUE = 1

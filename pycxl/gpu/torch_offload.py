@@ -34,8 +34,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import InvalidRequestError, NotAvailableError
-from .prefetch import CopyBack, Engine, HostEngine, Prefetcher, copy_to_device, copy_to_host
+from ..errors import InvalidRequestError
+from .engine import CopyBack, Engine, copy_to_device, copy_to_host
+from .host_engine import HostEngine
+from .prefetch import Prefetcher
+from .torch_import import import_torch
 
 Weights = Literal["stream", "resident"]
 # (bytes, pinned) -> a uint8 CPU tensor on the tier; pinned ones are registered with the GPU
@@ -43,24 +46,25 @@ HostAlloc = Callable[[int, bool], Any]
 ALIGN = 256
 
 
-def import_torch(needed_for: str = "layer offload") -> Any:
-    """PyTorch, imported on first use; NotAvailableError saying what needs it."""
-    try:
-        import torch
-    except ImportError:
-        raise NotAvailableError(f"{needed_for} needs PyTorch (pip install torch)") from None
-    return torch
-
-
-def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") -> HostAlloc:
+def tier_allocator(
+    nodes: Sequence[int], ctx: Any = None, huge: Any = "auto", *, room_checked: bool = False
+) -> HostAlloc:
     """Host memory on ``nodes`` for LayerOffload, as uint8 CPU tensors: pinned ones
     registered with the GPU of ``ctx`` (a GpuContext) and checked to be on the nodes
-    still after the pin; others only placed. The allocator keeps the registrations
-    alive as long as it lives (LayerOffload keeps it)."""
-    from ..numa.placement import allocate
+    still after the pin; others only placed. Each allocation is refused where the nodes
+    lack the room, unless the caller checked the whole of it already (``room_checked``:
+    a measurement's ``Pair.check_fits``). The allocator keeps the registrations alive as
+    long as it lives (LayerOffload keeps it)."""
+    from ..numa.placement import NumaBuffer, allocate
+    from ..numa.policy import Policy
 
     torch = import_torch()
     owners: list[Any] = []
+
+    def place(nbytes: int) -> Any:
+        if room_checked:
+            return NumaBuffer(nbytes, Policy.bind(*nodes), huge=huge)
+        return allocate(nbytes, list(nodes), huge=huge)
 
     def host_alloc(nbytes: int, pinned: bool) -> Any:
         if pinned:
@@ -68,11 +72,10 @@ def tier_allocator(nodes: Sequence[int], ctx: Any = None, huge: Any = "auto") ->
                 raise InvalidRequestError("pinned host memory needs a GPU to pin it for")
             from .memory import HostMemory
 
-            mem = HostMemory.allocate(ctx, nbytes, list(nodes), huge=huge)
+            mem = HostMemory.owning(ctx, place(nbytes))
             owners.append(mem)
             return torch.from_numpy(mem.array("uint8"))
-        buf = allocate(nbytes, list(nodes), huge=huge)
-        return torch.from_numpy(buf.array("uint8"))
+        return torch.from_numpy(place(nbytes).array("uint8"))
 
     return host_alloc
 

@@ -29,7 +29,7 @@ from .._lib import compiled
 from .._log import get_logger
 from ..errors import InvalidRequestError, NotAvailableError
 from .tier_pool import TierPool
-from .torch_offload import import_torch
+from .torch_import import import_torch
 
 log = get_logger("pycxl.spill")
 SPILL_LOG_ENV = "PYCXL_SPILL_LOG"

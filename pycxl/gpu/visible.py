@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from .devices import GpuDevice
+from .model import GpuDevice
 
 
 class Undecided(Exception):

@@ -15,7 +15,8 @@ import statistics
 import time
 
 from ..errors import InvalidRequestError
-from ..gpu.devices import GpuDevice, with_cuda_facts
+from ..gpu.devices import with_cuda_facts
+from ..gpu.model import GpuDevice
 from ..targets import Pair
 from .conditions import cache_fit, default, huge_pages, page_size
 from .latency import STRIDE, TLB_PAGES, check_size, sweep_sizes
@@ -51,7 +52,7 @@ def gpu_chase_latency(
     """Latency of loads from ``p.gpu`` to its own memory (``p.in_gpu_memory``) or to
     host memory on ``p.node``, registered and mapped for the GPU (zero-copy)."""
     from ..gpu import chase
-    from ..gpu.memory import GpuContext
+    from ..gpu.context import GpuContext
 
     g = p.gpu
     if g is None:
@@ -96,7 +97,7 @@ class GpuChaser:
 
     def __init__(self, g: GpuDevice, node: int, size: int | None = None, page: str = "4k") -> None:
         from ..gpu import chase
-        from ..gpu.memory import GpuContext
+        from ..gpu.context import GpuContext
 
         check_size(size)
         self.gpu = g

@@ -13,8 +13,10 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError, OperationError
-from ..gpu.devices import GpuDevice, with_cuda_facts
-from ..gpu.memory import DeviceMemory, GpuContext
+from ..gpu.context import GpuContext
+from ..gpu.devices import with_cuda_facts
+from ..gpu.memory import DeviceMemory
+from ..gpu.model import GpuDevice
 from ..gpu.ptx import Arg, Module, f64, pointer, u64
 from ..gpu.streams import Stream, Timer
 from .bandwidth import BYTES_PER_ELEMENT, INITIAL, SCALAR, expected_values, kernel_names

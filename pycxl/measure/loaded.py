@@ -131,7 +131,8 @@ class GpuLoad:
     def __init__(
         self, gpus: Sequence[Any], node: int, mix: str, size: int, cpus: Sequence[int] = ()
     ) -> None:
-        from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
+        from ..gpu.context import GpuContext
+        from ..gpu.memory import DeviceMemory, HostMemory
         from ..gpu.streams import Stream
 
         if mix not in GPU_MIXES:

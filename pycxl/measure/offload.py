@@ -39,11 +39,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError, OperationError
-from ..gpu.cuda_devices import ordinal_of
-from ..gpu.devices import GpuDevice
-from ..gpu.memory import GpuContext, HostMemory
-from ..gpu.torch_offload import import_torch
-from ..numa.placement import allocate
+from ..gpu.context import GpuContext
+from ..gpu.memory import HostMemory
+from ..gpu.model import GpuDevice
+from ..gpu.torch_import import import_torch
+from ..numa.placement import NumaBuffer
+from ..numa.policy import Policy
 from ..targets import Pair
 from .conditions import default
 from .results import OffloadResult
@@ -119,10 +120,9 @@ def offload_steps(
         copies = layers * layer_bytes * (2 if "pinned" in run or "to" in run else 1)
         state = layers * width * width * 16 if "update" in run else 0  # fp32 x3, bf16 x2
         p.check_fits(max(copies + layer_bytes, state))
-    ordinal = ordinal_of(gpu.pci_bus_id)  # CUDA's number for it, as torch's
-    dev = torch.device("cuda", ordinal)
+    ctx = GpuContext.of(gpu)
+    dev = torch.device("cuda", ctx.ordinal)  # CUDA's number for it, as torch's
     torch.cuda.set_device(dev)
-    ctx = GpuContext(ordinal)
     stack = _Stack(torch, dev, layers, width, tokens)
     free = ctx.free_memory()
     if layers * layer_bytes * 2 > free:
@@ -220,12 +220,12 @@ def _at_once(gpus: Sequence[GpuDevice], p: Pair, layers: int, width: int, tokens
     def run(g: GpuDevice) -> None:
         try:
             torch = import_torch("bench offload")
-            ordinal = ordinal_of(g.pci_bus_id)  # CUDA's number for it, as torch's
-            dev = torch.device("cuda", ordinal)
+            ctx = GpuContext.of(g)
+            dev = torch.device("cuda", ctx.ordinal)  # CUDA's number for it, as torch's
             torch.cuda.set_device(dev)
             stack = _Stack(torch, dev, layers, width, tokens)
-            timed[g.index] = stack.host_mode("pycxl", GpuContext(ordinal), p.node, backward,
-                                             lookahead, samples, ready)  # fmt: skip
+            timed[g.index] = stack.host_mode("pycxl", ctx, p.node, backward, lookahead,
+                                             samples, ready)  # fmt: skip
         except BaseException as e:  # said in the caller's thread
             failed.append(e)
             start.abort()
@@ -352,7 +352,8 @@ class _Stack:
         the device, to the host, and both at once (the sum, on two streams)."""
         torch = self.torch
         nbytes = 2 * self.width * self.width * min(self.layers, 4)
-        hosts = [HostMemory.allocate(ctx, nbytes, [node]) for _ in range(2)]
+        # the pair's check_fits counted these: no second read of the node's memory
+        hosts = [HostMemory.owning(ctx, NumaBuffer(nbytes, Policy.bind(node))) for _ in range(2)]
         t: list[Any] = [torch.from_numpy(h.array("uint8")) for h in hosts]
         t += [torch.empty(nbytes, dtype=torch.uint8, device=self.dev) for _ in range(2)]
         streams = [torch.cuda.Stream(self.dev) for _ in range(2)]
@@ -387,7 +388,7 @@ class _Stack:
 
     def _streamed(self, ctx: GpuContext, node: int, backward: bool, lookahead: int,
                   samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
-        from ..gpu.prefetch import CudaEngine
+        from ..gpu.cuda_engine import CudaEngine
         from ..gpu.torch_offload import LayerOffload, tier_allocator
 
         torch = self.torch
@@ -397,8 +398,9 @@ class _Stack:
                                   dtype=torch.bfloat16)  # fmt: skip
             lin.weight = torch.nn.Parameter(self.weight(i).cpu(), requires_grad=backward)
             linears.append(lin)
-        offload = LayerOffload(linears, tier_allocator([node], ctx), engine=CudaEngine(ctx),
-                               device=self.dev, weights="stream", lookahead=lookahead)  # fmt: skip
+        alloc = tier_allocator([node], ctx, room_checked=True)  # check_fits counted it
+        offload = LayerOffload(linears, alloc, engine=CudaEngine(ctx), device=self.dev,
+                               weights="stream", lookahead=lookahead)  # fmt: skip
         model = torch.nn.Sequential(*[m for lin in linears for m in (lin, torch.nn.ReLU())])
         counted: list[tuple[int, int]] = []
 
@@ -423,8 +425,8 @@ class _Stack:
         """The optimizer step over the layers (their gradients from one backward
         pass) with the state on ``p``'s node, waited for each time, the split as set up
         (not moved by the steps' timings): its times, the state's pages, the plan."""
+        from ..gpu.cuda_engine import CudaEngine
         from ..gpu.model_offload import ModelOffload
-        from ..gpu.prefetch import CudaEngine
         from ..gpu.torch_offload import tier_allocator
 
         torch = self.torch
@@ -437,7 +439,8 @@ class _Stack:
             for i, lin in enumerate(model):
                 lin.weight.copy_(self.weight(i))
         offload = ModelOffload(
-            model, tier_allocator([p.node], ctx), device=self.dev, engine=CudaEngine(ctx),
+            model, tier_allocator([p.node], ctx, room_checked=True), device=self.dev,
+            engine=CudaEngine(ctx),
             cpus=p.cpus, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-6),
             blocks=list(model), overlap=False,
         )  # fmt: skip
@@ -467,9 +470,9 @@ class _Stack:
         hosts = []
         nbytes = 2 * self.width * self.width
         for i in range(self.layers):
-            mem: Any = (
-                HostMemory.allocate(ctx, nbytes, [node]) if pinned else allocate(nbytes, [node])
-            )
+            mem: Any = NumaBuffer(nbytes, Policy.bind(node))  # counted by check_fits
+            if pinned:
+                mem = HostMemory.owning(ctx, mem)
             owners.append(mem)
             hosts.append(self._host_weight(mem, i).requires_grad_(backward))
         try:

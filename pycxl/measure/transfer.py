@@ -21,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError
-from ..gpu.devices import GpuDevice
-from ..gpu.memory import DeviceMemory, GpuContext, HostMemory
+from ..gpu.context import GpuContext
+from ..gpu.memory import DeviceMemory, HostMemory
+from ..gpu.model import GpuDevice
 from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
-from ..numa.placement import NumaBuffer, allocate
+from ..numa.placement import NumaBuffer
+from ..numa.policy import Policy
 from ..targets import Pair
 from ..values import word
 from .conditions import default
@@ -99,7 +101,8 @@ class _Lane:
         self.ctx = GpuContext.of(g)
         self._closers: list[Any] = []
         self.dev: DeviceMemory = self._keep(DeviceMemory(self.ctx, size))
-        self.host: NumaBuffer = self._keep(allocate(size, [p.node]))
+        # counted by the pair's check_fits: the node's memory is not read again
+        self.host: NumaBuffer = self._keep(NumaBuffer(size, Policy.bind(p.node)))
         if memory == "pinned":
             self._keep(HostMemory(self.ctx, self.host))
         self.copier = (

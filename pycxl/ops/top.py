@@ -42,8 +42,8 @@ from ..counters.base import (
     per_second,
 )
 from ..errors import NotFoundError
-from ..gpu.devices import GpuDevice
-from ..pcie import read_link
+from ..gpu.model import GpuDevice
+from ..pci_link import read_link
 from ..sysfs import Sysfs
 from ..system import System, snapshot
 from ..values import count as whole_count, finite, pid as check_pid

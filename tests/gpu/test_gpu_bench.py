@@ -11,7 +11,8 @@ import pytest
 
 from pycxl import bench
 from pycxl.errors import InvalidRequestError
-from pycxl.gpu.memory import DeviceMemory, GpuContext
+from pycxl.gpu.context import GpuContext
+from pycxl.gpu.memory import DeviceMemory
 from pycxl.gpu.staged import StagedCopier
 from pycxl.measure.results import TransferResult
 from pycxl.system import snapshot

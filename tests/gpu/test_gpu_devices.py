@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from pycxl.gpu import read_gpus
-from pycxl.gpu.devices import GpuDevice
+from pycxl.gpu.model import GpuDevice
 from pycxl.gpu.nvml import FP32_LANES_PER_SM
 from pycxl.sysfs import Sysfs
 
@@ -108,7 +108,7 @@ _CHILD = textwrap.dedent(
         rc = main(args)
         assert rc in (0, 4, 6, 7), (args, rc)
     if len(sys.argv) > 2:  # the positive control: a context, made as pinning makes it
-        from pycxl.gpu.memory import GpuContext
+        from pycxl.gpu.context import GpuContext
         ctx = GpuContext(0)
     maps = open("/proc/self/maps").read()
     driver = sys.modules.get("pycxl.gpu.driver")

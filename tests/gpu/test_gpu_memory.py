@@ -9,7 +9,8 @@ import pytest
 import pycxl
 from pycxl import bench
 from pycxl.errors import InvalidRequestError, NotFoundError
-from pycxl.gpu.memory import DeviceMemory, GpuContext, HostMemory
+from pycxl.gpu.context import GpuContext
+from pycxl.gpu.memory import DeviceMemory, HostMemory
 from pycxl.gpu.streams import Stream
 from pycxl.system import snapshot
 

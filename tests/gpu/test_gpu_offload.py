@@ -12,8 +12,9 @@ import pytest
 
 import pycxl
 from pycxl.errors import InvalidRequestError
-from pycxl.gpu.memory import GpuContext
-from pycxl.gpu.prefetch import CudaEngine, Prefetcher
+from pycxl.gpu.context import GpuContext
+from pycxl.gpu.cuda_engine import CudaEngine
+from pycxl.gpu.prefetch import Prefetcher
 from pycxl.system import snapshot
 
 pytestmark = pytest.mark.gpu

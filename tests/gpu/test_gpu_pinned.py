@@ -12,7 +12,8 @@ import pytest
 
 import pycxl
 from pycxl.errors import InvalidRequestError
-from pycxl.gpu.memory import GpuContext, HostMemory
+from pycxl.gpu.context import GpuContext
+from pycxl.gpu.memory import HostMemory
 from pycxl.system import snapshot
 
 pytestmark = pytest.mark.gpu

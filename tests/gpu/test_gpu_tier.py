@@ -78,7 +78,7 @@ def test_tensors_in_on_tier_live_on_the_node_and_move_to_hbm_and_back() -> None:
 
 def test_a_thousand_allocations_and_frees_leave_nothing() -> None:
     pytest.importorskip("torch")
-    from pycxl.gpu.memory import GpuContext
+    from pycxl.gpu.context import GpuContext
 
     pool = pycxl.tier_pool("dram0")
     ctx = GpuContext(0)

@@ -26,7 +26,7 @@ from pycxl.ops.check import parse_expectations, run_check
 from pycxl.ops.metrics import check_metrics, stat_metrics
 from pycxl.ops.prometheus import Metric, check_textfile_path, render, write_textfile
 from pycxl.ops.stat import stat
-from pycxl.pcie import parse_speed, read_link
+from pycxl.pci_link import parse_speed, read_link
 from pycxl.sysfs import Sysfs
 from pycxl.system import snapshot
 from pycxl.trace import parse_line

@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from pycxl.errors import InvalidRequestError, OperationError
-from pycxl.gpu.prefetch import HostEngine, Prefetcher, host_span
+from pycxl.gpu.host_engine import HostEngine
+from pycxl.gpu.prefetch import Prefetcher
+from pycxl.gpu.spans import host_span
 
 
 class _Record:

@@ -24,7 +24,7 @@ from pycxl.counters.base import ALLOC, LOCAL, MEM_READ, MEM_WRITE, PCIE_RX, Read
 from pycxl.counters.perf_event import PerfRefused, open_counter, read_count
 from pycxl.errors import SysfsError
 from pycxl.pci_caps import parse_cxl_capability
-from pycxl.pcie import bandwidth
+from pycxl.pci_link import bandwidth
 from pycxl.sysfs import Sysfs
 from tests.top_runs import bandwidth_under_top
 

@@ -13,7 +13,7 @@ import pytest
 
 import pycxl
 from pycxl.errors import InvalidRequestError, NotFoundError
-from pycxl.gpu.prefetch import HostEngine
+from pycxl.gpu.host_engine import HostEngine
 from pycxl.gpu.torch_offload import LayerOffload
 
 torch = pytest.importorskip("torch")

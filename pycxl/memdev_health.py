@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import PycxlError
 
@@ -15,9 +15,33 @@ if TYPE_CHECKING:
     from .cxl.mailbox import Unsupported
     from .cxl.model import Memdev
     from .cxl.poison import PoisonRecord
-    from .listing import ListRequest
     from .system import System
     from .to_json import Json
+
+
+class DeviceQuestions(Protocol):
+    """What a listing asks of the memdevs' mailboxes (``listing.ListRequest`` is one):
+    named here, so this module needs nothing from the listing that calls it."""
+
+    @property
+    def device_info(self) -> bool:
+        """Whether any of the three below is asked."""
+        ...
+
+    @property
+    def health(self) -> bool:
+        """The memdevs' health (``-H``)."""
+        ...
+
+    @property
+    def alert_config(self) -> bool:
+        """Their alert thresholds (``-A``)."""
+        ...
+
+    @property
+    def media_errors(self) -> bool:
+        """Their poison lists (``-L``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +54,7 @@ class DeviceInfo:
 
 
 def read_device_info(
-    system: System, memdevs: Sequence[Memdev], req: ListRequest
+    system: System, memdevs: Sequence[Memdev], req: DeviceQuestions
 ) -> dict[str, DeviceInfo]:
     """Health, alert configuration and poison of each memdev, as ``req`` asks. Without
     root, or for a recorded tree (its devices are not on this machine), each says so; a
@@ -62,7 +86,7 @@ def read_device_info(
     return out
 
 
-def device_json(system: System, info: DeviceInfo, req: ListRequest) -> Json:
+def device_json(system: System, info: DeviceInfo, req: DeviceQuestions) -> Json:
     """The keys ``-H``, ``-A`` and ``-L`` add to a memdev (ndctl's names); what could not
     be read is under ``<key>_unsupported`` with the reason."""
     from .cxl.mailbox import Unsupported

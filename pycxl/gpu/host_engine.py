@@ -1,0 +1,74 @@
+"""The ring's engine on the CPU (``engine.Engine``): training on CPUs, and the ring's
+logic on machines without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from .engine import Engine
+from .spans import host_span
+
+
+class HostEngine(Engine):
+    """The ring's engine when the 'device' is the CPU (training on CPUs, and the
+    ring's logic on machines without a GPU): buffers in host memory, copies done at
+    once, events that are always complete."""
+
+    copy_in_stream: Any = None
+    copy_out_stream: Any = None
+
+    def __init__(self) -> None:
+        self._slots = 0
+
+    def buffer(self, size: int) -> Any:
+        buf = _HostBuffer(size, self._slots)
+        self._slots += 1
+        return buf
+
+    def slot_view(self, buffer: Any, nbytes: int) -> HostView:
+        return HostView(memoryview(buffer.data).cast("B")[:nbytes], buffer.slot, nbytes)
+
+    def host_span(self, obj: Any) -> tuple[int, int]:
+        return host_span(obj)
+
+    def device_span(self, obj: Any) -> tuple[int, int]:
+        return host_span(obj)
+
+    def event(self) -> Any:
+        return None
+
+    def record(self, event: Any, stream: Any) -> None:
+        pass
+
+    def wait(self, stream: Any, event: Any) -> None:
+        pass
+
+    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        ctypes.memmove(dst[0], src[0], src[1])
+
+    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+        ctypes.memmove(dst[0], src[0], src[1])
+
+    def synchronize(self, event: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class HostView:
+    """``nbytes`` bytes at the start of a HostEngine buffer (``memory``), and which
+    buffer (``slot``)."""
+
+    memory: memoryview
+    slot: int
+    nbytes: int
+
+
+class _HostBuffer:
+    def __init__(self, size: int, slot: int) -> None:
+        self.data = (ctypes.c_ubyte * size)()
+        self.slot = slot
+
+    def span(self) -> tuple[int, int]:
+        return ctypes.addressof(self.data), len(self.data)
