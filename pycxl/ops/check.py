@@ -21,6 +21,7 @@ from ..pci import nvidia_gpus
 from ..pcie import Link, read_link
 from ..sysfs import Sysfs
 from ..system import System
+from ..tiers import token
 from ..units import format_size, parse_size
 from ..values import read_text
 
@@ -92,7 +93,7 @@ def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expect
                 raise InvalidRequestError(f"{source} {item!r}: {key} takes a whole number")
             counts[key] = int(value)
             continue
-        if not re.fullmatch(r"(dram|cxl|node)\d+", key):
+        if token(key).kind not in ("dram", "cxl", "node"):  # names as typed: lower case
             raise InvalidRequestError(
                 f"{source} {item!r}: {key} is not a memory node name (dram0, cxl0, node2) "
                 "nor regions/memdevs"
