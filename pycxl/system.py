@@ -25,7 +25,7 @@ from .tiers import (
     Token,
     classify_nodes,
     explicit_cxl_nodes,
-    gpu_name,
+    gpu_token,
     parse_name,
     parse_names,
     resolve,
@@ -126,21 +126,22 @@ class System:
         t = self.tier(node) if node is not None else None
         return t.name if t else None
 
-    def gpu(self, name: str) -> GpuDevice:
+    def gpu(self, name: str | Token) -> GpuDevice:
         """A GPU by name (gpu0): a name that is no GPU's is refused first, one that no
         GPU on the bus has is NotFoundError, and NotAvailableError says there is no
         driver to reach one that is there."""
-        text = gpu_name(name, every=False)
-        self.require_gpus(text)
-        t = self.resolve(text)
+        tok = gpu_token(name, every=False)
+        self.require_gpus(tok)
+        t = self.resolve(tok)
         assert t.gpu is not None
         return t.gpu
 
     def gpus_named(self, name: str) -> tuple[GpuDevice, ...]:
         """``all`` for every GPU, or one GPU by name."""
-        if gpu_name(name) == "all":
+        tok = gpu_token(name)
+        if tok.kind == "all":
             return self.require_gpus()
-        return (self.gpu(name),)
+        return (self.gpu(tok),)
 
     def require_gpus(self, name: str | Token | None = None) -> tuple[GpuDevice, ...]:
         """Every GPU; NotAvailableError without a driver or a GPU. Where the driver

@@ -151,14 +151,19 @@ def is_gpu_name(name: object) -> bool:
     return isinstance(name, str) and token(name.strip().lower()).is_gpu
 
 
-def gpu_name(name: object, *, every: bool = True) -> str:
-    """A GPU's name as typed (gpu0), or ``all`` where ``every``, checked without asking
-    the driver: a name that is no GPU's is refused before anything is opened."""
+def gpu_token(name: object, *, every: bool = True) -> Token:
+    """A GPU's name (gpu0), or ``all`` where ``every``, checked without asking the
+    driver: a name that is no GPU's is refused before anything is opened."""
     tok = parse_name(name, "GPU")
     if not tok.is_gpu and not (every and tok.kind == "all"):
         also = ", or all" if every else ""
         raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...{also}")
-    return tok.text
+    return tok
+
+
+def gpu_name(name: object, *, every: bool = True) -> str:
+    """``gpu_token``'s name, lower case (gpu0, all)."""
+    return gpu_token(name, every=every).text
 
 
 def parse_names(spec: str | int | Iterable[str | int]) -> list[Token]:
@@ -314,7 +319,7 @@ def known_names(
     node_tiers: Sequence[NodeTier], gpus: Sequence[GpuDevice] = (), *, initiator: bool = False
 ) -> list[str]:
     """Every name that resolves here (for error messages)."""
-    names = [nt.name for nt in node_tiers if nt.name.startswith(("dram", "cxl"))]
+    names = [nt.name for nt in node_tiers if nt.tier != "cpuless"]  # dram0, cxl0
     names += [f"node{nt.node.id}" for nt in node_tiers]
     names += [g.target_name for g in gpus]
     if initiator:
