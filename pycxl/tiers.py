@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from .errors import InvalidRequestError, NotFoundError
@@ -158,7 +158,7 @@ def gpu_token(name: object, *, every: bool = True) -> Token:
     if not tok.is_gpu and not (every and tok.kind == "all"):
         also = ", or all" if every else ""
         raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...{also}")
-    return tok
+    return replace(tok, typed=tok.text)  # messages after this check name it in lower case
 
 
 def gpu_name(name: object, *, every: bool = True) -> str:

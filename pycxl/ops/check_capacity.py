@@ -15,6 +15,8 @@ CAPACITY_SLACK = 0.97
 
 
 def expectation_findings(system: System, exp: Expectations) -> list[Finding]:
+    """Each expected node's capacity online (within CAPACITY_SLACK) and the expected
+    counts of regions and memdevs, against what the system shows."""
     out = []
     for name, want in exp.capacities.items():
         try:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 def device_findings(
     system: System, fs: Sysfs, dev_dir: str
 ) -> tuple[dict[str, DeviceHealth], dict[str, list[PoisonRecord] | Unsupported], list[Finding]]:
+    """The mailbox's health, warning thresholds and poison list of each enabled memdev
+    (as root only; without root, one finding that says so), and what was read."""
     memdevs = [m for m in system.cxl.memdevs if m.enabled]
     if os.geteuid() != 0:
         return (
@@ -119,6 +121,7 @@ def _where(system: System, r: PoisonRecord) -> str:
 def health_finding(
     memdev: str, health: Health | Unsupported, labels: dict[str, str], source: str
 ) -> Finding:
+    """One device's health, from the mailbox or the event log (``source``, in words)."""
     from ..cxl.mailbox import Unsupported
 
     if isinstance(health, Unsupported):

@@ -11,6 +11,8 @@ from .check_finding import Finding
 
 
 def read_links(system: System, fs: Sysfs) -> dict[str, Link]:
+    """The PCIe links of the CXL memdevs and the GPUs (those on the bus where none was
+    read), by PCI address."""
     devices = [m.host for m in system.cxl.memdevs]
     gpus = [g.pci_bus_id for g in system.gpus.devices] or nvidia_gpus(fs)
     out = {}
@@ -22,6 +24,8 @@ def read_links(system: System, fs: Sysfs) -> dict[str, Link]:
 
 
 def link_findings(system: System, links: dict[str, Link]) -> list[Finding]:
+    """A link with fewer lanes or a slower speed than both ends support; a GPU's slower
+    speed is only noted (GPUs lower it when idle)."""
     owners = {m.host: m.name for m in system.cxl.memdevs}
     gpu_names = {g.pci_bus_id: g.target_name for g in system.gpus.devices}
     out = []

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def memdev_findings(m: Memdev) -> list[Finding]:
+    """A memdev disabled, or with capacity in no region."""
     labels = memdev_labels(m)
     if not m.enabled:
         return [
@@ -89,6 +90,7 @@ def socket_findings(system: System, r: Region) -> list[Finding]:
 
 
 def region_findings(system: System, r: Region) -> list[Finding]:
+    """A region not committed, without a dax device, or with memory offline."""
     labels = {"region": r.name}
     if not r.committed:
         return [
@@ -167,6 +169,8 @@ def region_findings(system: System, r: Region) -> list[Finding]:
 
 
 def zone_findings(system: System, fs: Sysfs) -> list[Finding]:
+    """Each CXL node's zone: a movable one loses GPU-pinned pages to DRAM (a warning
+    where there is a GPU)."""
     gpus = system.gpus.devices or nvidia_gpus(fs)
     out = []
     for t in system.nodes:

@@ -92,3 +92,15 @@ def test_results_carry_their_pair_outside_the_json(trees: Path) -> None:
     )
     assert r.pair is p and r.pair.target.tier == "cxl"
     assert "pair" not in r.as_json() and r.as_json()["target"] == "cxl0"
+
+
+def test_gpu_names_are_checked_before_the_driver(trees: Path) -> None:
+    from pycxl.tiers import gpu_token
+
+    assert str(gpu_token(" GPU1 ")) == "gpu1" and gpu_token("all").kind == "all"
+    with pytest.raises(InvalidRequestError, match="'dram0' is not a GPU"):
+        gpu_token("dram0")
+    with pytest.raises(InvalidRequestError, match="or all"):
+        gpu_token("node1")
+    with pytest.raises(InvalidRequestError, match=r"\.\.\.$"):
+        gpu_token("all", every=False)
