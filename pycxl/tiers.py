@@ -102,7 +102,7 @@ class Token:
 
     @property
     def cpu_list(self) -> str:
-        """A CPU list as typed, after its optional ``cpu`` prefix (cpu0-3 -> 0-3)."""
+        """A CPU list, lower case, after its optional ``cpu`` prefix (cpu0-3 -> 0-3)."""
         return self.text[3:] if self.text.startswith("cpu") else self.text
 
     @property

@@ -104,3 +104,20 @@ def test_gpu_names_are_checked_before_the_driver(trees: Path) -> None:
         gpu_token("node1")
     with pytest.raises(InvalidRequestError, match=r"\.\.\.$"):
         gpu_token("all", every=False)
+
+
+def test_no_other_module_matches_names_with_a_regex() -> None:
+    """Target and initiator names are parsed by tiers' grammar only."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"re\.(compile|match|fullmatch|search)\(.*(dram|cxl\||gpu|cpu\||node\|)")
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("pycxl", "cli")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "tiers.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert found == []
