@@ -186,7 +186,7 @@ def loaded_latency_command(
 
 
 def _loaded_table(r: Any) -> None:
-    gpu_load = r.load_from.startswith("gpu")
+    gpu_load = bool(r.load_gpus)
     who = r.load_from if gpu_load else f"{r.load_from} ({len(r.load_cpus)} threads)"
     title = (f"loaded latency: {r.target} from {r.initiator}"
              f"{f' (cpu{r.cpus[0]})' if r.cpus else ''}; load {r.mix} "

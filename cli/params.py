@@ -93,14 +93,15 @@ class NamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
+        from pycxl.tiers import token
         from pycxl.values import parse_spans
 
         items = [v.strip() for v in str(value).replace(" ", ",").split(",") if v.strip()]
         if not items:
             self.fail("expected at least one name, such as dram0 or 0-1", param, ctx)
         for item in items:  # ids and ranges are checked here; names against the system
-            ids = item[3:] if item.lower().startswith("cpu") else item
-            if ids[:1].isdecimal():
+            ids = token(item.lower(), item).id_list
+            if ids is not None:
                 try:
                     parse_spans(ids)  # its syntax; never expanded here
                 except ValueError as e:

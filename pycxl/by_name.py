@@ -489,10 +489,10 @@ def move(tensor: Any, where: str | int, *, system: System | None = None) -> Any:
     """A copy of a CUDA tensor on tier ``where`` (``"cxl0"``) or in GPU ``where``'s memory
     (``"gpu0"``)."""
     from .gpu import torch_tier
-    from .system import wants_gpus
+    from .tiers import is_gpu_name
 
     torch = torch_tier.require_cuda_tensor(tensor)  # before any name or driver
-    if isinstance(where, str) and wants_gpus(where):
+    if isinstance(where, str) and is_gpu_name(where):
         from .gpu.cuda_devices import ordinal_of
 
         gpu = given_or_read(system).gpu(where)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, get_args
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, get_args
 
 from .cxl.read import Backend, read_cxl
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
@@ -21,13 +22,13 @@ from .gpu.devices import GpuDevice, GpuInventory, GpuSource
 from .sysfs import Sysfs
 from .tiers import (
     NodeTier,
+    Token,
     classify_nodes,
     explicit_cxl_nodes,
-    gpu_name,
-    is_gpu_name,
-    name_text,
+    gpu_token,
+    parse_name,
+    parse_names,
     resolve,
-    split_names,
 )
 from .values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges, word
 
@@ -44,7 +45,8 @@ class System:
 
     cxl: CxlTopology
     nodes: tuple[NodeTier, ...]
-    gpus: GpuInventory
+    # the GPUs as read with the rest; None: read when first needed (``gpus``)
+    gpu_inventory: GpuInventory | None = None
     # the tree it was read from ('/': this machine, whose devices can be asked)
     sysroot: str = "/"
 
@@ -55,8 +57,25 @@ class System:
             else "no CXL"
         )
         nodes = ", ".join(f"{n.name}=node{n.node.id}" for n in self.nodes)
-        gpus = ", ".join(g.target_name for g in self.gpus.devices) or "no GPU"
+        if self._gpus_read:
+            gpus = ", ".join(g.target_name for g in self.gpus.devices) or "no GPU"
+        else:
+            gpus = "GPUs read when named"
         return f"<System {cxl}; {nodes}; {gpus}>"
+
+    @cached_property
+    def gpus(self) -> GpuInventory:
+        """The GPUs; a snapshot that left them for later (``gpus='lazy'``) reads them here,
+        once: when a GPU name is first resolved, or the inventory is asked for."""
+        if self.gpu_inventory is not None:
+            return self.gpu_inventory
+        from .gpu.devices import read_gpus
+
+        return read_gpus(Sysfs(self.sysroot), via="auto")
+
+    @property
+    def _gpus_read(self) -> bool:
+        return self.gpu_inventory is not None or "gpus" in self.__dict__
 
     @property
     def absent(self) -> list[str]:
@@ -91,9 +110,12 @@ class System:
         return self.memory_nodes(spec)
 
     # --- single names ----------------------------------------------------------------
-    def resolve(self, name: str | int, *, initiator: bool = False) -> Target:
-        """What ``name`` stands for; NotFoundError lists the names that exist."""
-        return resolve(name, self.nodes, self.gpus.devices, initiator=initiator)
+    def resolve(self, name: str | int | Token, *, initiator: bool = False) -> Target:
+        """What ``name`` stands for; NotFoundError lists the names that exist (GPUs where
+        they have been read: a GPU name reads them)."""
+        tok = parse_name(name)
+        gpus = self.gpus.devices if tok.is_gpu or self._gpus_read else ()
+        return resolve(tok, self.nodes, gpus, initiator=initiator)
 
     def tier(self, node: int) -> NodeTier | None:
         """The tier entry of NUMA node ``node``."""
@@ -104,35 +126,37 @@ class System:
         t = self.tier(node) if node is not None else None
         return t.name if t else None
 
-    def gpu(self, name: str) -> GpuDevice:
+    def gpu(self, name: str | Token) -> GpuDevice:
         """A GPU by name (gpu0): a name that is no GPU's is refused first, one that no
         GPU on the bus has is NotFoundError, and NotAvailableError says there is no
         driver to reach one that is there."""
-        text = gpu_name(name, every=False)
-        self.require_gpus(text)
-        t = self.resolve(text)
+        tok = gpu_token(name, every=False)
+        self.require_gpus(tok)
+        t = self.resolve(tok)
         assert t.gpu is not None
         return t.gpu
 
     def gpus_named(self, name: str) -> tuple[GpuDevice, ...]:
         """``all`` for every GPU, or one GPU by name."""
-        if gpu_name(name) == "all":
+        tok = gpu_token(name)
+        if tok.kind == "all":
             return self.require_gpus()
-        return (self.gpu(name),)
+        return (self.gpu(tok),)
 
-    def require_gpus(self, name: str | None = None) -> tuple[GpuDevice, ...]:
+    def require_gpus(self, name: str | Token | None = None) -> tuple[GpuDevice, ...]:
         """Every GPU; NotAvailableError without a driver or a GPU. Where the driver
         shows none, a GPU ``name`` whose index is past the NVIDIA GPUs on the PCI bus
         names nothing that exists (NotFoundError), whatever the driver."""
         if self.gpus.devices:
             return self.gpus.devices
-        if name is not None and is_gpu_name(name):
+        tok = parse_name(name) if name is not None else None
+        if tok is not None and tok.is_gpu:
             from .pci import nvidia_gpus
 
             on_bus = nvidia_gpus(Sysfs(self.sysroot))
-            if int(name_text(name)[3:]) >= len(on_bus):
+            if tok.number >= len(on_bus):
                 raise NotFoundError(
-                    "GPU", name, [f"gpu{i}" for i in range(len(on_bus))],
+                    "GPU", str(tok), [f"gpu{i}" for i in range(len(on_bus))],
                     problem=f"the PCI bus shows {len(on_bus)} NVIDIA GPU"
                     f"{'' if len(on_bus) == 1 else 's'}",
                 )  # fmt: skip
@@ -142,11 +166,12 @@ class System:
     def memory_nodes(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
         """Nodes with memory, from names, ids, ranges (``0-2``) or ``all``, in order given."""
         out: list[int] = []
-        for item in split_names(spec):
-            if item == "all":
+        for tok in parse_names(spec):
+            item = tok.text
+            if tok.kind == "all":
                 ids = [t.node.id for t in self.nodes if t.node.has_memory]
             else:
-                ids = self._node_ids(item, initiator=False)
+                ids = self._node_ids(tok, initiator=False)
             for node in ids:
                 t = self.tier(node)
                 if t is None or not t.node.has_memory:
@@ -161,11 +186,12 @@ class System:
     def cpu_nodes(self, spec: str | int | Iterable[str | int]) -> tuple[int, ...]:
         """Nodes with CPUs, from names, ids, ranges or ``all``."""
         out: list[int] = []
-        for item in split_names(spec):
+        for tok in parse_names(spec):
+            item = tok.text
             ids = (
                 [t.node.id for t in self.nodes if t.node.cpus]
-                if item == "all"
-                else self._node_ids(item, initiator=True)
+                if tok.kind == "all"
+                else self._node_ids(tok, initiator=True)
             )
             for node in ids:
                 t = self.tier(node)
@@ -180,11 +206,12 @@ class System:
         CPU); each must exist."""
         online = sorted(c for t in self.nodes for c in t.node.cpus)
         out: list[int] = []
-        for item in split_names(spec):
-            if item == "all":
+        for tok in parse_names(spec):
+            item = tok.text
+            if tok.kind == "all":
                 ids = online
             else:
-                text = item[3:] if item.startswith("cpu") else item
+                text = tok.cpu_list
                 if not text.strip():
                     raise InvalidRequestError(
                         f"CPU '{item}' names no CPU: give ids such as cpu3, 0-3,8 or all"
@@ -208,8 +235,9 @@ class System:
             out += [c for c in ids if c not in out]
         return tuple(out)
 
-    def _node_ids(self, item: str, *, initiator: bool) -> list[int]:
-        if "-" in item and item[:1].isdecimal():  # a range of node ids: 0-2
+    def _node_ids(self, tok: Token, *, initiator: bool) -> list[int]:
+        item = tok.text
+        if tok.kind == "range":  # a range of node ids: 0-2
             known = {t.node.id for t in self.nodes}
             try:  # bounded by the ids that exist before it is expanded
                 ids = list(parse_ranges(item, limit=max(known, default=-1) + 1))
@@ -225,30 +253,31 @@ class System:
                     problem=f"node{'' if one else 's'} {gone} do{'es' if one else ''} not exist",
                 )  # fmt: skip
             return ids
-        t = self.resolve(item, initiator=initiator)
+        t = self.resolve(tok, initiator=initiator)
         if t.kind == "gpu":
             raise InvalidRequestError(f"'{item}' is a GPU: its memory is not a NUMA node")
         assert t.node is not None
         return [t.node]
 
     # --- what operations take ---------------------------------------------------------
-    def pair(self, target: str, initiator: str | None = None) -> Pair:
+    def pair(self, target: str | Token, initiator: str | Token | None = None) -> Pair:
         """``target``'s memory and who reaches it, resolved once: host memory from
         ``initiator``'s CPUs (a node with CPUs, or one CPU; by default those of the node
         with CPUs nearest the target) or from a GPU; or a GPU's own memory, from itself."""
         from .targets import Pair, Target
 
-        gpu_target = is_gpu_name(target)
-        if gpu_target and initiator is not None and not is_gpu_name(initiator):
+        to = parse_name(target)
+        by = parse_name(initiator) if initiator is not None else None
+        if to.is_gpu and by is not None and not by.is_gpu:
             raise InvalidRequestError(
                 f"{initiator} cannot load from GPU memory: measure {target} from itself "
                 f"(--target {target}) or host memory from it (--from {target} --target dram0)"
             )
-        for name in (target, initiator):  # no driver or no GPU says so, before 'unknown gpu0'
-            if is_gpu_name(name):
-                self.require_gpus(name)
-        t = self.resolve(target)
-        i = self.resolve(initiator, initiator=True) if initiator is not None else None
+        for tok in (to, by):  # no driver or no GPU says so, before 'unknown gpu0'
+            if tok is not None and tok.is_gpu:
+                self.require_gpus(tok)
+        t = self.resolve(to)
+        i = self.resolve(by, initiator=True) if by is not None else None
         if t.is_gpu:
             if i is not None and i.gpu != t.gpu:
                 raise InvalidRequestError(
@@ -262,8 +291,8 @@ class System:
             raise InvalidRequestError(f"{target} (node {node.id}) has no memory online")
         if i is None or i.is_gpu:
             near = self.nearest_cpu_node(node.id)
-            by = i or Target(near.name, "node", node=near.node.id, tier=near.tier)
-            return Pair(t, by, near.node.cpus, node.mem_available)
+            who = i or Target(near.name, "node", node=near.node.id, tier=near.tier)
+            return Pair(t, who, near.node.cpus, node.mem_available)
         if i.kind == "cpu" and i.cpu is not None:
             cpus: tuple[int, ...] = (i.cpu,)
         elif i.kind == "node" and i.node is not None and self._tier(i.node).node.cpus:
@@ -276,12 +305,14 @@ class System:
             raise InvalidRequestError(f"initiator '{initiator}': none of its CPUs is allowed here")
         return Pair(t, i, cpus, node.mem_available)
 
-    def host_pair(self, target: str, initiator: str | None = None, *, instead: str) -> Pair:
+    def host_pair(self, target: str | Token, initiator: str | Token | None = None, *,
+                  instead: str) -> Pair:  # fmt: skip
         """As ``pair``, where only host memory can be measured: a GPU's memory is refused
         first (also where no GPU can be read), saying what measures it ``instead``."""
-        if is_gpu_name(target):
+        to = parse_name(target)
+        if to.is_gpu:
             raise InvalidRequestError(f"{target} is GPU memory: {instead}")
-        return self.pair(target, initiator)
+        return self.pair(to, initiator)
 
     def nearest_cpu_node(self, node: int) -> NodeTier:
         """The node with CPUs nearest ``node``: itself, if it has CPUs; for a CXL node,
@@ -379,23 +410,28 @@ def snapshot(
     sysroot: str | None = None,
     *,
     backend: Backend = "sysfs",
-    gpus: bool | GpuSource = True,
+    gpus: bool | GpuSource | Literal["lazy"] = True,
     explicit_cxl: str | None = None,
     cxl: CxlTopology | None = None,
 ) -> System:
     """Read everything once. ``gpus=False`` skips the GPUs; True reads them without
     starting CUDA where the driver allows, a source name ('nvml', 'files', 'cuda') as
-    ``pycxl.gpu.read_gpus`` says; ``explicit_cxl`` ('2,3') names nodes CXL on a machine
-    without CXL (default: ``PYCXL_CXL_NODES``); ``cxl``: the CXL objects as just read
-    (a region operation's read-back), instead of reading them again."""
+    ``pycxl.gpu.read_gpus`` says; 'lazy' reads them (as True) when a GPU name is first
+    resolved, so a command that names none never asks the driver; ``explicit_cxl``
+    ('2,3') names nodes CXL on a machine without CXL (default: ``PYCXL_CXL_NODES``);
+    ``cxl``: the CXL objects as just read (a region operation's read-back), instead of
+    reading them again."""
     from .gpu.devices import read_gpus
     from .gpu.nvml_session import begin_reading
     from .numa.nodes import read_nodes
 
     fs = Sysfs(sysroot)
     if not isinstance(gpus, bool):
-        word(gpus, "gpus", get_args(GpuSource))
-    via: GpuSource | None = None if gpus is False else "auto" if gpus is True else gpus
+        word(gpus, "gpus", (*get_args(GpuSource), "lazy"))
+    lazy = gpus == "lazy"
+    via: GpuSource | None = (
+        None if gpus is False or gpus == "lazy" else "auto" if gpus is True else gpus
+    )
     if via is not None:
         begin_reading(fs, via)  # the driver's start overlaps reading CXL and the nodes
     if cxl is None:
@@ -409,22 +445,19 @@ def snapshot(
         read_nodes(fs), cxl.node_to_region(), explicit_cxl_nodes(explicit_cxl), cxl.node_zones(),
         cxl.node_memdev_nodes(),
     )  # fmt: skip
-    if via is None:
+    if lazy:
+        inventory = None
+    elif via is None:
         inventory = GpuInventory((), None, "GPUs not queried")
     else:
         inventory = read_gpus(fs, via=via)
-    return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory, sysroot=fs.root)
+    return System(cxl=cxl, nodes=tuple(nodes), gpu_inventory=inventory, sysroot=fs.root)
 
 
-def given_or_read(system: object, *, gpus: bool | GpuSource = True) -> System:
+def given_or_read(system: object, *, gpus: bool | GpuSource | Literal["lazy"] = True) -> System:
     """The ``system=`` a library call was given, checked, or a snapshot read now."""
     if system is None:
         return snapshot(gpus=gpus)
     if not isinstance(system, System):
         raise InvalidRequestError(f"system={system!r}: give a System (pycxl.snapshot()) or None")
     return system
-
-
-def wants_gpus(*names: str | None) -> bool:
-    """Whether any of these names is a GPU (so the snapshot must ask the driver)."""
-    return any(n is not None and is_gpu_name(n) for n in names)

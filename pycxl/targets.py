@@ -90,13 +90,14 @@ class Pair:
         self, pages: dict[int, int] | None = None, cpus: Sequence[int] | None = None
     ) -> dict[str, Any]:
         """What every result says of where it was measured: the target and initiator
-        names, the node (None for GPU memory), the CPUs that ran it (default: the
-        pair's; none for a GPU) and, from ``pages`` per node, how many sat on the node."""
+        names (and the pair itself), the node (None for GPU memory), the CPUs that ran it
+        (default: the pair's; none for a GPU) and, from ``pages`` per node, how many sat
+        on the node."""
         node = None if self.in_gpu_memory else self.node
         ran = () if self.gpu is not None else self.cpus if cpus is None else cpus
         return {
             "target": self.target.name, "node": node, "initiator": self.initiator.name,
-            "cpus": tuple(ran),
+            "pair": self, "cpus": tuple(ran),
             "pages_on_node": None if pages is None or node is None else pages.get(node, 0),
             "pages": None if pages is None else sum(pages.values()),
         }  # fmt: skip

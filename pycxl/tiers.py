@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, get_args
 
 from .errors import InvalidRequestError, NotFoundError
 from .gpu.devices import GpuDevice
@@ -24,7 +24,11 @@ Tier = Literal["dram", "cxl", "cpuless"]
 # How a node's nearest CPU node is known: it has CPUs itself; its memdevs' host bridges
 # all sit on one socket; or the firmware's distances (SLIT) single one out
 NearBy = Literal["self", "memdevs", "distance"]
-_NAME_RE = re.compile(r"^(dram|cxl|gpu|node|cpu)(\d+)$")
+NameKind = Literal["dram", "cxl", "gpu", "node", "cpu"]
+NAME_KINDS: tuple[NameKind, ...] = get_args(NameKind)
+TokenKind = NameKind | Literal["all", "id", "range", "other"]
+# the one pattern for names: leading letters, then the rest (a number, a list of ids)
+_TOKEN_RE = re.compile(r"^([a-z]*)(.*)$", re.DOTALL)
 EXPLICIT_CXL_ENV = "PYCXL_CXL_NODES"
 
 
@@ -56,10 +60,58 @@ class NodeTier:
         return HOLDS_LONGTERM_PINS[self.zone]
 
 
-def is_gpu_name(name: object) -> bool:
-    """Whether ``name`` names a GPU (gpu0, GPU1), without asking the driver."""
-    m = _NAME_RE.match(name.strip().lower()) if isinstance(name, str) else None
-    return bool(m and m.group(1) == "gpu")
+@dataclass(frozen=True)
+class Token:
+    """One name as typed, parsed once: its leading letters and what follows them.
+    ``dram0`` is ('dram', '0'), ``cpu0-3`` ('cpu', '0-3'), ``0-2`` ('', '0-2'), ``all``
+    ('all', ''); ``kind`` says what it names."""
+
+    text: str  # lower case, without surrounding blanks
+    prefix: str
+    ids: str
+    typed: str = field(default="", compare=False)  # as given, for messages
+
+    def __str__(self) -> str:
+        return self.typed or self.text
+
+    @property
+    def kind(self) -> TokenKind:
+        """A named thing (dram, cxl, gpu, node, cpu: a prefix and one number), ``all``,
+        ``id`` (a bare number: that node), ``range`` (a list of ids such as 0-2), or
+        ``other`` (resolves to nothing)."""
+        if self.text == "all":
+            return "all"
+        if self.ids.isdecimal():
+            if self.prefix in NAME_KINDS:
+                return self.prefix
+            if not self.prefix:
+                return "id"
+        if not self.prefix and "-" in self.ids and self.ids[:1].isdecimal():
+            return "range"
+        return "other"
+
+    @property
+    def number(self) -> int:
+        """The number of a named thing or a bare id (gpu1 -> 1)."""
+        return int(self.ids)
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether it names a GPU (gpu0), without asking the driver."""
+        return self.kind == "gpu"
+
+    @property
+    def cpu_list(self) -> str:
+        """A CPU list, lower case, after its optional ``cpu`` prefix (cpu0-3 -> 0-3)."""
+        return self.text[3:] if self.text.startswith("cpu") else self.text
+
+    @property
+    def id_list(self) -> str | None:
+        """The ids of a node or CPU list where it is one (``0-2``, ``3``, ``cpu0-3``
+        -> '0-2', '3', '0-3'); None for names."""
+        if self.prefix in ("", "cpu") and self.ids[:1].isdecimal():
+            return self.ids
+        return None
 
 
 def name_text(name: object, what: str = "target") -> str:
@@ -75,18 +127,47 @@ def name_text(name: object, what: str = "target") -> str:
     return text
 
 
-def gpu_name(name: object, *, every: bool = True) -> str:
-    """A GPU's name as typed (gpu0), or ``all`` where ``every``, checked without asking
-    the driver: a name that is no GPU's is refused before anything is opened."""
-    text = name_text(name, "GPU")
-    if not is_gpu_name(text) and not (every and text == "all"):
+def token(text: str, typed: str = "") -> Token:
+    """The grammar: ``text`` (already checked, lower case) as a token; ``typed``: as
+    given, whose ids (after the letters) messages show as typed."""
+    m = _TOKEN_RE.match(text)
+    assert m is not None  # the pattern matches any string
+    given = typed.strip()
+    ids = given[m.end(1) :] if len(given) == len(text) else m.group(2)
+    return Token(text, m.group(1), ids, typed)
+
+
+def parse_name(name: object, what: str = "target") -> Token:
+    """One name (or node id), checked and parsed."""
+    if isinstance(name, Token):
+        return name
+    return token(name_text(name, what), str(name))
+
+
+def is_gpu_name(name: object) -> bool:
+    """Whether ``name`` names a GPU (gpu0, GPU1), without asking the driver."""
+    if isinstance(name, Token):
+        return name.is_gpu
+    return isinstance(name, str) and token(name.strip().lower()).is_gpu
+
+
+def gpu_token(name: object, *, every: bool = True) -> Token:
+    """A GPU's name (gpu0), or ``all`` where ``every``, checked without asking the
+    driver: a name that is no GPU's is refused before anything is opened."""
+    tok = parse_name(name, "GPU")
+    if not tok.is_gpu and not (every and tok.kind == "all"):
         also = ", or all" if every else ""
         raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...{also}")
-    return text
+    return replace(tok, typed=tok.text)  # messages after this check name it in lower case
 
 
-def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
-    """'dram0,cxl0' or ['0-2', 3] -> ['dram0', 'cxl0'] or ['0-2', '3'], lower case."""
+def gpu_name(name: object, *, every: bool = True) -> str:
+    """``gpu_token``'s name, lower case (gpu0, all)."""
+    return gpu_token(name, every=every).text
+
+
+def parse_names(spec: str | int | Iterable[str | int]) -> list[Token]:
+    """'dram0,cxl0' or ['0-2', 3] -> their tokens, in order."""
     if isinstance(spec, str | int) or not isinstance(spec, Iterable):
         items: list[object] = [spec]
     else:
@@ -96,7 +177,12 @@ def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
     if not out or any(not p for p in out):
         shown = ",".join(map(str, items))
         raise InvalidRequestError(f"empty name in '{shown}': give names such as dram0,cxl0")
-    return out
+    return [token(p) for p in out]
+
+
+def split_names(spec: str | int | Iterable[str | int]) -> list[str]:
+    """'dram0,cxl0' or ['0-2', 3] -> ['dram0', 'cxl0'] or ['0-2', '3'], lower case."""
+    return [t.text for t in parse_names(spec)]
 
 
 def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
@@ -191,7 +277,7 @@ def _check_explicit(explicit: Sequence[int], nodes: Sequence[NumaNode],
 
 
 def resolve(
-    name: str | int,
+    name: str | int | Token,
     node_tiers: Sequence[NodeTier],
     gpus: Sequence[GpuDevice] = (),
     *,
@@ -201,30 +287,30 @@ def resolve(
     exist."""
     from .targets import Target  # here: `pycxl list` resolves no name
 
-    text = name_text(name)
-    m = _NAME_RE.match(text)
-    if m and m.group(1) == "cpu":
+    tok = parse_name(name)
+    text, kind = tok.text, tok.kind
+    if kind == "cpu":
         if not initiator:
             raise InvalidRequestError(
                 f"'{name}' is a CPU: it can start accesses but holds no memory"
             )
-        cpu = int(m.group(2))
+        cpu = tok.number
         for nt in node_tiers:
             if cpu in nt.node.cpus:
                 return Target(text, "cpu", node=nt.node.id, tier=nt.tier, cpu=cpu)
-    elif m and m.group(1) == "gpu":
+    elif kind == "gpu":
         for g in gpus:
             if g.target_name == text:
                 return Target(text, "gpu", node=g.numa_node, tier="gpu", gpu=g)
-    elif m and m.group(1) == "node":
+    elif kind == "node":
         for nt in node_tiers:
-            if nt.node.id == int(m.group(2)):
+            if nt.node.id == tok.number:
                 return Target(text, "node", node=nt.node.id, tier=nt.tier)
-    elif m:
+    elif kind in ("dram", "cxl"):
         for nt in node_tiers:
             if nt.name == text:
                 return Target(text, "node", node=nt.node.id, tier=nt.tier)
-    elif text.isdecimal():
+    elif kind == "id":
         return resolve(f"node{text}", node_tiers, gpus, initiator=initiator)
     raise NotFoundError("target", str(name), known_names(node_tiers, gpus, initiator=initiator))
 
@@ -233,7 +319,7 @@ def known_names(
     node_tiers: Sequence[NodeTier], gpus: Sequence[GpuDevice] = (), *, initiator: bool = False
 ) -> list[str]:
     """Every name that resolves here (for error messages)."""
-    names = [nt.name for nt in node_tiers if nt.name.startswith(("dram", "cxl"))]
+    names = [nt.name for nt in node_tiers if nt.tier != "cpuless"]  # dram0, cxl0
     names += [f"node{nt.node.id}" for nt in node_tiers]
     names += [g.target_name for g in gpus]
     if initiator:

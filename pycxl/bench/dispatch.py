@@ -22,7 +22,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..errors import InvalidRequestError
 from ..gpu.model import GpuDevice
@@ -37,7 +37,7 @@ from ..measure.results import (
     TransferResult,
     factor_apart,
 )
-from ..system import System, given_or_read, wants_gpus
+from ..system import System, given_or_read
 from ..targets import Pair
 from ..tiers import gpu_name, name_text, split_names
 from ..units import parse_size
@@ -49,11 +49,11 @@ Progress = Callable[[Sequence[Any]], Iterable[Any]]
 MATRIX_COPY_SIZE = 256 << 20  # a GPU's copy from a host tier, per matrix cell
 
 
-def _system(system: System | None, *names: str | None) -> System:
-    return _live(system, gpus=wants_gpus(*names))
+def _system(system: System | None) -> System:
+    return _live(system, gpus="lazy")  # a GPU name reads the GPUs when it is resolved
 
 
-def _live(system: System | None, *, gpus: bool = True) -> System:
+def _live(system: System | None, *, gpus: bool | Literal["lazy"] = True) -> System:
     """The system to measure on: this machine's (a recorded tree's names would measure
     this machine's nodes under another's names)."""
     s = given_or_read(system, gpus=gpus)
@@ -119,7 +119,7 @@ def measure_latency(
     _samples(samples)
     if loads is not None:
         _loads(loads)
-    s = _system(system, target, initiator)
+    s = _system(system)
     pair = s.pair(target, initiator)
     n = _size(size)
     if not sweep:
@@ -149,7 +149,7 @@ def latency_sweep_sizes(
 ) -> list[int]:
     """Working-set sizes of a latency sweep, doubling from 16 KiB: to twice the
     last-level cache for CPUs, twice the L2 for a GPU, or to ``top``."""
-    s = _system(system, target, initiator)
+    s = _system(system)
     return _sweep_sizes(s.pair(target, initiator), _size(top, "top"))
 
 
@@ -210,7 +210,7 @@ def measure_bandwidth(
         raise InvalidRequestError(
             "--zero-copy is a GPU's STREAM on the tier: drop --mix, --threads and --nt-stores"
         )
-    s = _system(system, target, initiator)
+    s = _system(system)
     pair = s.pair(target, initiator)
     if zero_copy:
         return _zero_copy_bandwidth(s, pair, kernel, _size(size), samples)
@@ -301,7 +301,7 @@ def measure_first_touch(
     default 64 MiB)."""
     from ..measure import first_touch
 
-    pair = _system(system, target, initiator).pair(target, initiator)
+    pair = _system(system).pair(target, initiator)
     if pair.gpu is not None:
         raise InvalidRequestError("first touch is measured from CPUs, on host memory")
     return [first_touch.first_touch(pair, size=_size(size), page=page)]
@@ -459,8 +459,8 @@ def measure_loaded_latency(
                     f"a GPU load copies host memory: mix read (host to GPU), nt-write (GPU "
                     f"to host) or 1:1 (both at once), not {m}"
                 )
-    # any --load-from is GPUs ('all' too): their driver must be asked
-    s = _live(system, gpus=load_from is not None or wants_gpus(target, initiator))
+    # --load-from ('all' too) reads the GPUs when it is resolved, below
+    s = _live(system, gpus="lazy")
     instead = ("loaded latency measures host tiers (the GPU's own memory is measured by "
                "pycxl bench latency/bandwidth --target gpuN)")  # fmt: skip
     chase = s.host_pair(target, initiator, instead=instead)

@@ -480,7 +480,7 @@ def loaded_latency(
         page_size=getattr(chaser, "page_size", 4096),
         mix=mix, reads=reads, writes=writes,
         load_target=load_node.target.name, load_node=load_node.node, load_from=load_from,
-        load_cpus=tuple(load_cpus), load_size=load.size,
+        load_cpus=tuple(load_cpus), load_size=load.size, load_gpus=tuple(gpus),
         load_pages_on_node=load_pages.get(load_node.node, 0),
         load_pages=sum(load_pages.values()),
         points=(points[0], *ordered), idle_latency_ns=idle, peak_bytes_per_s=peak,

@@ -132,7 +132,7 @@ def offload_steps(
         )
     hbm_times = stack.time(stack.hbm_step(backward), samples)
     out: list[OffloadResult] = []
-    common = dict(initiator=f"gpu{gpu.index}", gpu=gpu.name, layers=layers, width=width,
+    common = dict(initiator=gpu.target_name, gpu=gpu.name, layers=layers, width=width,
                   tokens=tokens, layer_bytes=layer_bytes, backward=backward,
                   samples=samples)  # fmt: skip
     compute_s = statistics.median(hbm_times)
@@ -269,7 +269,7 @@ def _result(mode: str, times: list[float], p: Pair | None, figures: dict[str, An
     step = statistics.median(times)
     on_host = p is not None
     return OffloadResult(
-        target=p.target.name if p else common["initiator"], node=p.node if p else None,
+        target=p.target.name if p else common["initiator"], node=p.node if p else None, pair=p,
         cpus=(), size=common["layers"] * common["layer_bytes"], page_size=4096 if on_host else 0,
         pages_on_node=pages[0] if pages else None, pages=pages[1] if pages else None,
         mode=mode, lookahead=lookahead, step_s=step, step_s_best=min(times),

@@ -10,12 +10,18 @@ the tier it names.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ..gpu.devices import GpuDevice
+    from ..targets import Pair
 
 # A measured figure further than this factor from the advertised one (either way) is
 # called out: firmware figures are often wrong, and so is a misplaced measurement.
 ADVERTISED_FACTOR = 2.0
+# a field that carries resolved objects, not figures: the JSON has their names already
+_OBJECTS = {"json": False}
 
 
 def factor_apart(measured: float, advertised: float | None) -> float | None:
@@ -38,12 +44,15 @@ class BenchResult:
     page_size: int  # bytes; 0 for GPU memory
     pages_on_node: int | None = None  # host memory: pages found on ``node`` afterwards
     pages: int | None = None  # host memory: pages of the measured buffers
+    # what ``target`` and ``initiator`` resolved to, for code that needs more than a name
+    pair: Pair | None = field(default=None, compare=False, repr=False, metadata=_OBJECTS)
 
     def as_json(self) -> dict[str, Any]:
         """Field names as keys, the benchmark's name first; nested results as objects."""
         out: dict[str, Any] = {"benchmark": self.benchmark}
         for f in dataclasses.fields(self):
-            out[f.name] = _plain(getattr(self, f.name))
+            if f.metadata.get("json", True):
+                out[f.name] = _plain(getattr(self, f.name))
         return out
 
 
@@ -183,6 +192,9 @@ class LoadedLatencyResult(BenchResult):
     knee_bytes_per_s: float | None  # load where the median reached knee_factor x idle
     window_loads: int
     measure_s: float = 0.0
+    # the GPUs whose copy engines loaded (none: CPUs did)
+    load_gpus: tuple[GpuDevice, ...] = field(default=(), compare=False, repr=False,
+                                             metadata=_OBJECTS)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

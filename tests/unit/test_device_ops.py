@@ -190,7 +190,7 @@ def test_check_reports_what_operations_left_running(tmp_path: Path) -> None:
     import shutil
 
     from pycxl.cxl.health import AlertConfig
-    from pycxl.ops.check import _alert_finding
+    from pycxl.ops.check_devices import alert_finding
 
     tree = tmp_path / "tree"
     shutil.copytree(PMEM, tree, symlinks=True)
@@ -210,6 +210,6 @@ def test_check_reports_what_operations_left_running(tmp_path: Path) -> None:
     cfg = AlertConfig(valid=0x11, programmable=0x1F, life_used_crit=90, life_used_warn=80,
                       over_temp_crit=0, under_temp_crit=0, over_temp_warn=0, under_temp_warn=0,
                       volatile_err_warn=0, pmem_err_warn=7)  # fmt: skip
-    f = _alert_finding("mem0", cfg, {})
+    f = alert_finding("mem0", cfg, {})
     assert f is not None and f.message == "mem0: warning alerts set: life used at 80, pmem err at 7"
-    assert _alert_finding("mem0", AlertConfig(0, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0), {}) is None
+    assert alert_finding("mem0", AlertConfig(0, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0), {}) is None

@@ -1,0 +1,63 @@
+"""What a job needs of the host, as ``pycxl check --expect`` takes it: ``cxl0=512G``,
+``regions=2``, ``memdevs=4``, given one by one or in a file."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..errors import InvalidRequestError
+from ..tiers import token
+from ..units import parse_size
+from ..values import read_text
+
+_EXPECT = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*(\S+)\s*$")
+_COUNTS = ("regions", "memdevs")
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the job needs: node capacities by name, and counts of regions and memdevs."""
+
+    capacities: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """No expectation given: check consistency only."""
+        return not self.capacities and not self.counts
+
+
+def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expectations:
+    """``cxl0=512G``, ``regions=2``, ``memdevs=4``: InvalidRequestError names a bad one."""
+    caps: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for item in items:
+        m = _EXPECT.match(item)
+        if not m:
+            raise InvalidRequestError(
+                f"{source} {item!r}: write NAME=SIZE (cxl0=512G), regions=N or memdevs=N"
+            )
+        key, value = m.group(1), m.group(2)
+        if key in _COUNTS:
+            if not value.isdecimal():
+                raise InvalidRequestError(f"{source} {item!r}: {key} takes a whole number")
+            counts[key] = int(value)
+            continue
+        if token(key).kind not in ("dram", "cxl", "node"):  # names as typed: lower case
+            raise InvalidRequestError(
+                f"{source} {item!r}: {key} is not a memory node name (dram0, cxl0, node2) "
+                "nor regions/memdevs"
+            )
+        try:
+            caps[key] = parse_size(value)
+        except InvalidRequestError as e:
+            raise InvalidRequestError(f"{source} {item!r}: {e}") from None
+    return Expectations(caps, counts)
+
+
+def read_expect_file(path: str) -> list[str]:
+    """The expectations in a file: one per line, '#' starts a comment."""
+    lines = read_text(path, "expectation file").splitlines()
+    return [ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip()]
