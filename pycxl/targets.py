@@ -16,7 +16,7 @@ from .errors import InvalidRequestError, PlacementError
 from .units import format_size
 
 if TYPE_CHECKING:
-    from .gpu.devices import GpuDevice
+    from .gpu.model import GpuDevice
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from .errors import InvalidRequestError, NotFoundError
-from .gpu.devices import GpuDevice
+from .gpu.model import GpuDevice
 from .numa.nodes import NumaNode
 
 if TYPE_CHECKING:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 
 from ..sysfs import Sysfs
-
-# the model, also imported from here by the code that reads GPUs by name
-from .model import GpuDevice as GpuDevice, GpuInventory as GpuInventory, GpuSource as GpuSource
+from .model import GpuDevice, GpuInventory, GpuSource
 
 NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..gpu.devices import GpuDevice
+    from ..gpu.model import GpuDevice
     from ..targets import Pair
 
 # A measured figure further than this factor from the advertised one (either way) is

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
-from ..pcie import Link
+from ..pci_link import Link
 from ..sysfs import Sysfs
 from ..system import System
 from .check_capacity import CAPACITY_SLACK, expectation_findings

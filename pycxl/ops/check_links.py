@@ -4,7 +4,7 @@ both its ends support."""
 from __future__ import annotations
 
 from ..pci import nvidia_gpus
-from ..pcie import Link, read_link
+from ..pci_link import Link, read_link
 from ..sysfs import Sysfs
 from ..system import System
 from .check_finding import Finding

@@ -18,7 +18,7 @@ FLOORS = {
     "pycxl._bench": 0, "pycxl._lazy": 0, "pycxl.trace": 0, "pycxl.outfiles": 0,
     "pycxl._log": 0, "pycxl.values": 0,
     "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.measure": 1, "pycxl.testbed": 1,
-    "pycxl.pci": 1, "pycxl.pci_link": 1, "pycxl.pcie": 1, "pycxl.pci_caps": 1, "pycxl.targets": 1,
+    "pycxl.pci": 1, "pycxl.pci_link": 1, "pycxl.pci_caps": 1, "pycxl.targets": 1,
     "pycxl.counters": 1,
     "pycxl.tiers": 2, "pycxl.system": 2,
     "pycxl": 3, "pycxl.by_name": 3, "pycxl.bench": 3, "pycxl.listing": 3, "pycxl.memdev_health": 3,

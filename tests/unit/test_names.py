@@ -9,7 +9,7 @@ import pytest
 
 from pycxl.errors import InvalidRequestError, NotFoundError
 from pycxl.gpu import devices
-from pycxl.gpu.devices import GpuInventory
+from pycxl.gpu.model import GpuInventory
 from pycxl.system import snapshot
 from pycxl.tiers import is_gpu_name, parse_name, parse_names, token
 
