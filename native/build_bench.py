@@ -50,7 +50,8 @@ ffibuilder.cdef(
     void load_stop(void *handle);
     size_t chase_windows(void **cursor, uint64_t loads, uint64_t duration_ns, uint32_t *win_ns,
                          size_t max_windows);
-    int tier_open(int slot, int node, const int *devices, int ndevices, int mode, char *err, size_t errlen);
+    int tier_open(int slot, int node, const int *devices, int ndevices, int mode, char *err,
+                  size_t errlen);
     int tier_registered(int slot);
     int tier_spill_to(int slot, size_t headroom);
     int tier_prefer(int slot);
