@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pycxl.values import MAX_STEPS
+from pycxl.values import MAX_STEPS, PAGE_SIZES
 
 from .params import (
+    CHASE_SIZE,
     COUNT,
     INT_LIST,
     PAGE_SIZE,
@@ -20,7 +21,6 @@ from .params import (
     FiniteType,
     OutputFileType,
     RatesType,
-    SizeType,
     plot_suffixes,
 )
 from .render import emit_json, emit_table
@@ -41,7 +41,7 @@ FROM = click.option(
 TARGET = click.option("--target", "-t", required=True, metavar="TARGET",
                       help="Memory to measure: dram0, cxl0, node1, gpu0.")  # fmt: skip
 PAGE = click.option(
-    "--page-size", "page", type=click.Choice(["4k", "2m"]), default="4k", show_default=True
+    "--page-size", "page", type=click.Choice(PAGE_SIZES), default="4k", show_default=True
 )
 PLOT = click.option("--plot", type=OutputFileType(plot_suffixes), default=None,
                     metavar="FILE.png",
@@ -62,7 +62,7 @@ def bench_group() -> None:
 @bench_group.command("latency")
 @TARGET
 @FROM
-@click.option("--size", type=SizeType(minimum=16 << 10), default=None,
+@click.option("--size", type=CHASE_SIZE, default=None,
               help="Arena (default: 4x the last-level cache, at least 256M; "
                    "with --sweep: the largest working set).")  # fmt: skip
 @PAGE
@@ -144,7 +144,7 @@ def bandwidth_command(target: str, initiator: str | None, threads: tuple[int, ..
 @click.option("--load-threads", type=COUNT, default=None,
               help="CPU load threads (default: every CPU of the initiator but the chase's "
                    "core).")  # fmt: skip
-@click.option("--size", type=SizeType(minimum=16 << 10), default=None,
+@click.option("--size", type=CHASE_SIZE, default=None,
               help="Chase arena (default: as pycxl bench latency).")  # fmt: skip
 @click.option("--load-size", type=PAGE_SIZE, default=None,
               help="Load buffer, all threads (default: 4x the last-level cache, at least "
