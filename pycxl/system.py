@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, get_args
 
 from .cxl.read import Backend, read_cxl
@@ -47,6 +47,12 @@ class System:
     gpus: GpuInventory
     # the tree it was read from ('/': this machine, whose devices can be asked)
     sysroot: str = "/"
+    # that tree, opened once, for the calls that read or write it again
+    fs: Sysfs | None = field(default=None, repr=False, compare=False)
+
+    def sysfs(self) -> Sysfs:
+        """The host tree this system was read from."""
+        return self.fs if self.fs is not None else Sysfs(self.sysroot)
 
     def __repr__(self) -> str:
         cxl = (
@@ -129,7 +135,7 @@ class System:
         if name is not None and is_gpu_name(name):
             from .pci import nvidia_gpus
 
-            on_bus = nvidia_gpus(Sysfs(self.sysroot))
+            on_bus = nvidia_gpus(self.sysfs())
             if int(name_text(name)[3:]) >= len(on_bus):
                 raise NotFoundError(
                     "GPU", name, [f"gpu{i}" for i in range(len(on_bus))],
@@ -376,7 +382,7 @@ class System:
 
 
 def snapshot(
-    sysroot: str | None = None,
+    sysroot: str | Sysfs | None = None,
     *,
     backend: Backend = "sysfs",
     gpus: bool | GpuSource = True,
@@ -392,7 +398,7 @@ def snapshot(
     from .gpu.nvml_session import begin_reading
     from .numa.nodes import read_nodes
 
-    fs = Sysfs(sysroot)
+    fs = sysroot if isinstance(sysroot, Sysfs) else Sysfs(sysroot)
     if not isinstance(gpus, bool):
         word(gpus, "gpus", get_args(GpuSource))
     via: GpuSource | None = None if gpus is False else "auto" if gpus is True else gpus
@@ -413,7 +419,7 @@ def snapshot(
         inventory = GpuInventory((), None, "GPUs not queried")
     else:
         inventory = read_gpus(fs, via=via)
-    return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory, sysroot=fs.root)
+    return System(cxl=cxl, nodes=tuple(nodes), gpus=inventory, sysroot=fs.root, fs=fs)
 
 
 def given_or_read(system: object, *, gpus: bool | GpuSource = True) -> System:
