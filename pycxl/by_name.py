@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .cxl import regions as _regions
 from .errors import InvalidRequestError
 from .system import System, given_or_read, snapshot
-from .units import parse_size
+from .values import size as checked_size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,10 +39,7 @@ Names = str | int | Iterable[str | int]
 
 
 def _bytes(size: int | str) -> int:
-    n = parse_size(size)
-    if n <= 0:
-        raise InvalidRequestError(f"size must be positive, not {size!r}")
-    return n
+    return checked_size(size)  # the one size checker, as the CLI's
 
 
 def allocate(

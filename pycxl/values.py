@@ -90,13 +90,13 @@ def page_size(value: object) -> str:
 
 
 def ways(value: object) -> int:
-    """Interleave ways a CXL decoder can take."""
+    """Interleave ways a CXL decoder can take (``VALID_WAYS``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidRequestError(f"ways {value!r}: give a whole number, one of "
-                                  f"{', '.join(map(str, VALID_WAYS))}")  # fmt: skip
+        raise InvalidRequestError(f"ways {value!r}: give a whole number")
     if int(value) not in VALID_WAYS:
         raise InvalidRequestError(
-            f"interleave ways must be one of {', '.join(map(str, VALID_WAYS))}, not {value}"
+            f"interleave ways {value} is not one CXL supports; use one of "
+            + ", ".join(map(str, VALID_WAYS))
         )
     return int(value)
 

@@ -18,13 +18,13 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import values
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
 from ..units import format_size
 from ..values import (
     PARTITION_MODES,
     PMEM,
     RAM,
-    VALID_WAYS,
     PartitionMode,
     count,
     optional_size,
@@ -186,11 +186,7 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
 
 # --- single checks -------------------------------------------------------------------
 def _check_ways(ways: int) -> None:
-    if ways not in VALID_WAYS:
-        raise InvalidRequestError(
-            f"interleave ways {ways} is not one CXL supports; use one of "
-            + ", ".join(map(str, VALID_WAYS))
-        )
+    values.ways(ways)  # the checker the doors share; here for the default (memdev count)
 
 
 def _check_granularity_value(g: int) -> None:
