@@ -154,10 +154,10 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
     topo.require()
     ways = req.ways if req.ways is not None else (len(req.memdevs) or 1)
     _check_ways(ways)
-    if req.granularity_bytes is not None:
-        _check_granularity_value(req.granularity_bytes)
-    if req.size_bytes is not None:
-        _check_size_alignment(req.size_bytes, ways)
+    if req.granularity is not None:
+        _check_granularity_value(req.granularity)
+    if req.size is not None:
+        _check_size_alignment(req.size, ways)
     memdevs = _resolve_memdevs(topo, req.memdevs)
     if memdevs and len(memdevs) != ways:
         raise InvalidRequestError(
@@ -168,7 +168,7 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
     rtype: PartitionMode = req.type or _default_type(roots, req.decoder)
     _check_uuid(req.uuid, rtype)
     for m in memdevs:
-        _check_memdev(m, rtype, req.size_bytes // ways if req.size_bytes else DPA_ALIGN)
+        _check_memdev(m, rtype, req.size // ways if req.size else DPA_ALIGN)
 
     reasons: list[str] = []
     for root in roots:
@@ -315,14 +315,14 @@ def _layout_on_root(
             f"{root.name} interleaves {root_ways} host bridges; region ways must be a "
             f"multiple of {root_ways}"
         )
-    granularity = _granularity(root, req.granularity_bytes)
+    granularity = _granularity(root, req.granularity)
     if memdevs:
         ordered = order_by_position(root, memdevs)
     else:
-        ordered = _pick_memdevs(topo, root, rtype, ways, req.size_bytes)
+        ordered = _pick_memdevs(topo, root, rtype, ways, req.size)
     _check_port_decoders(ordered)
     _check_address_order(root, ordered)
-    size = _size(root, ordered, rtype, ways, req.size_bytes)
+    size = _size(root, ordered, rtype, ways, req.size)
     targets = tuple(
         RegionTarget(position=i, memdev=m, decoder=_must(next_free_decoder(m)))
         for i, m in enumerate(ordered)
