@@ -254,7 +254,7 @@ def pin_probe_command(targets: tuple[str, ...], size: int, as_json: bool) -> Non
     """Whether each tier keeps long-term-pinned memory (what GPU registration and RDMA
     take), by trying: SIZE bytes are placed there, pinned as io_uring fixed buffers,
     and counted page by page. Default: every node with memory. Nothing stays pinned."""
-    from pycxl.by_name import probe_longterm_pins
+    from pycxl.facade import probe_longterm_pins
 
     probes = probe_longterm_pins(list(targets) or None, size=size)
     if as_json:

@@ -84,8 +84,8 @@ def create_command(
     pycxl puts them in the interleave positions the topology requires. With no
     MEMDEV, memdevs with free capacity are picked.
     """
-    from pycxl.by_name import create_region
     from pycxl.cxl.region_layout import RegionRequest
+    from pycxl.facade import create_region
     from pycxl.system import snapshot
 
     req = RegionRequest(
@@ -110,7 +110,7 @@ def create_command(
 def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
-    from pycxl.by_name import destroy_region
+    from pycxl.facade import destroy_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r, s: destroy_region(r, force=force, system=s, dry_run=dry_run),
@@ -128,7 +128,7 @@ def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_deco
 def disable_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
-    from pycxl.by_name import disable_region
+    from pycxl.facade import disable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r, s: disable_region(r, force=force, system=s, dry_run=dry_run))  # fmt: skip
@@ -149,7 +149,7 @@ def enable_command(regions: tuple[tuple[str, ...], ...], no_online: bool, zone: 
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
     online in the other zone there."""
-    from pycxl.by_name import enable_region
+    from pycxl.facade import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r, s: enable_region(r, online=not no_online, zone=zone, mode=mode,

@@ -1,4 +1,5 @@
-"""The library by name: memory on tiers, regions with their tier, host memory for GPUs.
+"""The public facade: the library by name. Memory on tiers, regions with their tier, host
+memory for GPUs.
 
 These take what users type (``"cxl0"``, ``"dram0,cxl0"``, ``"gpu0"``, sizes such as
 ``"256M"``), resolve it against one snapshot (``system``, read when not given) and call
