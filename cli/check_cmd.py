@@ -60,7 +60,6 @@ def check_command(
 
     if as_json and oneline:
         raise click.UsageError("give --json or --oneline, not both")
-    from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
 
     items = list(expect)
@@ -80,7 +79,7 @@ def check_command(
     # a recorded tree has no devices to ask: its check is of what sysfs shows
     ask_devices = not no_health and sysroot is None
     report = run_check(system, expectations, event_log=event_log, device_health=ask_devices,
-                       fs=Sysfs(sysroot))  # fmt: skip
+                       fs=system.sysfs())  # fmt: skip
     if textfile:
         from pycxl.ops.metrics import check_metrics
         from pycxl.ops.prometheus import write_textfile

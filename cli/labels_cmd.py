@@ -54,7 +54,7 @@ def labels_command(
         )
     fs = Sysfs(sysroot)
     # GPUs from the driver's files (else the PCI bus), no library: as pycxl check
-    system = snapshot(sysroot, gpus="files")
+    system = snapshot(fs, gpus="files")
     report = None
     if fmt != "slurm" and not no_health:
         from pycxl.ops.check import run_check

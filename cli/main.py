@@ -29,7 +29,7 @@ COMMANDS = {
     "run": ("numa_cmd", "run_command"),
     "where": ("numa_cmd", "where_command"),
     "pin-probe": ("numa_cmd", "pin_probe_command"),
-    "bench": ("bench_cmd", "bench_group"),
+    "bench": ("bench", "bench_group"),
     "testbed": ("testbed_cmd", "testbed_command"),
     "check": ("check_cmd", "check_command"),
     "monitor": ("monitor_cmd", "monitor_command"),

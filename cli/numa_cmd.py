@@ -39,7 +39,6 @@ def numa_command(set_weights: str | None, tune: tuple[str, ...] | None, initiato
     each node's nearest socket and what the platform advertises for it (numactl -H, by
     tier)."""
     from pycxl.numa.policy import read_weight_mode, read_weights
-    from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
     from pycxl.to_json import node_json
     from pycxl.units import format_size
@@ -49,7 +48,7 @@ def numa_command(set_weights: str | None, tune: tuple[str, ...] | None, initiato
     if initiator is not None and tune is None:
         raise click.UsageError("--from goes with --tune-weights")
     s = snapshot(sysroot, gpus=False)
-    fs = Sysfs(sysroot)
+    fs = s.sysfs()  # the tree the snapshot read, opened once
     if tune is not None:
         _tune(s, fs, tune, initiator, dry_run, as_json)
         return
@@ -255,7 +254,7 @@ def pin_probe_command(targets: tuple[str, ...], size: int, as_json: bool) -> Non
     """Whether each tier keeps long-term-pinned memory (what GPU registration and RDMA
     take), by trying: SIZE bytes are placed there, pinned as io_uring fixed buffers,
     and counted page by page. Default: every node with memory. Nothing stays pinned."""
-    from pycxl.by_name import probe_longterm_pins
+    from pycxl.facade import probe_longterm_pins
 
     probes = probe_longterm_pins(list(targets) or None, size=size)
     if as_json:

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pycxl.errors import InvalidRequestError
-from pycxl.units import format_size, parse_size
-from pycxl.values import SYSROOT_ENV
+from pycxl.values import CHASE_MIN_SIZE, PAGE_BYTES, SYSROOT_ENV
 
 if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older is plain
     IntParam = click.ParamType[int]
@@ -37,17 +36,12 @@ class SizeType(IntParam):
         return "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            n = value
-        else:
-            try:
-                n = parse_size(str(value))
-            except InvalidRequestError as e:
-                self.fail(str(e), param, ctx)
-        if n < self.minimum:
-            least = format_size(self.minimum) if self.minimum >= 1024 else f"{self.minimum} B"
-            self.fail(f"{value!r} is too small: give at least {least}", param, ctx)
-        return n
+        from pycxl.values import size
+
+        try:  # the library's checker: one message either way
+            return size(value if isinstance(value, int) else str(value), None, self.minimum)
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
 
 
 class IntListType(IntsParam):
@@ -310,7 +304,8 @@ DRY_RUN = click.option(
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 SIZE = SizeType()
-PAGE_SIZE = SizeType(minimum=4096)  # buffers of at least one page
+PAGE_SIZE = SizeType(minimum=PAGE_BYTES)  # buffers of at least one page
+CHASE_SIZE = SizeType(minimum=CHASE_MIN_SIZE)
 COUNT = CountType()
 INT_LIST = IntListType()
 NODES = NamesType("NODES")

@@ -4,7 +4,7 @@ destroy-region, disable-region, enable-region)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,8 +14,10 @@ from .params import AS_JSON, COUNT, DRY_RUN, OBJECT_NAMES, SIZE, WRITES_SYSROOT,
 from .render import dash, emit_json, emit_table
 
 if TYPE_CHECKING:
+    from pycxl.cxl.model import Region
     from pycxl.cxl.regions import RegionResult
     from pycxl.plan import Step
+    from pycxl.system import System
 
 ZONE_HELP = (
     "Zone to online the memory into. normal: GPU-registered (long-term pinned) "
@@ -82,8 +84,9 @@ def create_command(
     pycxl puts them in the interleave positions the topology requires. With no
     MEMDEV, memdevs with free capacity are picked.
     """
-    from pycxl.by_name import create_region
     from pycxl.cxl.region_layout import RegionRequest
+    from pycxl.facade import create_region
+    from pycxl.system import snapshot
 
     req = RegionRequest(
         memdevs=flatten(memdevs), ways=ways,
@@ -91,7 +94,8 @@ def create_command(
         decoder=decoder, bus=bus, uuid=uuid, online=not no_online,
         zone=zone, mode=mode,  # type: ignore[arg-type]
     )  # fmt: skip
-    _emit([create_region(req, sysroot=sysroot, dry_run=dry_run)], as_json, single=True)
+    system = snapshot(sysroot, gpus=False)  # the host, read once and passed down
+    _emit([create_region(req, system=system, dry_run=dry_run)], as_json, single=True)
 
 
 @region_group.command("destroy")
@@ -106,10 +110,10 @@ def create_command(
 def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
-    from pycxl.by_name import destroy_region
+    from pycxl.facade import destroy_region
 
     _each(regions, root_decoder, sysroot, as_json,
-          lambda r: destroy_region(r, force=force, sysroot=sysroot, dry_run=dry_run),
+          lambda r, s: destroy_region(r, force=force, system=s, dry_run=dry_run),
           newest_first=True)  # fmt: skip
 
 
@@ -124,10 +128,10 @@ def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_deco
 def disable_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
-    from pycxl.by_name import disable_region
+    from pycxl.facade import disable_region
 
     _each(regions, root_decoder, sysroot, as_json,
-          lambda r: disable_region(r, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+          lambda r, s: disable_region(r, force=force, system=s, dry_run=dry_run))  # fmt: skip
 
 
 @region_group.command("enable")
@@ -145,34 +149,37 @@ def enable_command(regions: tuple[tuple[str, ...], ...], no_online: bool, zone: 
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
     online in the other zone there."""
-    from pycxl.by_name import enable_region
+    from pycxl.facade import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
-          lambda r: enable_region(r, online=not no_online, zone=zone, mode=mode,
-                                  sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+          lambda r, s: enable_region(r, online=not no_online, zone=zone, mode=mode,
+                                     system=s, dry_run=dry_run))  # fmt: skip
 
 
 def _each(names: tuple[tuple[str, ...], ...], root_decoder: str | None, sysroot: str | None,
-          as_json: bool, op: Callable[[str], RegionResult],
+          as_json: bool, op: Callable[[Region, System], RegionResult],
           newest_first: bool = False) -> None:  # fmt: skip
     """Run ``op`` on each named region (every region for 'all'), as ndctl does: all
     names are checked first; a region that fails does not stop the others; the exit
     status is the first failure's. ``newest_first``: 'all' in reverse (the kernel
-    resets a port's decoders newest first)."""
-    from pycxl.cxl.read import read_cxl
+    resets a port's decoders newest first). The host is read once, and its regions
+    passed down as objects; after a region is changed, the next is read again (the
+    change may concern it: a later decoder reset, a node gone)."""
     from pycxl.errors import PycxlError
     from pycxl.listing import pick_regions
-    from pycxl.sysfs import Sysfs
+    from pycxl.system import snapshot
 
-    topo = read_cxl(Sysfs(sysroot)).require()
-    targets = pick_regions(topo, flatten(names), root_decoder)
+    system = snapshot(sysroot, gpus=False)
+    targets = pick_regions(system.cxl.require(), flatten(names), root_decoder)
     if newest_first and "all" in flatten(names):
         targets = targets[::-1]
     results: list[RegionResult] = []
     failure: PycxlError | None = None
     for name in targets:
         try:
-            results.append(op(name))
+            if results and results[-1].executed and len(results[-1].plan):
+                system = snapshot(system.sysfs(), gpus=False)
+            results.append(op(system.cxl.region(name), system))
         except PycxlError as e:
             if len(targets) == 1:
                 raise
@@ -198,41 +205,14 @@ class _AlreadyReported(click.exceptions.Exit):
 
 
 # --- output --------------------------------------------------------------------------
-def result_json(r: RegionResult) -> dict[str, Any]:
-    from pycxl.to_json import region_json
-
-    doc: dict[str, Any] = {"region": r.name, "action": r.plan.title.split()[0]}
-    if not r.executed:
-        doc["dry_run"] = True
-        doc["plan"] = r.plan.as_json()
-    if r.layout is not None:
-        lay = r.layout
-        doc["layout"] = {
-            "decoder": lay.root.name, "type": lay.type, "size": lay.size,
-            "interleave_ways": lay.ways, "interleave_granularity": lay.granularity,
-            "targets": [{"position": t.position, "memdev": t.memdev.name,
-                         "decoder": t.decoder.name} for t in lay.targets],
-        }  # fmt: skip
-    if r.executed and r.region is not None:
-        from pycxl.cxl.memory_blocks import HOLDS_LONGTERM_PINS
-
-        doc.update(region_json(r.region, targets=True))
-        doc["numa_node"] = r.numa_node
-        doc["tier"] = r.tier
-        doc["zone"] = r.zone
-        doc["longterm_pin"] = HOLDS_LONGTERM_PINS.get(r.zone or "")
-        doc["dax"] = [{"chardev": d.name, "mode": d.mode} for d in r.region.dax_devices]
-    if r.warnings:
-        doc["warnings"] = list(r.warnings)
-    return doc
-
-
 def _emit(results: list[RegionResult], as_json: bool, *, single: bool = False) -> None:
     for r in results:
         for w in r.warnings:
             click.echo(f"pycxl: warning: {r.name}: {w}", err=True)
     if as_json:  # one shape per command: create's one object, a list from the others
-        docs = [result_json(r) for r in results]
+        from pycxl.to_json import region_result_json
+
+        docs = [region_result_json(r) for r in results]
         emit_json(docs[0] if single else docs)
         return
     for r in results:

@@ -36,7 +36,7 @@ def stat_command(
     from pycxl.system import snapshot
 
     system = snapshot(sysroot, gpus=False)
-    for i, report in enumerate(stat(system, interval, count, sysroot)):
+    for i, report in enumerate(stat(system, interval, count)):
         if textfile:
             from pycxl.ops.metrics import stat_metrics
             from pycxl.ops.prometheus import write_textfile

@@ -67,25 +67,6 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import bench as bench
-    from .by_name import (
-        allocate as allocate,
-        create_region as create_region,
-        destroy_region as destroy_region,
-        disable_region as disable_region,
-        enable_region as enable_region,
-        host_memory as host_memory,
-        map_dax as map_dax,
-        migrate as migrate,
-        move as move,
-        offload_layers as offload_layers,
-        offload_model as offload_model,
-        on_tier as on_tier,
-        pinned_array as pinned_array,
-        pinned_tensor as pinned_tensor,
-        probe_longterm_pins as probe_longterm_pins,
-        spill_to as spill_to,
-        tier_pool as tier_pool,
-    )
     from .cxl.alerts import AlertChange as AlertChange, set_alert_config as set_alert_config
     from .cxl.binding import (
         disable_bus as disable_bus,
@@ -113,6 +94,25 @@ if TYPE_CHECKING:
     from .cxl.region_layout import RegionRequest as RegionRequest
     from .cxl.regions import RegionResult as RegionResult
     from .cxl.sanitize import sanitize as sanitize, wait_sanitize as wait_sanitize
+    from .facade import (
+        allocate as allocate,
+        create_region as create_region,
+        destroy_region as destroy_region,
+        disable_region as disable_region,
+        enable_region as enable_region,
+        host_memory as host_memory,
+        map_dax as map_dax,
+        migrate as migrate,
+        move as move,
+        offload_layers as offload_layers,
+        offload_model as offload_model,
+        on_tier as on_tier,
+        pinned_array as pinned_array,
+        pinned_tensor as pinned_tensor,
+        probe_longterm_pins as probe_longterm_pins,
+        spill_to as spill_to,
+        tier_pool as tier_pool,
+    )
     from .listing import ListRequest as ListRequest, list_json as list_json
     from .numa.placement import NumaBuffer as NumaBuffer
     from .numa.policy import Policy as Policy
@@ -128,7 +128,7 @@ _LAZY = {
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
          "pinned_tensor", "offload_layers", "offload_model", "create_region", "destroy_region",
          "disable_region", "enable_region", "tier_pool", "on_tier", "spill_to", "move"),
-        "by_name",
+        "facade",
     ),
     "RegionRequest": "cxl.region_layout",
     # CXL device operations (ndctl's memdev, port and bus commands)

@@ -90,10 +90,13 @@ StepHook = Callable[[int, Step], None]
 
 @dataclass(frozen=True)
 class Plan:
-    """Ordered steps toward one goal (``title``)."""
+    """Ordered steps toward one goal (``title``, as a person reads it); ``action``: the
+    goal's verb for programs (create, enable, disable, destroy...), never parsed back
+    out of the title."""
 
     title: str
     steps: tuple[Step, ...]
+    action: str | None = None
 
     def __iter__(self) -> Iterator[Step]:
         return iter(self.steps)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -49,6 +49,12 @@ class System:
     gpu_inventory: GpuInventory | None = None
     # the tree it was read from ('/': this machine, whose devices can be asked)
     sysroot: str = "/"
+    # that tree, opened once, for the calls that read or write it again
+    fs: Sysfs | None = field(default=None, repr=False, compare=False)
+
+    def sysfs(self) -> Sysfs:
+        """The host tree this system was read from."""
+        return self.fs if self.fs is not None else Sysfs(self.sysroot)
 
     def __repr__(self) -> str:
         cxl = (
@@ -71,7 +77,7 @@ class System:
             return self.gpu_inventory
         from .gpu.devices import read_gpus
 
-        return read_gpus(Sysfs(self.sysroot), via="auto")
+        return read_gpus(self.sysfs(), via="auto")
 
     @property
     def _gpus_read(self) -> bool:
@@ -153,7 +159,7 @@ class System:
         if tok is not None and tok.is_gpu:
             from .pci import nvidia_gpus
 
-            on_bus = nvidia_gpus(Sysfs(self.sysroot))
+            on_bus = nvidia_gpus(self.sysfs())
             if tok.number >= len(on_bus):
                 raise NotFoundError(
                     "GPU", str(tok), [f"gpu{i}" for i in range(len(on_bus))],
@@ -407,7 +413,7 @@ class System:
 
 
 def snapshot(
-    sysroot: str | None = None,
+    sysroot: str | Sysfs | None = None,
     *,
     backend: Backend = "sysfs",
     gpus: bool | GpuSource | Literal["lazy"] = True,
@@ -425,7 +431,7 @@ def snapshot(
     from .gpu.nvml_session import begin_reading
     from .numa.nodes import read_nodes
 
-    fs = Sysfs(sysroot)
+    fs = sysroot if isinstance(sysroot, Sysfs) else Sysfs(sysroot)
     if not isinstance(gpus, bool):
         word(gpus, "gpus", (*get_args(GpuSource), "lazy"))
     lazy = gpus == "lazy"
@@ -451,7 +457,7 @@ def snapshot(
         inventory = GpuInventory((), None, "GPUs not queried")
     else:
         inventory = read_gpus(fs, via=via)
-    return System(cxl=cxl, nodes=tuple(nodes), gpu_inventory=inventory, sysroot=fs.root)
+    return System(cxl=cxl, nodes=tuple(nodes), gpu_inventory=inventory, sysroot=fs.root, fs=fs)
 
 
 def given_or_read(system: object, *, gpus: bool | GpuSource | Literal["lazy"] = True) -> System:

@@ -17,6 +17,7 @@ from .units import format_size_ndctl
 
 if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list --json
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+    from .cxl.regions import RegionResult
     from .gpu.model import GpuDevice
     from .numa.access import AccessFigures
     from .pci_caps import CxlCapability, Unread
@@ -138,6 +139,36 @@ def region_json(r: Region, targets: bool = False, human: bool = False) -> Json:
         **_present("extended_linear_cache_size", _size(r.extended_linear_cache_size, human)),
         **_present("locked", r.locked),
     }
+
+
+def region_result_json(r: RegionResult) -> Json:
+    """What a region operation did (or, dry, would do): its action, the plan of a dry
+    run, the layout a create decided, and the region as read back, with its node, tier
+    and zone (``pycxl region ... --json``)."""
+    doc: Json = {"region": r.name, "action": r.plan.action}
+    if not r.executed:
+        doc["dry_run"] = True
+        doc["plan"] = r.plan.as_json()
+    if r.layout is not None:
+        lay = r.layout
+        doc["layout"] = {
+            "decoder": lay.root.name, "type": lay.type, "size": lay.size,
+            "interleave_ways": lay.ways, "interleave_granularity": lay.granularity,
+            "targets": [{"position": t.position, "memdev": t.memdev.name,
+                         "decoder": t.decoder.name} for t in lay.targets],
+        }  # fmt: skip
+    if r.executed and r.region is not None:
+        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
+
+        doc.update(region_json(r.region, targets=True))
+        doc["numa_node"] = r.numa_node
+        doc["tier"] = r.tier
+        doc["zone"] = r.zone
+        doc["longterm_pin"] = HOLDS_LONGTERM_PINS.get(r.zone or "")
+        doc["dax"] = [{"chardev": d.name, "mode": d.mode} for d in r.region.dax_devices]
+    if r.warnings:
+        doc["warnings"] = list(r.warnings)
+    return doc
 
 
 def port_json(p: Port, targets: bool = False, human: bool = False) -> Json:

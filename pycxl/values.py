@@ -1,10 +1,13 @@
-"""What people type, checked where it comes in: whole-number counts, id lists and ranges,
-process ids, files to read and the sysroot.
+"""What people type, checked where it comes in: sizes, whole-number counts, samples,
+page sizes, interleave ways and granularity, id lists and ranges, process ids, files to
+read and the sysroot.
 
 Each kind of value has one checker, which the command line's parameter types and the
-library both call, so a bad value gets the same message either way (sizes:
-``pycxl.units.parse_size``; tier names: ``pycxl.tiers``; files pycxl writes:
-``pycxl.outfiles``). Every refusal is an ``InvalidRequestError`` naming the value.
+library's public functions both call, so a bad value gets the same message either way
+and the floors below take typed values without checking them again (they keep only
+physical limits). Sizes are read by ``pycxl.units.parse_size``; tier names by
+``pycxl.tiers``; files pycxl writes by ``pycxl.outfiles``. Every refusal is an
+``InvalidRequestError`` naming the value.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from .errors import InvalidRequestError
+from .units import format_size, parse_size
 
 SYSROOT_ENV = "PYCXL_SYSROOT"
 # A device's capacity, and a region made of it (``region create --type``): volatile (ram:
@@ -26,6 +30,13 @@ PMEM: PartitionMode = "pmem"
 PARTITION_MODES: tuple[PartitionMode, ...] = (RAM, PMEM)
 # interleave ways a CXL decoder can take (CXL 3.x: 1, 2, 4, 8, 16, and 3, 6, 12)
 VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+# the smallest arena a pointer chase can randomise (CPU or GPU)
+CHASE_MIN_SIZE = 16 << 10
+# a buffer of at least one page
+PAGE_BYTES = 4096
+# the page sizes a measurement can ask for
+PAGE_SIZES = ("4k", "2m")
 
 # the modes whose regions become memory the host runs on (dax device -> NUMA node); the
 # others keep data, so destroying them needs --force
@@ -44,6 +55,50 @@ def count(value: object, what: str, minimum: int = 1, maximum: int | None = None
     if maximum is not None and n > maximum:
         raise InvalidRequestError(f"{what} must be at most {maximum}, not {n}")
     return n
+
+
+def size(value: object, what: str | None = "size", minimum: int = 1) -> int:
+    """Bytes: an int, or text such as '4096', '256M', '1.5G' (``units.parse_size``), of
+    at least ``minimum``. ``what`` None: the message leaves the name out, for a
+    command-line option that names itself."""
+    n = parse_size(value)  # type: ignore[arg-type]  # parse_size refuses other types itself
+    if n >= minimum:
+        return n
+    if what is not None and minimum <= 1:
+        raise InvalidRequestError(f"{what} must be positive, not {value!r}")
+    if what is None:  # as the other options' messages print sizes
+        least = format_size(minimum) if minimum >= 1024 else f"{minimum} B"
+        raise InvalidRequestError(f"{value!r} is too small: give at least {least}")
+    least = f"{minimum >> 10} KiB" if minimum >= 1024 and not minimum % 1024 else f"{minimum} B"
+    raise InvalidRequestError(f"{what} {value!r} is too small: give at least {least}")
+
+
+def optional_size(value: object, what: str = "size", minimum: int = 1) -> int | None:
+    """``size`` where None means the default."""
+    return None if value is None else size(value, what, minimum)
+
+
+def samples(value: object) -> int | None:
+    """Timed samples, passes or copies: None (the measurement's default) or a count."""
+    return None if value is None else count(value, "samples")
+
+
+def page_size(value: object) -> str:
+    """A page size name: '4k' or '2m' (whether 2 MiB pages are available is the
+    machine's to say, when the buffer is made)."""
+    return word(value, "page size", PAGE_SIZES)
+
+
+def ways(value: object) -> int:
+    """Interleave ways a CXL decoder can take (``VALID_WAYS``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidRequestError(f"ways {value!r}: give a whole number")
+    if int(value) not in VALID_WAYS:
+        raise InvalidRequestError(
+            f"interleave ways {value} is not one CXL supports; use one of "
+            + ", ".join(map(str, VALID_WAYS))
+        )
+    return int(value)
 
 
 MAX_STEPS = 1000  # points of one loaded-latency sweep

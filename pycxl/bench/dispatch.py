@@ -40,8 +40,15 @@ from ..measure.results import (
 from ..system import System, given_or_read
 from ..targets import Pair
 from ..tiers import gpu_name, name_text, split_names
-from ..units import parse_size
-from ..values import MAX_STEPS, count, finite
+from ..values import (
+    CHASE_MIN_SIZE,
+    MAX_STEPS,
+    count,
+    finite,
+    optional_size,
+    page_size,
+    samples as checked_samples,
+)
 
 Size = int | str | None
 T = TypeVar("T")
@@ -72,17 +79,7 @@ def _loads(loads: int) -> None:
 
 
 def _size(size: Size, what: str = "size") -> int | None:
-    if size is None:
-        return None
-    n = parse_size(size)
-    if n <= 0:
-        raise InvalidRequestError(f"{what} must be positive, not {size!r}")
-    return n
-
-
-def _samples(samples: int | None) -> None:
-    if samples is not None:
-        count(samples, "samples")
+    return optional_size(size, what)
 
 
 def _seconds(value: float | None, what: str, above: float = 0.0) -> None:
@@ -116,12 +113,14 @@ def measure_latency(
     ``sweep``: one result per working set, doubling from 16 KiB to twice that cache
     (or to ``size``), each with fewer samples and loads.
     """
-    _samples(samples)
+    # each value checked here, once; the chase below trusts them
+    samples = checked_samples(samples)
     if loads is not None:
         _loads(loads)
+    n = optional_size(size, "size", CHASE_MIN_SIZE)
+    page = page_size(page)
     s = _system(system)
     pair = s.pair(target, initiator)
-    n = _size(size)
     if not sweep:
         return [_latency(s, pair, n, page, samples, loads)]
     gpu = pair.gpu is not None
@@ -186,7 +185,7 @@ def measure_bandwidth(
     (``[1, 2, 4]``) sweep, each count's results in turn."""
     from ..measure import loaded
 
-    _samples(samples)
+    samples = checked_samples(samples)
     counts: list[int | None]
     if threads is None:
         counts = [None]
@@ -301,6 +300,7 @@ def measure_first_touch(
     default 64 MiB)."""
     from ..measure import first_touch
 
+    page = page_size(page)
     pair = _system(system).pair(target, initiator)
     if pair.gpu is not None:
         raise InvalidRequestError("first touch is measured from CPUs, on host memory")
@@ -324,7 +324,7 @@ def measure_transfer(
     from ..gpu.staged import MAX_THREADS
     from ..measure import transfer
 
-    _samples(samples)
+    samples = checked_samples(samples)
     every = gpu_name(gpu) == "all"
     transfer.check_transfer(direction, memory, 2 if every else 1)
     s = _live(system)

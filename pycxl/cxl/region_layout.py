@@ -18,9 +18,18 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import values
 from ..errors import InvalidRequestError, NotFoundError, _natural_key
-from ..units import format_size, parse_size
-from ..values import PARTITION_MODES, PMEM, RAM, VALID_WAYS, PartitionMode, count, word
+from ..units import format_size
+from ..values import (
+    PARTITION_MODES,
+    PMEM,
+    RAM,
+    PartitionMode,
+    count,
+    optional_size,
+    word,
+)
 from .dax import check_mode
 from .memory_blocks import Zone, check_zone
 from .model import Decoder, Memdev
@@ -31,58 +40,73 @@ MIN_GRANULARITY, MAX_GRANULARITY = 256, 16384
 DPA_ALIGN = 256 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RegionRequest:
-    """What the user asked for; None means 'pick for me'."""
+    """What the user asked for; None means 'pick for me'.
 
-    memdevs: tuple[str, ...] = ()  # names, serials or host PCI addresses
-    ways: int | None = None
-    granularity: int | str | None = None  # bytes, or a string such as "4k"
-    size: int | str | None = None  # bytes, or a string such as "512M"
-    type: PartitionMode | None = None
-    decoder: str | None = None  # root decoder
-    bus: str | None = None  # only root decoders of this bus (name, id or provider)
-    uuid: str | None = None  # pmem only
-    online: bool = True
+    The constructor is the door: it checks each value once (``pycxl.values``) and keeps
+    it typed, so sizes given as text ("512M") are held as bytes and nothing below reads
+    them again. The physical limits (valid ways, granularity, alignment) are the
+    layout's, decided against the topology."""
+
+    memdevs: tuple[str, ...]  # names, serials or host PCI addresses
+    ways: int | None
+    granularity: int | None  # bytes
+    size: int | None  # bytes
+    type: PartitionMode | None
+    decoder: str | None  # root decoder
+    bus: str | None  # only root decoders of this bus (name, id or provider)
+    uuid: str | None  # pmem only
+    online: bool
     # normal: long-term pins (GPU registration) stay on the node; movable: the memory
     # can always be offlined, but the kernel moves pinned pages to another node. None:
     # normal. Only memory that goes online has a zone.
-    zone: Zone | None = None
+    zone: Zone | None
     # system-ram: the memory becomes a NUMA node; devdax: /dev/daxX.Y, mapped by programs
-    mode: str = "system-ram"
+    mode: str
 
-    def __post_init__(self) -> None:
-        if self.type is not None:
-            word(self.type, "type", PARTITION_MODES)
-        check_mode(self.mode)
-        if self.zone is not None:
-            check_zone(self.zone)
-            if self.mode == "devdax" or not self.online:
-                why = "mode devdax maps the memory as a device" if self.online else (
+    def __init__(
+        self,
+        memdevs: Sequence[str] | str = (),
+        ways: int | None = None,
+        granularity: int | str | None = None,  # bytes, or a string such as "4k"
+        size: int | str | None = None,  # bytes, or a string such as "512M"
+        type: PartitionMode | None = None,
+        decoder: str | None = None,
+        bus: str | None = None,
+        uuid: str | None = None,
+        online: bool = True,
+        zone: Zone | None = None,
+        mode: str = "system-ram",
+    ) -> None:
+        if type is not None:
+            word(type, "type", PARTITION_MODES)
+        check_mode(mode)
+        if zone is not None:
+            check_zone(zone)
+            if mode == "devdax" or not online:
+                why = "mode devdax maps the memory as a device" if online else (
                     "online=False leaves the memory offline")  # fmt: skip
                 raise InvalidRequestError(
-                    f"zone {self.zone}: {why}, so it goes into no zone; leave the zone out, "
+                    f"zone {zone}: {why}, so it goes into no zone; leave the zone out, "
                     "or online the memory as system-ram"
                 )
-        if isinstance(self.memdevs, str):  # one name, not its letters
-            object.__setattr__(self, "memdevs", (self.memdevs,))
-        if not isinstance(self.memdevs, tuple | list) or not all(
-            isinstance(m, str) for m in self.memdevs
-        ):  # fmt: skip
-            raise InvalidRequestError(f"memdevs {self.memdevs!r}: give names such as ('mem0',)")
-        object.__setattr__(self, "memdevs", tuple(self.memdevs))
-        if self.ways is not None:
-            count(self.ways, "ways")
-        for name in ("decoder", "bus", "uuid"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise InvalidRequestError(f"{name} {getattr(self, name)!r}: give a name")
-        for name in ("size", "granularity"):
-            value = getattr(self, name)
-            if value is not None:
-                n = parse_size(value)
-                if n <= 0:
-                    raise InvalidRequestError(f"{name} must be positive, not {value!r}")
-                object.__setattr__(self, name, n)
+        names = (memdevs,) if isinstance(memdevs, str) else memdevs  # one name, not its letters
+        if not isinstance(names, tuple | list) or not all(isinstance(m, str) for m in names):
+            raise InvalidRequestError(f"memdevs {memdevs!r}: give names such as ('mem0',)")
+        for name, value in (("decoder", decoder), ("bus", bus), ("uuid", uuid)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidRequestError(f"{name} {value!r}: give a name")
+        fields: dict[str, object] = dict(
+            memdevs=tuple(names),
+            ways=None if ways is None else count(ways, "ways"),
+            granularity=optional_size(granularity, "granularity"),
+            size=optional_size(size, "size"),
+            type=type, decoder=decoder, bus=bus, uuid=uuid, online=online, zone=zone,
+            mode=mode,
+        )  # fmt: skip
+        for key, held in fields.items():  # frozen: set once, here
+            object.__setattr__(self, key, held)
 
     @property
     def online_zone(self) -> Zone:
@@ -91,13 +115,13 @@ class RegionRequest:
 
     @property
     def size_bytes(self) -> int | None:
-        """``size`` as bytes (strings were parsed when the request was made)."""
-        return None if self.size is None else int(self.size)
+        """``size`` (kept for callers of the earlier name: it was always bytes)."""
+        return self.size
 
     @property
     def granularity_bytes(self) -> int | None:
-        """``granularity`` as bytes."""
-        return None if self.granularity is None else int(self.granularity)
+        """``granularity`` (as ``size_bytes``)."""
+        return self.granularity
 
 
 @dataclass(frozen=True)
@@ -130,10 +154,10 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
     topo.require()
     ways = req.ways if req.ways is not None else (len(req.memdevs) or 1)
     _check_ways(ways)
-    if req.granularity_bytes is not None:
-        _check_granularity_value(req.granularity_bytes)
-    if req.size_bytes is not None:
-        _check_size_alignment(req.size_bytes, ways)
+    if req.granularity is not None:
+        _check_granularity_value(req.granularity)
+    if req.size is not None:
+        _check_size_alignment(req.size, ways)
     memdevs = _resolve_memdevs(topo, req.memdevs)
     if memdevs and len(memdevs) != ways:
         raise InvalidRequestError(
@@ -144,7 +168,7 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
     rtype: PartitionMode = req.type or _default_type(roots, req.decoder)
     _check_uuid(req.uuid, rtype)
     for m in memdevs:
-        _check_memdev(m, rtype, req.size_bytes // ways if req.size_bytes else DPA_ALIGN)
+        _check_memdev(m, rtype, req.size // ways if req.size else DPA_ALIGN)
 
     reasons: list[str] = []
     for root in roots:
@@ -162,11 +186,7 @@ def layout_region(topo: CxlTopology, req: RegionRequest) -> RegionLayout:
 
 # --- single checks -------------------------------------------------------------------
 def _check_ways(ways: int) -> None:
-    if ways not in VALID_WAYS:
-        raise InvalidRequestError(
-            f"interleave ways {ways} is not one CXL supports; use one of "
-            + ", ".join(map(str, VALID_WAYS))
-        )
+    values.ways(ways)  # the checker the doors share; here for the default (memdev count)
 
 
 def _check_granularity_value(g: int) -> None:
@@ -295,14 +315,14 @@ def _layout_on_root(
             f"{root.name} interleaves {root_ways} host bridges; region ways must be a "
             f"multiple of {root_ways}"
         )
-    granularity = _granularity(root, req.granularity_bytes)
+    granularity = _granularity(root, req.granularity)
     if memdevs:
         ordered = order_by_position(root, memdevs)
     else:
-        ordered = _pick_memdevs(topo, root, rtype, ways, req.size_bytes)
+        ordered = _pick_memdevs(topo, root, rtype, ways, req.size)
     _check_port_decoders(ordered)
     _check_address_order(root, ordered)
-    size = _size(root, ordered, rtype, ways, req.size_bytes)
+    size = _size(root, ordered, rtype, ways, req.size)
     targets = tuple(
         RegionTarget(position=i, memdev=m, decoder=_must(next_free_decoder(m)))
         for i, m in enumerate(ordered)

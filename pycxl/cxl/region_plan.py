@@ -99,7 +99,7 @@ def create_plan(
         steps += devdax_steps(name)
     elif layout.type in VOLATILE_MODES and online:
         steps += online_steps(fs, name, zone)
-    return Plan(f"create {name}", tuple(steps))
+    return Plan(f"create {name}", tuple(steps), action="create")
 
 
 def devdax_steps(name: str) -> list[Step]:
@@ -185,7 +185,7 @@ def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[s
                   (f"{REGION_DRIVER}/bind", region.name))
         )  # fmt: skip
     if not delete:
-        return Plan(f"disable {region.name}", tuple(steps))
+        return Plan(f"disable {region.name}", tuple(steps), action="disable")
     if region.committed:
         steps.append(write("reset the decoders", f"{reg}/commit", "0", (f"{reg}/commit", "1")))
     topo = region._topo()
@@ -200,7 +200,7 @@ def teardown_plan(region: Region, *, delete: bool, force: bool, warnings: list[s
         ]  # fmt: skip
     root = _dev(region.decoder)
     steps.append(write(f"delete {region.name}", f"{root}/delete_region", region.name))
-    return Plan(f"destroy {region.name}", tuple(steps))
+    return Plan(f"destroy {region.name}", tuple(steps), action="destroy")
 
 
 # --- actions -------------------------------------------------------------------------

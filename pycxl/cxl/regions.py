@@ -64,12 +64,13 @@ class RegionResult:
 def create_region(
     request: RegionRequest,
     *,
-    sysroot: str | None = None,
+    fs: Sysfs | None = None,
     dry_run: bool = False,
     before_step: StepHook | None = None,
 ) -> RegionResult:
-    """Create, commit, bind and (by default) online a region. See ``RegionRequest``."""
-    fs = Sysfs(sysroot)
+    """Create, commit, bind and (by default) online a region. See ``RegionRequest``.
+    ``fs``: the host tree to write (default: this machine's, or ``PYCXL_SYSROOT``)."""
+    fs = fs if fs is not None else Sysfs()
     if not bus_present(fs):  # no CXL at all says so, before 'needs root'
         raise NotAvailableError(CxlTopology.NO_BUS)
     if not dry_run:
@@ -95,16 +96,17 @@ def create_region(
 
 
 def destroy_region(
-    name: str,
+    region: Region | str,
     *,
     force: bool = False,
-    sysroot: str | None = None,
+    fs: Sysfs | None = None,
     dry_run: bool = False,
     before_step: StepHook | None = None,
 ) -> RegionResult:
-    """Offline, disable and tear down a region; pmem needs ``force``."""
-    fs = Sysfs(sysroot)
-    region = read_cxl(fs).require().region(name)
+    """Offline, disable and tear down a region (one read from ``fs``, or as given, from
+    a topology just read); pmem needs ``force``."""
+    fs, region = _region(fs, region)
+    name = region.name
     if region.type == PMEM and not force:
         raise InvalidRequestError(
             f"{name} is a pmem region: destroying it discards its data and labels; "
@@ -135,16 +137,15 @@ def regions_after(region: Region) -> list[str]:
 
 
 def disable_region(
-    name: str,
+    region: Region | str,
     *,
     force: bool = False,
-    sysroot: str | None = None,
+    fs: Sysfs | None = None,
     dry_run: bool = False,
     before_step: StepHook | None = None,
 ) -> RegionResult:
     """Offline the region's memory and unbind its driver; the decode stays committed."""
-    fs = Sysfs(sysroot)
-    region = read_cxl(fs).require().region(name)
+    fs, region = _region(fs, region)
     return _teardown(fs, region, delete=False, force=force, dry_run=dry_run, hook=before_step)
 
 
@@ -165,12 +166,12 @@ def _check_zone_applies(name: str, zone: str, *, online: bool, volatile: bool,
 
 
 def enable_region(
-    name: str,
+    region: Region | str,
     *,
     online: bool = True,
     zone: Zone | None = None,
     mode: str | None = None,
-    sysroot: str | None = None,
+    fs: Sysfs | None = None,
     dry_run: bool = False,
     before_step: StepHook | None = None,
 ) -> RegionResult:
@@ -179,8 +180,8 @@ def enable_region(
     moved to ``zone`` when one is given: offlined, then onlined there, as one plan.
     ``mode`` switches its dax devices between system-ram and devdax (daxctl
     reconfigure-device), also as one plan."""
-    fs = Sysfs(sysroot)
-    region = read_cxl(fs).require().region(name)
+    fs, region = _region(fs, region)
+    name = region.name
     if not region.committed:
         raise InvalidRequestError(
             f"{name} is not committed (decode reset); it has no memory to enable. "
@@ -206,13 +207,22 @@ def enable_region(
         steps += region_plan.rezone_steps(region, zone)
     elif volatile and online and (not region.enabled or offline):
         steps += region_plan.online_steps(fs, name, zone or "normal")
-    plan = Plan(f"enable {name}", tuple(steps))
+    plan = Plan(f"enable {name}", tuple(steps), action="enable")
     if dry_run:
         return RegionResult(name, plan, executed=False, region=region)
     if steps:
         _require_root(fs, "enabling a region")
         plan.execute(fs, before_step=before_step)
     return _result(fs, name, plan)
+
+
+def _region(fs: Sysfs | None, region: Region | str) -> tuple[Sysfs, Region]:
+    """The tree and the region: a Region as given (read with its topology a moment
+    ago: the one read), or a name read from the tree now."""
+    fs = fs if fs is not None else Sysfs()
+    if isinstance(region, Region):
+        return fs, region
+    return fs, read_cxl(fs).require().region(region)
 
 
 def _teardown(

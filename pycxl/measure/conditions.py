@@ -15,7 +15,6 @@ from typing import TypedDict
 from ..errors import NotAvailableError
 from ..numa.placement import HugePages
 from ..sysfs import Sysfs
-from ..values import word
 
 QUICK_ENV = "PYCXL_BENCH_QUICK"
 CPU_DIR = "/sys/devices/system/cpu"
@@ -105,8 +104,8 @@ def _cache_size(text: str) -> int:
 
 
 def page_size(name: str, fs: Sysfs | None = None) -> int:
-    """Bytes of a page size name ('4k', '2m'); 2 MiB needs transparent huge pages."""
-    word(name, "page size", PAGE_SIZES)
+    """Bytes of a page size name ('4k', '2m', checked by ``values.page_size`` where it
+    came in); 2 MiB needs transparent huge pages."""
     if name == "2m":
         fs = fs or Sysfs()
         mode = fs.read(THP) or ""

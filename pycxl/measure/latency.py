@@ -14,16 +14,16 @@ import statistics
 import time
 
 from .._lib import compiled
-from ..errors import InvalidRequestError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
+from ..values import CHASE_MIN_SIZE, size as checked_size
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size, pinned
 from .results import LatencyResult
 
 STRIDE = 256  # bytes between chased lines
 TLB_PAGES = 64  # pages per randomisation group
-MIN_SIZE = 16 << 10
+MIN_SIZE = CHASE_MIN_SIZE  # declared with the size checker, which the doors call
 SAMPLES = 7
 
 
@@ -44,13 +44,13 @@ def chase_latency(
     samples: int | None = None,
     loads: int | None = None,
 ) -> LatencyResult:
-    """Latency of dependent loads from ``p.cpus[0]`` to memory on ``p.node``."""
+    """Latency of dependent loads from ``p.cpus[0]`` to memory on ``p.node``.
+
+    Takes checked values (``size`` at least ``values.CHASE_MIN_SIZE``, ``samples`` a
+    count): the public functions (``pycxl.bench``) and the command line check them."""
     began = time.perf_counter()
     samples = samples or default(SAMPLES, 2)
-    if samples < 1:
-        raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     psize = page_size(page)
-    check_size(size)
     size = size or default_size()
     group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
     size = size // group * group
@@ -83,11 +83,10 @@ def chase_latency(
 
 
 def check_size(size: int | None) -> None:
-    """Refuse an arena too small to chase (below 16 KiB)."""
-    if size is not None and size < MIN_SIZE:
-        raise InvalidRequestError(
-            f"a chase needs at least {MIN_SIZE // 1024} KiB, not {size} bytes"
-        )
+    """Refuse an arena too small to chase (below 16 KiB), for the measurements that
+    take a chase size of their own (the GPU chase, the loaded chase)."""
+    if size is not None:
+        checked_size(size, "chase size", CHASE_MIN_SIZE)
 
 
 def sweep_sizes(top: int | None = None) -> list[int]:

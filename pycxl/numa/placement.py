@@ -41,9 +41,10 @@ def check_huge(huge: str) -> HugePages:
     return huge  # type: ignore[return-value]
 
 
-def check_room(size: int, node_ids: Sequence[int], sysroot: str | None = None) -> None:
-    """Refuse sizes the nodes cannot hold (their available memory, together)."""
-    nodes: dict[int, NumaNode] = {n.id: n for n in read_nodes(Sysfs(sysroot))}
+def check_room(size: int, node_ids: Sequence[int], fs: Sysfs | None = None) -> None:
+    """Refuse sizes the nodes cannot hold (their available memory, together), read
+    from ``fs`` (default: this machine's tree)."""
+    nodes: dict[int, NumaNode] = {n.id: n for n in read_nodes(fs or Sysfs())}
     unknown = [n for n in node_ids if n not in nodes]
     if unknown:
         raise InvalidRequestError(
@@ -119,10 +120,10 @@ class NumaBuffer:
         """Pages per node now (key -1: pages not yet touched)."""
         return pages.pages_by_node(self)
 
-    def migrate(self, nodes: int | Sequence[int], sysroot: str | None = None) -> dict[int, int]:
+    def migrate(self, nodes: int | Sequence[int], fs: Sysfs | None = None) -> dict[int, int]:
         """Move the pages to ``nodes``, and make later faults follow; pages per node after."""
         ids = [nodes] if isinstance(nodes, int) else list(nodes)
-        check_room(self.size, ids, sysroot)
+        check_room(self.size, ids, fs)
         self.policy = Policy.bind(*ids)
         bind_range(self.address, self.size, self.policy, move=True)
         return self.pages_by_node()
@@ -153,17 +154,18 @@ def allocate(
     policy: Policy | None = None,
     huge: HugePages = "auto",
     populate: bool = True,
-    sysroot: str | None = None,
+    fs: Sysfs | None = None,
 ) -> NumaBuffer:
     """A buffer of ``size`` bytes bound to ``nodes`` (or under ``policy``), checked
-    against the nodes' available memory before anything is allocated."""
+    against the nodes' available memory (read from ``fs``, default this machine's)
+    before anything is allocated."""
     if (nodes is None) == (policy is None):
         raise InvalidRequestError("give nodes or a policy (one of them)")
     if policy is None:
         assert nodes is not None
         policy = Policy.bind(*([nodes] if isinstance(nodes, int) else nodes))
     if policy.nodes:
-        check_room(size, policy.nodes, sysroot)
+        check_room(size, policy.nodes, fs)
     return NumaBuffer(size, policy, huge=check_huge(huge), populate=populate)
 
 
@@ -172,8 +174,8 @@ def pages_by_node(obj: Any) -> dict[int, int]:
     return pages.pages_by_node(obj)
 
 
-def migrate(obj: Any, node: int, sysroot: str | None = None) -> dict[int, int]:
+def migrate(obj: Any, node: int, fs: Sysfs | None = None) -> dict[int, int]:
     """Move the pages of any buffer or numpy array to ``node``; pages per node after."""
     _, length = pages.buffer_span(obj)
-    check_room(length, [node], sysroot)
+    check_room(length, [node], fs)
     return pages.migrate(obj, node)

@@ -19,8 +19,7 @@ from typing import Any
 
 from ..errors import InvalidRequestError, NotAvailableError
 from ..outfiles import append_line
-from ..sysfs import Sysfs
-from ..system import System, snapshot
+from ..system import System, given_or_read, snapshot
 from ..trace import TraceEvent, TraceInstance
 from ..values import SYSROOT_ENV, count as whole_count, finite
 
@@ -58,13 +57,13 @@ class Locator:
     """Locates events on the host: HPA or region -> region, node, tier name. Re-reads
     the topology after hotplug, so regions made while monitoring are known."""
 
-    def __init__(self, sysroot: str | None) -> None:
-        self.sysroot = sysroot
-        self.system: System = snapshot(sysroot, gpus=False)
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.fs = system.sysfs()  # the tree, opened once
 
     def refresh(self) -> None:
         """Read the topology again (after a hotplug event)."""
-        self.system = snapshot(self.sysroot, gpus=False)
+        self.system = snapshot(self.fs, gpus=False)
 
     def locate(self, out: dict[str, Any], region: str | None, hpa: int | None) -> None:
         """Fill region, node and target of ``out`` from a region name or an address."""
@@ -117,7 +116,7 @@ def uevent_record(action: str, subsystem: str, name: str, locator: Locator) -> d
     }
     hpa = None
     if subsystem == "memory" and name.startswith("memory") and name[6:].isdecimal():
-        fs = Sysfs(locator.sysroot)
+        fs = locator.fs
         block_size = fs.read(f"{MEMORY_DIR}/block_size_bytes")
         if block_size:
             hpa = int(name[6:]) * int(block_size, 16)
@@ -133,27 +132,29 @@ def monitor(
     *,
     count: int | None = None,
     duration: float | None = None,
-    sysroot: str | None = None,
+    system: System | None = None,
     on_ready: Callable[[Sequence[str]], None] | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Events as they come, until ``count`` events or ``duration`` seconds (forever by
     default). Close the iterator (or leave the ``for``) to stop: the trace instance is
     removed (and tracefs unmounted, if it was mounted for it). Needs root (tracefs).
     ``on_ready`` is called once both sources listen, with the trace events this kernel
-    lacks (the stream goes on without them): nothing that happens after it is missed."""
+    lacks (the stream goes on without them): nothing that happens after it is missed.
+    ``system``: the host, as read (default: read now)."""
     import pyudev  # the monitor is the only user
 
     if count is not None:
         count = whole_count(count, "count (events)")
     if duration is not None:
         duration = finite(duration, "duration (seconds)")
-    fs = Sysfs(sysroot)
+    host = given_or_read(system, gpus=False)
+    fs = host.sysfs()
     if fs.root != "/":  # the events are this machine's; a tree's names would misplace them
         raise InvalidRequestError(
             f"monitoring needs this machine's kernel, not the recorded tree {fs.root}: "
             f"leave --sysroot and {SYSROOT_ENV} unset"
         )
-    locator = Locator(sysroot)
+    locator = Locator(host)
     context = pyudev.Context()
     try:
         uevents = pyudev.Monitor.from_netlink(context, source="kernel")

@@ -134,12 +134,14 @@ def stat(
 ) -> Iterator[StatReport]:
     """Reports as vmstat gives them: without ``interval`` one report (totals since
     boot); with it, ``count`` reports (forever when None), the first since boot, each
-    later one with rates over ``interval`` seconds."""
+    later one with rates over ``interval`` seconds. The counters are read from the tree
+    ``system`` was read from (``sysroot``: another tree's folder, as earlier callers
+    gave it)."""
     if interval is not None:
         interval = finite(interval, "interval (seconds)")
     if count is not None:
         count = whole_count(count, "count (reports)")
-    fs = Sysfs(sysroot)
+    fs = system.sysfs() if sysroot is None else Sysfs(sysroot)
     before = sample(fs)
     yield _report(system, before, None, read_tiering(fs))
     if interval is None:

@@ -23,7 +23,7 @@ MiB = 1 << 20
 def _host_of(address: int) -> HostMemory:
     """The registration behind a pinned tensor's memory (a tensor's numpy view points
     back at the tensor, not at what owns its memory)."""
-    from pycxl.by_name import _PinnedOwner
+    from pycxl.facade import _PinnedOwner
 
     (host,) = [o.host for o in gc.get_objects()
                if isinstance(o, _PinnedOwner) and o.host.address == address]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The library by name: memory on tiers, regions with their tier, host memory for GPUs.
+"""The public facade: the library by name. Memory on tiers, regions with their tier, host
+memory for GPUs.
 
 These take what users type (``"cxl0"``, ``"dram0,cxl0"``, ``"gpu0"``, sizes such as
 ``"256M"``), resolve it against one snapshot (``system``, read when not given) and call
@@ -16,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from .cxl import regions as _regions
 from .errors import InvalidRequestError
 from .system import System, given_or_read, snapshot
-from .units import parse_size
+from .values import size as checked_size
 
 if TYPE_CHECKING:
     import numpy as np
 
     from .cxl.dax import DaxMapping
+    from .cxl.model import Region
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
     from .gpu import model_offload
@@ -32,15 +34,13 @@ if TYPE_CHECKING:
     from .numa.longterm import PinnedPlacement
     from .numa.placement import HugePages, NumaBuffer
     from .numa.policy import Policy
+    from .sysfs import Sysfs
 
 Names = str | int | Iterable[str | int]
 
 
 def _bytes(size: int | str) -> int:
-    n = parse_size(size)
-    if n <= 0:
-        raise InvalidRequestError(f"size must be positive, not {size!r}")
-    return n
+    return checked_size(size)  # the one size checker, as the CLI's
 
 
 def allocate(
@@ -376,53 +376,115 @@ def offload_model(
                         weights=weights, lookahead=lookahead, overlap=overlap)  # fmt: skip
 
 
-def _with_tier(result: RegionResult, sysroot: str | None) -> RegionResult:
+def _host(system: System | None, sysroot: str | None) -> System:
+    """The host a region call changes, read once: ``system`` as given, or a snapshot of
+    ``sysroot``'s tree (the earlier keyword, kept: it builds the same System)."""
+    if system is not None and sysroot is not None:
+        raise InvalidRequestError("give system= or sysroot=, not both")
+    if system is not None:
+        return given_or_read(system)
+    return snapshot(sysroot, gpus=False)
+
+
+def _with_tier(result: RegionResult, system: System) -> RegionResult:
     if result.numa_node is None:
         return result
-    system = snapshot(sysroot, gpus=False, cxl=result.topology)  # the read-back, not a third read
-    return dataclasses.replace(result, tier=system.tier_name(result.numa_node))
+    # the read-back's CXL objects, not a third read; the nodes as they are now
+    now = snapshot(system.sysfs(), gpus=False, cxl=result.topology)
+    return dataclasses.replace(result, tier=now.tier_name(result.numa_node))
+
+
+def _region(system: System, region: str | Region) -> Region:
+    """A region of the one topology read: by name, or as given."""
+    if isinstance(region, str):
+        return system.cxl.require().region(region)
+    return region
 
 
 def create_region(
-    request: RegionRequest, *, sysroot: str | None = None, dry_run: bool = False
+    request: RegionRequest,
+    *,
+    system: System | None = None,
+    dry_run: bool = False,
+    sysroot: str | None = None,
 ) -> RegionResult:
     """Create, commit, bind and (by default) online a region; the result names its NUMA
-    node and tier (``cxl0``...). See ``RegionRequest`` for what can be asked."""
-    result = _regions.create_region(request, sysroot=sysroot, dry_run=dry_run)
-    return result if dry_run else _with_tier(result, sysroot)
+    node and tier (``cxl0``...). See ``RegionRequest`` for what can be asked.
+    ``system``: the host to change (``pycxl.snapshot()``; default: this machine)."""
+    host = _host(system, sysroot)
+    result = _regions.create_region(request, fs=host.sysfs(), dry_run=dry_run)
+    return result if dry_run else _with_tier(result, host)
 
 
 def enable_region(
-    name: str,
+    region: str | Region,
     *,
     online: bool = True,
     zone: str | None = None,
     mode: str | None = None,
-    sysroot: str | None = None,
+    system: System | None = None,
     dry_run: bool = False,
+    sysroot: str | None = None,
 ) -> RegionResult:
     """Bind a committed region and online its memory (``zone``: normal by default; a
     region online in the other zone is moved); ``mode`` switches it between
     system-ram and devdax. The result names its tier."""
     from .cxl.memory_blocks import check_zone
 
+    host = _host(system, sysroot)
     result = _regions.enable_region(
-        name, online=online, zone=check_zone(zone) if zone is not None else None,
-        mode=mode, sysroot=sysroot, dry_run=dry_run,
+        _region(host, region), online=online,
+        zone=check_zone(zone) if zone is not None else None, mode=mode, fs=host.sysfs(),
+        dry_run=dry_run,
     )  # fmt: skip
-    return result if dry_run else _with_tier(result, sysroot)
+    return result if dry_run else _with_tier(result, host)
 
 
-def map_dax(name: str, size: int | str | None = None, *, sysroot: str | None = None) -> DaxMapping:
+def disable_region(
+    region: str | Region,
+    *,
+    force: bool = False,
+    system: System | None = None,
+    dry_run: bool = False,
+    sysroot: str | None = None,
+) -> RegionResult:
+    """Offline the region's memory and unbind its driver; the decode stays committed."""
+    host = _host(system, sysroot)
+    return _regions.disable_region(_region(host, region), force=force, fs=host.sysfs(),
+                                   dry_run=dry_run)  # fmt: skip
+
+
+def destroy_region(
+    region: str | Region,
+    *,
+    force: bool = False,
+    system: System | None = None,
+    dry_run: bool = False,
+    sysroot: str | None = None,
+) -> RegionResult:
+    """Offline, disable and tear down a region; pmem needs ``force``."""
+    host = _host(system, sysroot)
+    return _regions.destroy_region(_region(host, region), force=force, fs=host.sysfs(),
+                                   dry_run=dry_run)  # fmt: skip
+
+
+def map_dax(
+    name: str,
+    size: int | str | None = None,
+    *,
+    system: System | None = None,
+    sysroot: str | None = None,
+) -> DaxMapping:
     """Map a devdax device (``dax0.0``), or the one of a region (``region0``), into this
     process: its memory, directly, as a buffer with a numpy view that
     ``pycxl.gpu.memory.HostMemory`` can register. ``size``: all of it by default, else a
     multiple of the device's alignment."""
     from .cxl.dax import DaxMapping, read_dax_devices
     from .errors import NotFoundError
-    from .sysfs import Sysfs
 
-    fs = Sysfs(sysroot)
+    if system is not None and sysroot is not None:
+        raise InvalidRequestError("give system= or sysroot=, not both")
+    fs = given_or_read(system, gpus=False).sysfs() if system is not None else _sysfs(sysroot)
     if fs.root != "/":  # its /dev/daxX.Y would be this machine's device under the tree's name
         raise InvalidRequestError(
             f"mapping {name} needs this machine, not the recorded tree {fs.root}: leave "
@@ -439,11 +501,12 @@ def map_dax(name: str, size: int | str | None = None, *, sysroot: str | None = N
     return DaxMapping(found[0], None if size is None else _bytes(size))
 
 
-destroy_region = _regions.destroy_region
-disable_region = _regions.disable_region
+def _sysfs(sysroot: str | None) -> Sysfs:
+    from .sysfs import Sysfs
+
+    return Sysfs(sysroot)
 
 
-# --- CUDA memory on a tier -------------------------------------------------------------
 def tier_pool(target: str | int, *, system: System | None = None) -> TierPool:
     """The CUDA memory pool on ``target``'s node (one tier: ``"cxl0"``, ``"dram0"``, a node
     id), opened once per process: GPU-addressable pinned memory on that node, checked
