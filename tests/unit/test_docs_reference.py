@@ -1,6 +1,7 @@
 """docs/cli.md says what the commands do: its synopsis lists exactly the options each
 command has (commands read from the CLI's own table, so a new command or option without
-docs fails here), and every key the commands print with --json is in its key tables."""
+docs fails here), and every key the commands print with --json is in its key tables.
+docs/architecture.md's module table lists every module of pycxl/ and cli/, and no other."""
 
 from __future__ import annotations
 
@@ -144,3 +145,25 @@ def test_every_json_key_is_in_the_key_tables(args: list[str]) -> None:
     printed = keys(run_json(*args))
     missing = printed - documented_keys()
     assert not missing, f"pycxl {' '.join(args)} --json prints keys docs/cli.md lacks: {missing}"
+
+
+# --- docs/architecture.md ----------------------------------------------------------------
+def architecture_modules() -> set[str]:
+    """The module paths the module table of docs/architecture.md names (its first column)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
+    return {m for line in table.splitlines() for m in re.findall(r"^\| `([^`]+\.py)` \|", line)}
+
+
+def package_modules() -> set[str]:
+    """Every module under pycxl/ and cli/, less those made at install time (_abi_*)."""
+    return {p.relative_to(ROOT).as_posix() for top in ("pycxl", "cli")
+            for p in (ROOT / top).rglob("*.py")
+            if "__pycache__" not in p.parts and not p.name.startswith("_abi_")}  # fmt: skip
+
+
+def test_the_architecture_module_table_lists_every_module_and_no_other() -> None:
+    listed, actual = architecture_modules(), package_modules()
+    assert actual, "no modules found"
+    assert not actual - listed, f"docs/architecture.md lacks modules: {sorted(actual - listed)}"
+    assert not listed - actual, f"docs/architecture.md names no module: {sorted(listed - actual)}"
