@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from pycxl.bench import dispatch
+from pycxl.to_json import bench_result_json
 
 
 def pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:
@@ -78,16 +79,16 @@ def main() -> int:
     load_cpus = len(p.cpus) - 1
     same = {r.kernel: r for r in  # type: ignore[attr-defined]
             dispatch.measure_bandwidth(t, mix="all", threads=load_cpus)}  # fmt: skip
-    doc["bench_bandwidth_mix"] = [r.as_json() for r in peaks.values()]
-    doc["bench_bandwidth_mix_load_cpus"] = [r.as_json() for r in same.values()]
+    doc["bench_bandwidth_mix"] = [bench_result_json(r) for r in peaks.values()]
+    doc["bench_bandwidth_mix_load_cpus"] = [bench_result_json(r) for r in same.values()]
     save()
     # each curve twice, back to back (the repeat)
     first, again = [], []
     for mix in loaded.MIXES:
         first += dispatch.measure_loaded_latency(t, mix=mix, system=s)
         again += dispatch.measure_loaded_latency(t, mix=mix, system=s)
-        doc["curves"] = [r.as_json() for r in first]
-        doc["repeat"] = [r.as_json() for r in again]
+        doc["curves"] = [bench_result_json(r) for r in first]
+        doc["repeat"] = [bench_result_json(r) for r in again]
         save()
 
     print(f"{'mix':9} {'idle ns':>8} {'top GB/s':>9} {'peak all':>9} {'top/all':>8} "
@@ -125,7 +126,7 @@ def main() -> int:
     if args.gpu:
         g = args.gpu
         gl = dispatch.measure_loaded_latency(t, load_from=g, mix="read,nt-write,1:1", steps=4)
-        doc["gpu_load"] = [r.as_json() for r in gl]
+        doc["gpu_load"] = [bench_result_json(r) for r in gl]
         save()
         for r in gl:
             top = max(r.points, key=lambda p: p.achieved_bytes_per_s)
@@ -133,7 +134,7 @@ def main() -> int:
                   f"ns; at {top.achieved_bytes_per_s / 1e9:.2f} GB/s: mean {top.latency_ns:.1f}"
                   f", p50 {top.latency_ns_p50:.1f}, p99 {top.latency_ns_p99:.1f} ns")  # fmt: skip
         (gc,) = dispatch.measure_loaded_latency(t, g, mix="read", steps=4)
-        doc["gpu_chase"] = gc.as_json()
+        doc["gpu_chase"] = bench_result_json(gc)
         save()
         top = max(gc.points, key=lambda p: p.achieved_bytes_per_s)
         print(f"{g} zero-copy chase on {t} while CPUs read it: idle "

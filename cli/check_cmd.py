@@ -88,9 +88,11 @@ def check_command(
     if oneline:
         click.echo(one_line(report))
     elif as_json:
+        from pycxl.to_json import finding_json
+
         emit_json({
             "status": report.status,
-            "findings": [f.as_json() for f in report.findings
+            "findings": [finding_json(f) for f in report.findings
                          if not quiet or f.severity in ("warning", "failure")],
         })  # fmt: skip
     else:

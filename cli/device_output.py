@@ -41,7 +41,7 @@ def each_object(names: list[str], op: Callable[[str], DeviceResult], as_json: bo
 def result_json(r: DeviceResult, key: str) -> dict[str, Any]:
     """ndctl's JSON of the object operated on (the memdev, with the decoder, partition,
     firmware or alert configuration the operation touched), plus the plan in a dry run."""
-    from pycxl.to_json import decoder_json, memdev_json
+    from pycxl.to_json import alert_config_json, decoder_json, memdev_json, plan_json
 
     doc: dict[str, Any] = memdev_json(r.memdev) if r.memdev is not None else {"name": r.target}
     d = r.details
@@ -58,7 +58,7 @@ def result_json(r: DeviceResult, key: str) -> dict[str, Any]:
     elif key == "firmware" and "firmware" in d:
         doc["firmware"] = _firmware_json(d)
     elif key == "alert_config" and "alert_config" in d:
-        doc["alert_config"] = d["alert_config"].as_json()
+        doc["alert_config"] = alert_config_json(d["alert_config"])
     elif key == "poison":
         doc["address"] = d.get("address")
         doc["region"] = d.get("region")
@@ -67,7 +67,7 @@ def result_json(r: DeviceResult, key: str) -> dict[str, Any]:
     doc["action"] = r.plan.title.split()[0]
     if not r.executed:
         doc["dry_run"] = True
-        doc["plan"] = r.plan.as_json()
+        doc["plan"] = plan_json(r.plan)
     if r.warnings:
         doc["warnings"] = list(r.warnings)
     return doc
@@ -75,8 +75,10 @@ def result_json(r: DeviceResult, key: str) -> dict[str, Any]:
 
 def _firmware_json(d: dict[str, Any]) -> dict[str, Any]:
     """ndctl's firmware object: slots, active and staged slot, revisions, loader state."""
+    from pycxl.to_json import firmware_info_json
+
     info, loader = d["firmware"], d["loader"]
-    doc: dict[str, Any] = info.as_json()
+    doc: dict[str, Any] = firmware_info_json(info)
     doc["fw_update_in_progress"] = loader.busy
     doc["remaining_size"] = loader.remaining
     if loader.error:

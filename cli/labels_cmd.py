@@ -42,6 +42,7 @@ def labels_command(
     from pycxl.outfiles import STDOUT, write_atomically
     from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
+    from pycxl.to_json import host_labels_json
 
     if output == STDOUT:
         output = None
@@ -67,11 +68,11 @@ def labels_command(
         text = nfd_file(labels, ttl)
     else:
         if not output:
-            emit_json(labels.as_json())
+            emit_json(host_labels_json(labels))
             return
         import json
 
-        text = json.dumps(labels.as_json(), indent=2) + "\n"
+        text = json.dumps(host_labels_json(labels), indent=2) + "\n"
     if output:
         write_atomically(output, text)
     else:

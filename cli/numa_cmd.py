@@ -101,7 +101,9 @@ def _weights_plan(text: str, s: object, fs: object) -> Any:
 
 def _show_plan(plan: Any, as_json: bool) -> None:
     if as_json:
-        emit_json({"plan": plan.as_json()})
+        from pycxl.to_json import plan_json
+
+        emit_json({"plan": plan_json(plan)})
         return
     click.echo(f"{plan.title}: {len(plan)} step(s), dry run" if len(plan) else
                f"{plan.title}: nothing to change")  # fmt: skip
@@ -119,7 +121,9 @@ def _tune(s: Any, fs: Any, nodes: tuple[str, ...], initiator: str | None, dry_ru
     if not dry_run:
         apply_weights(tuning, fs)
     if as_json:
-        emit_json({**tuning.as_json(), "dry_run": dry_run})
+        from pycxl.to_json import tuning_json
+
+        emit_json({**tuning_json(tuning), "dry_run": dry_run})
         return
     total = sum(t.bytes_per_s for t in tuning.measured) or 1.0
     rows = [[t.name, t.node, f"{format_size(int(t.bytes_per_s))}/s",
@@ -258,7 +262,9 @@ def pin_probe_command(targets: tuple[str, ...], size: int, as_json: bool) -> Non
 
     probes = probe_longterm_pins(list(targets) or None, size=size)
     if as_json:
-        emit_json([p.as_json() for p in probes])
+        from pycxl.to_json import pin_probe_json
+
+        emit_json([pin_probe_json(p) for p in probes])
         return
     rows = [[p.tier, p.node, dash(p.zone), p.placement.pages, p.placement.on_expected,
              dash(", ".join(f"node{n}: {c}" for n, c in p.placement.moved_to.items())),

@@ -32,8 +32,9 @@ def stat_command(
     demoted, NUMA allocation misses; system-wide migrations and NUMA-balancing hint
     faults. With no INTERVAL, one report.
     """
-    from pycxl.ops.stat import stat, tiering_json
+    from pycxl.ops.stat import stat
     from pycxl.system import snapshot
+    from pycxl.to_json import stat_report_json, tiering_json
 
     system = snapshot(sysroot, gpus=False)
     for i, report in enumerate(stat(system, interval, count)):
@@ -43,7 +44,7 @@ def stat_command(
 
             write_textfile(textfile, stat_metrics(report))
         if as_json:
-            emit_json_line(report.as_json())
+            emit_json_line(stat_report_json(report))
             continue
         if i == 0 and report.tiering is not None:
             _state(tiering_json(report.tiering))

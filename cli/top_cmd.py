@@ -107,7 +107,9 @@ def _status(returncode: int) -> int:
 
 def _shower(as_json: bool, lines: bool) -> Callable[[TopReport], None]:
     if as_json:
-        return lambda report: emit_json_line(report.as_json())
+        from pycxl.to_json import top_report_json
+
+        return lambda report: emit_json_line(top_report_json(report))
     return _Lines() if lines else _refresh
 
 

@@ -117,16 +117,6 @@ class PinProbe:
         """Whether the tier kept every pinned page."""
         return self.placement.stayed
 
-    def as_json(self) -> dict[str, Any]:
-        """The probe as JSON: tier, node, zone, pages, where they were after the pin."""
-        p = self.placement
-        return {
-            "tier": self.tier, "node": self.node, "zone": self.zone, "pages": p.pages,
-            "pages_on_node": p.on_expected,
-            "moved_to": {str(n): c for n, c in sorted(p.moved_to.items())},
-            "longterm_pin": self.holds,
-        }  # fmt: skip
-
 
 def probe_longterm_pins(
     targets: Names | None = None, *, size: int | str = "2M", system: System | None = None

@@ -89,7 +89,9 @@ def read_device_info(
 def device_json(system: System, info: DeviceInfo, req: DeviceQuestions) -> Json:
     """The keys ``-H``, ``-A`` and ``-L`` add to a memdev (ndctl's names); what could not
     be read is under ``<key>_unsupported`` with the reason."""
+    from .cxl.health import Health
     from .cxl.mailbox import Unsupported
+    from .to_json import alert_config_json, health_json
 
     out: Json = {}
     parts = [("health", req.health), ("alert_config", req.alert_config)]
@@ -102,8 +104,10 @@ def device_json(system: System, info: DeviceInfo, req: DeviceQuestions) -> Json:
             out[f"{key}_unsupported"] = info.unavailable
         elif isinstance(value, Unsupported):
             out[f"{key}_unsupported"] = f"{value.command}: {value.reason}"
+        elif isinstance(value, Health):
+            out[key] = health_json(value)
         else:
-            out[key] = value.as_json()
+            out[key] = alert_config_json(value)
     if req.media_errors:
         if isinstance(info.poison, list):
             out["media_errors"] = [_media_error_json(system, r) for r in info.poison]
@@ -115,6 +119,8 @@ def device_json(system: System, info: DeviceInfo, req: DeviceQuestions) -> Json:
 
 
 def _media_error_json(system: System, r: PoisonRecord) -> Json:
+    from .to_json import poison_record_json
+
     region = next((x for x in system.cxl.regions if x.name == r.region), None)
     node = region.numa_nodes[0] if region is not None and region.numa_nodes else None
-    return r.as_json() | {"numa_node": node, "target": system.tier_name(node)}
+    return poison_record_json(r) | {"numa_node": node, "target": system.tier_name(node)}

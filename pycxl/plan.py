@@ -38,10 +38,6 @@ class Step:
             return self.description
         return f"{self.path} <- {self.value!r}  ({self.description})"
 
-    def as_json(self) -> dict[str, str | None]:
-        """The step as JSON: path, value, what it does, and its undo."""
-        return {"description": self.description, "path": self.path, "value": self.value}
-
     def run(self, fs: Sysfs) -> Undo | None:
         """Do the step; return what reverses it (None: nothing to reverse)."""
         if self.action is not None:
@@ -107,10 +103,6 @@ class Plan:
     def show(self) -> list[str]:
         """The steps as numbered lines, for --dry-run."""
         return [f"{i + 1:2d}. {s.show()}" for i, s in enumerate(self.steps)]
-
-    def as_json(self) -> list[dict[str, str | None]]:
-        """The plan as JSON: its title and steps."""
-        return [s.as_json() for s in self.steps]
 
     def execute(self, fs: Sysfs, *, before_step: StepHook | None = None) -> None:
         """Run every step; on failure undo the done ones and raise ``PlanFailed``.

@@ -6,23 +6,40 @@ same keys every time, ``null`` where a value is absent or does not apply to the 
 (a root decoder has no ``dpa_size``), or was not asked for (``mappings`` without
 ``targets=True``). Sizes are integers in bytes; with ``human=True`` they become ndctl's
 '-u' strings, and addresses and serials hex strings, as ndctl prints them.
+
+The results and reports have their JSON here too (plans, weight tunings, pin probes,
+memdev mailbox replies, benchmark results, stat, top, check findings, host labels): the
+classes stay plain data, and each kind's keys are written in one function.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .numa.access import cpu_figures
 from .units import format_size_ndctl
 
 if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list --json
+    from .bench.dispatch import MatrixCell
+    from .cxl.health import AlertConfig, FirmwareInfo, Health
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+    from .cxl.poison import PoisonRecord
     from .cxl.regions import RegionResult
+    from .facade import PinProbe
     from .gpu.model import GpuDevice
+    from .measure.results import BenchResult
     from .numa.access import AccessFigures
+    from .numa.vmstat import TieringState
+    from .ops.check_finding import Finding
+    from .ops.labels import HostLabels
+    from .ops.stat import NodeStat, StatReport
+    from .ops.top import ProcessNode, ProcessView, Row, TopReport
     from .pci_caps import CxlCapability, Unread
     from .pci_link import Link
+    from .plan import Plan, Step
     from .tiers import NodeTier
+    from .tuning import WeightTuning
 
 Json = dict[str, Any]
 
@@ -148,7 +165,7 @@ def region_result_json(r: RegionResult) -> Json:
     doc: Json = {"region": r.name, "action": r.plan.action}
     if not r.executed:
         doc["dry_run"] = True
-        doc["plan"] = r.plan.as_json()
+        doc["plan"] = plan_json(r.plan)
     if r.layout is not None:
         lay = r.layout
         doc["layout"] = {
@@ -306,4 +323,273 @@ def gpu_json(g: GpuDevice) -> Json:
         "unified_addressing": g.unified_addressing,
         "async_engines": g.async_engines,
         "l2_cache": g.l2_cache,
+    }
+
+
+# plans, tunings and pin probes
+
+
+def step_json(s: Step) -> dict[str, str | None]:
+    """A plan's step: what it does, the path it writes and the value."""
+    return {"description": s.description, "path": s.path, "value": s.value}
+
+
+def plan_json(p: Plan) -> list[dict[str, str | None]]:
+    """A plan as the list of its steps (``--dry-run --json``)."""
+    return [step_json(s) for s in p.steps]
+
+
+def tuning_json(t: WeightTuning) -> Json:
+    """A weight tuning: the rule, each tier's figures, the plan, and the weights to undo it."""
+    total = sum(m.bytes_per_s for m in t.measured) or 1.0
+    return {
+        "initiator": t.initiator,
+        "cpus": list(t.cpus),
+        "rule": t.rule,
+        "mode": t.mode,
+        "turns_auto_off": t.turns_auto_off,
+        "tiers": [
+            {
+                "name": m.name,
+                "node": m.node,
+                "bytes_per_s": m.bytes_per_s,
+                "share": m.bytes_per_s / total,
+                "weight": t.weights[m.node],
+                "previous_weight": t.previous.get(m.node),
+                "advertised_bytes_per_s": m.result.advertised_bytes_per_s,
+            }
+            for m in t.measured
+        ],
+        "plan": plan_json(t.plan),
+        "undo": t.names(t.previous),
+    }
+
+
+def pin_probe_json(p: PinProbe) -> Json:
+    """A long-term pin probe: tier, node, zone, pages, where they were after the pin."""
+    pl = p.placement
+    return {
+        "tier": p.tier, "node": p.node, "zone": p.zone, "pages": pl.pages,
+        "pages_on_node": pl.on_expected,
+        "moved_to": {str(n): c for n, c in sorted(pl.moved_to.items())},
+        "longterm_pin": p.holds,
+    }  # fmt: skip
+
+
+# memdev mailbox replies and media errors (ndctl's objects)
+
+
+def health_json(h: Health) -> Json:
+    """ndctl's ``health`` object (``cxl list -H``)."""
+    from .cxl.health import HEALTH_STATUS_BITS, MEDIA_STATUS
+
+    j: Json = {k: bool(h.health_status & b) for k, b in HEALTH_STATUS_BITS.items()}
+    j |= {name: h.media_status == code for code, name in MEDIA_STATUS.items()}
+    j |= {
+        "ext_life_used": h.ext(0),
+        "ext_temperature": h.ext(2),
+        "ext_corrected_volatile": h.ext_flag(4),
+        "ext_corrected_persistent": h.ext_flag(5),
+        "life_used_percent": None if h.life_used == 0xFF else h.life_used,
+        "temperature": None if h.temperature == -1 else h.temperature,
+        "dirty_shutdowns": h.dirty_shutdowns,
+        "volatile_errors": h.volatile_errors,
+        "pmem_errors": h.pmem_errors,
+    }
+    return j
+
+
+def alert_config_json(a: AlertConfig) -> Json:
+    """ndctl's ``alert_config`` object (``cxl list -A``)."""
+    from .cxl.health import ALERT_KINDS
+
+    j: Json = {f"{k}_valid": bool(a.valid & b) for k, b in ALERT_KINDS}
+    j |= {f"{k}_writable": bool(a.programmable & b) for k, b in ALERT_KINDS}
+    j |= {
+        "life_used_crit_alert_threshold": a.life_used_crit,
+        "life_used_prog_warn_threshold": a.life_used_warn,
+        "dev_over_temperature_crit_alert_threshold": a.over_temp_crit,
+        "dev_under_temperature_crit_alert_threshold": a.under_temp_crit,
+        "dev_over_temperature_prog_warn_threshold": a.over_temp_warn,
+        "dev_under_temperature_prog_warn_threshold": a.under_temp_warn,
+        "corrected_volatile_mem_err_prog_warn_threshold": a.volatile_err_warn,
+        "corrected_pmem_err_prog_warn_threshold": a.pmem_err_warn,
+    }
+    return j
+
+
+def firmware_info_json(f: FirmwareInfo) -> Json:
+    """Get FW Info: slots, the active and staged ones, and each slot's revision."""
+    return {
+        "num_slots": f.slots,
+        "active_slot": f.active_slot,
+        "staged_slot": f.staged_slot or None,
+        "online_activate_capable": f.online_activate,
+        "slots": [{"slot": i + 1, "revision": r} for i, r in enumerate(f.revisions) if r],
+    }
+
+
+def poison_record_json(r: PoisonRecord) -> Json:
+    """ndctl's media-error fields (offset and length of the device range), plus the
+    region and host address."""
+    return {
+        "offset": r.dpa,
+        "length": r.length,
+        "source": r.source,
+        "region": r.region,
+        "hpa": r.hpa,
+    }
+
+
+# benchmark results
+
+
+def bench_result_json(r: BenchResult) -> Json:
+    """A benchmark result: field names as keys, the benchmark's name first; nested
+    results as objects (fields marked ``json: False`` hold objects and stay out)."""
+    out: Json = {"benchmark": r.benchmark}
+    for f in dataclasses.fields(r):
+        if f.metadata.get("json", True):
+            out[f.name] = _plain(getattr(r, f.name))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def matrix_cell_json(c: MatrixCell) -> Json:
+    """A matrix cell: its result's JSON with the cell's kind under 'matrix'."""
+    return {"matrix": c.kind, **bench_result_json(c.result)}
+
+
+# stat, top, check and labels
+
+
+def node_stat_json(n: NodeStat) -> Json:
+    """One node's memory, counters and (after the first report) rates."""
+    return {
+        "node": n.node,
+        "name": n.name,
+        "tier": n.tier,
+        "memory_tier": n.memory_tier,
+        "total": n.total,
+        "used": n.used,
+        "free": n.free,
+        "pinned": n.pinned,
+        "totals": n.totals,
+        "rates_per_s": n.rates,
+    }
+
+
+def tiering_json(t: TieringState) -> Json:
+    """The tiering state: memory tiers, demotion, balancing, weights, CXL PMUs."""
+    from .ops.stat import CXL_PMU_ABSENT
+
+    return {
+        "memory_tiers": {str(k): list(v) for k, v in t.memory_tiers.items()},
+        "demotion_enabled": t.demotion_enabled,
+        "numa_balancing": t.numa_balancing,
+        "interleave_weights": {str(k): v for k, v in t.weights.items()},
+        "cxl_pmus": list(t.cxl_pmus) or None,
+        "cxl_pmu": "present" if t.cxl_pmus else CXL_PMU_ABSENT,
+    }
+
+
+def stat_report_json(r: StatReport) -> Json:
+    """A stat report as ``pycxl stat --json`` prints it (one line per report)."""
+    t = r.tiering
+    return {
+        "time": r.time,
+        "interval_s": r.interval_s,
+        "nodes": [node_stat_json(n) for n in r.nodes],
+        "system": {"totals": r.system_totals, "rates_per_s": r.system_rates},
+        "tiering": None if t is None else tiering_json(t),
+    }
+
+
+def top_row_json(row: Row) -> Json:
+    """A row of top (a GPU or a node) as ``pycxl top --json`` prints it."""
+    from .ops.top import GPU_FIGURES, NODE_FIGURES
+
+    names = GPU_FIGURES if row.kind == "gpu" else NODE_FIGURES
+    if row.kind == "gpu":
+        doc: Json = {"gpu": row.name, "index": row.id}
+    else:
+        doc = {"name": row.name, "node": row.id, "tier": row.tier}
+    if row.pci is not None:
+        doc["pci"] = row.pci
+        doc["pcie_lnksta"] = row.link_text
+    doc |= {key: row.figures.get(f) for f, key in names.items()
+            if f in row.figures or f in row.missing}  # fmt: skip
+    for link, c in row.ceilings.items():
+        prefix = "" if link == "memory" else f"{link}_"
+        doc[f"{prefix}max_bytes_per_s"] = c.bytes_per_s
+        doc[f"{prefix}max_basis"] = c.basis
+        doc[f"{prefix}share"] = row.share(link)
+    doc["missing"] = {names[f]: m.reason for f, m in row.missing.items() if f in names}
+    doc["methods"] = list(row.methods)
+    return doc
+
+
+def process_node_json(n: ProcessNode) -> Json:
+    """A process's resident bytes on one node and their change."""
+    return {
+        "node": n.node,
+        "name": n.name,
+        "tier": n.tier,
+        "resident_bytes": n.resident,
+        "change_bytes_per_s": n.change_per_s,
+        "anonymous_bytes": n.anonymous,
+        "anonymous_change_bytes_per_s": n.anonymous_change_per_s,
+    }
+
+
+def process_view_json(p: ProcessView) -> Json:
+    """The process, whether it ended, and its memory per node."""
+    return {"pid": p.pid, "exited": p.exited, "nodes": [process_node_json(n) for n in p.nodes]}
+
+
+def top_report_json(r: TopReport) -> Json:
+    """A top report as ``pycxl top --json`` prints it (one line per report)."""
+    return {
+        "time": r.time,
+        "interval_s": round(r.interval_s, 3),
+        "gpus": [top_row_json(g) for g in r.gpus],
+        "nodes": [top_row_json(n) for n in r.nodes],
+        "process": None if r.process is None else process_view_json(r.process),
+        "absent": list(r.absent),
+    }
+
+
+def finding_json(f: Finding) -> Json:
+    """One finding of ``pycxl check``: severity, check, subject, message, fix, labels."""
+    return {
+        "severity": f.severity,
+        "check": f.check,
+        "subject": f.subject,
+        "message": f.message,
+        "fix": f.fix or None,
+        "labels": f.labels,
+    }
+
+
+def host_labels_json(h: HostLabels) -> Json:
+    """A host's labels: the facts, with both renderings (Slurm and NFD)."""
+    from .ops.labels import nfd_labels, slurm_attributes
+
+    return {
+        "tiers": list(h.tiers),
+        "cxl_bytes": h.cxl_bytes,
+        "cxl_nodes": list(h.cxl_nodes),
+        "memdevs": h.memdevs,
+        "gpus": h.gpus,
+        "gpu_pinning": h.gpu_pinning,
+        "health": h.health,
+        "slurm": slurm_attributes(h),
+        "nfd": nfd_labels(h),
     }

@@ -9,7 +9,6 @@ measure should be the one the interleaving programs run on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import InvalidRequestError
 from .measure.results import BandwidthResult
@@ -61,31 +60,6 @@ class WeightTuning:
         """'dram0=5,cxl0=1': weights as ``pycxl numa --set-weights`` takes them."""
         by_node = {t.node: t.name for t in self.measured}
         return ",".join(f"{by_node.get(n, n)}={w}" for n, w in weights.items())
-
-    def as_json(self) -> dict[str, Any]:
-        """The tuning as JSON: the rule, each tier's figures, the plan."""
-        total = sum(t.bytes_per_s for t in self.measured) or 1.0
-        return {
-            "initiator": self.initiator,
-            "cpus": list(self.cpus),
-            "rule": self.rule,
-            "mode": self.mode,
-            "turns_auto_off": self.turns_auto_off,
-            "tiers": [
-                {
-                    "name": t.name,
-                    "node": t.node,
-                    "bytes_per_s": t.bytes_per_s,
-                    "share": t.bytes_per_s / total,
-                    "weight": self.weights[t.node],
-                    "previous_weight": self.previous.get(t.node),
-                    "advertised_bytes_per_s": t.result.advertised_bytes_per_s,
-                }
-                for t in self.measured
-            ],
-            "plan": self.plan.as_json(),
-            "undo": self.names(self.previous),
-        }
 
 
 def plan_weights(

@@ -68,7 +68,9 @@ def loaded_latency_command(
         load_threads=load_threads, seconds=duration, knee=knee,
     )  # fmt: skip
     if as_json:
-        emit_json([r.as_json() for r in results])
+        from pycxl.to_json import bench_result_json
+
+        emit_json([bench_result_json(r) for r in results])
     else:
         for r in results:
             _loaded_table(r)

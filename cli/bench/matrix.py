@@ -39,7 +39,9 @@ def matrix_command(latency: bool, bandwidth: bool, loaded: bool, gpus: bool,
         gpus=gpus, progress=bar(as_json, "matrix"),
     )  # fmt: skip
     if as_json:
-        emit_json([c.as_json() for c in m.cells])
+        from pycxl.to_json import matrix_cell_json
+
+        emit_json([matrix_cell_json(c) for c in m.cells])
         return
     titles = {"latency": "latency", "bandwidth": "bandwidth",
               "loaded": "latency at 50% / 90% of peak read bandwidth"}  # fmt: skip

@@ -84,7 +84,9 @@ def emit_results(results: Sequence[BenchResult], as_json: bool) -> None:
     from pycxl.units import format_size
 
     if as_json:
-        emit_json([r.as_json() for r in results])
+        from pycxl.to_json import bench_result_json
+
+        emit_json([bench_result_json(r) for r in results])
         return
     rows_of = [(r, shown(r)) for r in results]
     for bench in dict.fromkeys(r.benchmark for r in results):

@@ -529,10 +529,6 @@ class MatrixCell:
     kind: str
     result: BenchResult
 
-    def as_json(self) -> dict[str, Any]:
-        """The result's JSON with the cell's kind under 'matrix'."""
-        return {"matrix": self.kind, **self.result.as_json()}
-
 
 @dataclass(frozen=True)
 class Matrix:

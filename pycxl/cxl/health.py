@@ -100,23 +100,6 @@ class Health:
             or "critical" in (self.ext(0), self.ext(2))
         )
 
-    def as_json(self) -> dict[str, Any]:
-        """ndctl's ``health`` object (``cxl list -H``)."""
-        j: dict[str, Any] = {k: bool(self.health_status & b) for k, b in HEALTH_STATUS_BITS.items()}
-        j |= {name: self.media_status == code for code, name in MEDIA_STATUS.items()}
-        j |= {
-            "ext_life_used": self.ext(0),
-            "ext_temperature": self.ext(2),
-            "ext_corrected_volatile": self.ext_flag(4),
-            "ext_corrected_persistent": self.ext_flag(5),
-            "life_used_percent": None if self.life_used == 0xFF else self.life_used,
-            "temperature": None if self.temperature == -1 else self.temperature,
-            "dirty_shutdowns": self.dirty_shutdowns,
-            "volatile_errors": self.volatile_errors,
-            "pmem_errors": self.pmem_errors,
-        }
-        return j
-
 
 def decode_health(payload: bytes) -> Health:
     """Get Health Info's 18-byte output."""
@@ -177,22 +160,6 @@ class AlertConfig:
     volatile_err_warn: int
     pmem_err_warn: int
 
-    def as_json(self) -> dict[str, Any]:
-        """ndctl's ``alert_config`` object (``cxl list -A``)."""
-        j: dict[str, Any] = {f"{k}_valid": bool(self.valid & b) for k, b in ALERT_KINDS}
-        j |= {f"{k}_writable": bool(self.programmable & b) for k, b in ALERT_KINDS}
-        j |= {
-            "life_used_crit_alert_threshold": self.life_used_crit,
-            "life_used_prog_warn_threshold": self.life_used_warn,
-            "dev_over_temperature_crit_alert_threshold": self.over_temp_crit,
-            "dev_under_temperature_crit_alert_threshold": self.under_temp_crit,
-            "dev_over_temperature_prog_warn_threshold": self.over_temp_warn,
-            "dev_under_temperature_prog_warn_threshold": self.under_temp_warn,
-            "corrected_volatile_mem_err_prog_warn_threshold": self.volatile_err_warn,
-            "corrected_pmem_err_prog_warn_threshold": self.pmem_err_warn,
-        }
-        return j
-
 
 def decode_alert_config(payload: bytes) -> AlertConfig:
     """Get Alert Configuration's 16-byte output."""
@@ -208,16 +175,6 @@ class FirmwareInfo:
     revisions: tuple[str, ...]
     staged_slot: int = 0  # the slot activated at the next reset (0: none)
     online_activate: bool = False  # the device can activate a new image while running
-
-    def as_json(self) -> dict[str, Any]:
-        """Slots, the active and staged ones, and each slot's revision."""
-        return {
-            "num_slots": self.slots,
-            "active_slot": self.active_slot,
-            "staged_slot": self.staged_slot or None,
-            "online_activate_capable": self.online_activate,
-            "slots": [{"slot": i + 1, "revision": r} for i, r in enumerate(self.revisions) if r],
-        }
 
 
 def decode_fw_info(payload: bytes) -> FirmwareInfo:

@@ -42,17 +42,6 @@ class PoisonRecord:
     region: str | None = None
     hpa: int | None = None
 
-    def as_json(self) -> dict[str, object]:
-        """ndctl's media-error fields (offset and length of the device range), plus the
-        region and host address."""
-        return {
-            "offset": self.dpa,
-            "length": self.length,
-            "source": self.source,
-            "region": self.region,
-            "hpa": self.hpa,
-        }
-
 
 def record_from_event(event: TraceEvent) -> PoisonRecord | None:
     """A ``cxl_poison`` event of a poison-list read as a record (None for other events)."""

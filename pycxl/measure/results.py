@@ -9,9 +9,8 @@ the tier it names.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from ..gpu.model import GpuDevice
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 # called out: firmware figures are often wrong, and so is a misplaced measurement.
 ADVERTISED_FACTOR = 2.0
 # a field that carries resolved objects, not figures: the JSON has their names already
+# (to_json.bench_result_json leaves such fields out)
 _OBJECTS = {"json": False}
 
 
@@ -46,22 +46,6 @@ class BenchResult:
     pages: int | None = None  # host memory: pages of the measured buffers
     # what ``target`` and ``initiator`` resolved to, for code that needs more than a name
     pair: Pair | None = field(default=None, compare=False, repr=False, metadata=_OBJECTS)
-
-    def as_json(self) -> dict[str, Any]:
-        """Field names as keys, the benchmark's name first; nested results as objects."""
-        out: dict[str, Any] = {"benchmark": self.benchmark}
-        for f in dataclasses.fields(self):
-            if f.metadata.get("json", True):
-                out[f.name] = _plain(getattr(self, f.name))
-        return out
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -182,18 +182,17 @@ def alert_finding(memdev: str, cfg: Any, labels: dict[str, str]) -> Finding | No
 
     if not isinstance(cfg, AlertConfig) or not cfg.valid:
         return None
-    values = cfg.as_json()
-    on = [f"{name.replace('_', ' ')} at {values[key]}"
+    on = [f"{name.replace('_', ' ')} at {getattr(cfg, key)}"
           for (name, (bit, _, _)), key in zip(ALERTS.items(), _ALERT_KEYS, strict=True)
           if cfg.valid & bit]  # fmt: skip
     return Finding("info", "alert-config", memdev,
                    f"{memdev}: warning alerts set: {', '.join(on)}", "", labels)  # fmt: skip
 
 
-_ALERT_KEYS = (
-    "life_used_prog_warn_threshold",
-    "dev_over_temperature_prog_warn_threshold",
-    "dev_under_temperature_prog_warn_threshold",
-    "corrected_volatile_mem_err_prog_warn_threshold",
-    "corrected_pmem_err_prog_warn_threshold",
+_ALERT_KEYS = (  # the AlertConfig fields of ALERTS' warning thresholds, in their order
+    "life_used_warn",
+    "over_temp_warn",
+    "under_temp_warn",
+    "volatile_err_warn",
+    "pmem_err_warn",
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ..cxl.model import Memdev
@@ -22,17 +22,6 @@ class Finding:
     message: str
     fix: str = ""
     labels: dict[str, str] = field(default_factory=dict, hash=False)  # memdev, region, node...
-
-    def as_json(self) -> dict[str, Any]:
-        """One finding as JSON: severity, check, subject, message, fix, labels."""
-        return {
-            "severity": self.severity,
-            "check": self.check,
-            "subject": self.subject,
-            "message": self.message,
-            "fix": self.fix or None,
-            "labels": self.labels,
-        }
 
 
 def memdev_labels(m: Memdev) -> dict[str, str]:

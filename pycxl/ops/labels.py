@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ..pci import nvidia_gpus
 from ..sysfs import Sysfs
@@ -38,20 +38,6 @@ class HostLabels:
     # every CXL node keeps memory pinned for a GPU (normal zone); None: no CXL node
     gpu_pinning: bool | None
     health: str | None  # pycxl check's status; None when not checked
-
-    def as_json(self) -> dict[str, Any]:
-        """The facts, with both renderings."""
-        return {
-            "tiers": list(self.tiers),
-            "cxl_bytes": self.cxl_bytes,
-            "cxl_nodes": list(self.cxl_nodes),
-            "memdevs": self.memdevs,
-            "gpus": self.gpus,
-            "gpu_pinning": self.gpu_pinning,
-            "health": self.health,
-            "slurm": slurm_attributes(self),
-            "nfd": nfd_labels(self),
-        }
 
 
 def host_labels(

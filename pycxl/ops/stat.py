@@ -11,7 +11,6 @@ import datetime
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..numa.vmstat import Sample, TieringState, read_tiering, sample
 from ..sysfs import Sysfs
@@ -42,21 +41,6 @@ class NodeStat:
         """Bytes in use."""
         return self.total - self.free
 
-    def as_json(self) -> dict[str, Any]:
-        """One node's memory, counters and (after the first report) rates."""
-        return {
-            "node": self.node,
-            "name": self.name,
-            "tier": self.tier,
-            "memory_tier": self.memory_tier,
-            "total": self.total,
-            "used": self.used,
-            "free": self.free,
-            "pinned": self.pinned,
-            "totals": self.totals,
-            "rates_per_s": self.rates,
-        }
-
 
 @dataclass(frozen=True)
 class StatReport:
@@ -68,29 +52,6 @@ class StatReport:
     system_totals: dict[str, int] = field(hash=False)
     system_rates: dict[str, float] | None = field(default=None, hash=False)
     tiering: TieringState | None = field(default=None, hash=False)
-
-    def as_json(self) -> dict[str, Any]:
-        """The report as pycxl stat --json prints it (one line per report)."""
-        t = self.tiering
-        return {
-            "time": self.time,
-            "interval_s": self.interval_s,
-            "nodes": [n.as_json() for n in self.nodes],
-            "system": {"totals": self.system_totals, "rates_per_s": self.system_rates},
-            "tiering": None if t is None else tiering_json(t),
-        }
-
-
-def tiering_json(t: TieringState) -> dict[str, Any]:
-    """The tiering state as JSON."""
-    return {
-        "memory_tiers": {str(k): list(v) for k, v in t.memory_tiers.items()},
-        "demotion_enabled": t.demotion_enabled,
-        "numa_balancing": t.numa_balancing,
-        "interleave_weights": {str(k): v for k, v in t.weights.items()},
-        "cxl_pmus": list(t.cxl_pmus) or None,
-        "cxl_pmu": "present" if t.cxl_pmus else CXL_PMU_ABSENT,
-    }
 
 
 def _report(

@@ -123,27 +123,6 @@ class Row:
         figures = GPU_LINKS[link] if self.kind == "gpu" else (MEM_READ, MEM_WRITE)
         return ceiling.share([self.value(f) for f in figures])
 
-    def as_json(self) -> dict[str, Any]:
-        """The row as pycxl top --json prints it."""
-        names = GPU_FIGURES if self.kind == "gpu" else NODE_FIGURES
-        if self.kind == "gpu":
-            doc: dict[str, Any] = {"gpu": self.name, "index": self.id}
-        else:
-            doc = {"name": self.name, "node": self.id, "tier": self.tier}
-        if self.pci is not None:
-            doc["pci"] = self.pci
-            doc["pcie_lnksta"] = self.link_text
-        doc |= {key: self.figures.get(f) for f, key in names.items()
-                if f in self.figures or f in self.missing}  # fmt: skip
-        for link, c in self.ceilings.items():
-            prefix = "" if link == "memory" else f"{link}_"
-            doc[f"{prefix}max_bytes_per_s"] = c.bytes_per_s
-            doc[f"{prefix}max_basis"] = c.basis
-            doc[f"{prefix}share"] = self.share(link)
-        doc["missing"] = {names[f]: m.reason for f, m in self.missing.items() if f in names}
-        doc["methods"] = list(self.methods)
-        return doc
-
 
 @dataclass(frozen=True)
 class ProcessNode:
@@ -159,18 +138,6 @@ class ProcessNode:
     anonymous: int = 0  # bytes
     anonymous_change_per_s: float = 0.0  # bytes per second
 
-    def as_json(self) -> dict[str, Any]:
-        """The node's resident bytes and their change."""
-        return {
-            "node": self.node,
-            "name": self.name,
-            "tier": self.tier,
-            "resident_bytes": self.resident,
-            "change_bytes_per_s": self.change_per_s,
-            "anonymous_bytes": self.anonymous,
-            "anonymous_change_bytes_per_s": self.anonymous_change_per_s,
-        }
-
 
 @dataclass(frozen=True)
 class ProcessView:
@@ -179,10 +146,6 @@ class ProcessView:
     pid: int
     nodes: tuple[ProcessNode, ...]
     exited: bool = False
-
-    def as_json(self) -> dict[str, Any]:
-        """The process, whether it ended, and its memory per node."""
-        return {"pid": self.pid, "exited": self.exited, "nodes": [n.as_json() for n in self.nodes]}
 
 
 @dataclass(frozen=True)
@@ -208,17 +171,6 @@ class TopReport:
                     names = (*names, row.name)
                 out[m.short] = (first, names)
         return out
-
-    def as_json(self) -> dict[str, Any]:
-        """The report as pycxl top --json prints it (one line per report)."""
-        return {
-            "time": self.time,
-            "interval_s": round(self.interval_s, 3),
-            "gpus": [g.as_json() for g in self.gpus],
-            "nodes": [n.as_json() for n in self.nodes],
-            "process": None if self.process is None else self.process.as_json(),
-            "absent": list(self.absent),
-        }
 
 
 def top(

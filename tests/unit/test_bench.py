@@ -15,6 +15,7 @@ from pycxl.errors import InvalidRequestError, NotFoundError
 from pycxl.measure.conditions import last_level_cache
 from pycxl.measure.results import BandwidthResult, LatencyResult
 from pycxl.sysfs import Sysfs
+from pycxl.to_json import bench_result_json
 from tests.kernel.kernel_helpers import pycxl_cli
 
 MiB = 1 << 20
@@ -91,9 +92,9 @@ def test_bad_input(call: object, error: type[Exception], message: str) -> None:
         call()  # type: ignore[operator]
 
 
-def test_results_as_json_have_typed_fields() -> None:
+def test_results_json_have_typed_fields() -> None:
     (r,) = bench.measure_latency("dram0", size="64K", samples=2, loads=1 << 16)
-    doc = r.as_json()
+    doc = bench_result_json(r)
     assert doc["benchmark"] == "latency" and doc["latency_ns"] == r.latency_ns
     assert doc["pages_on_node"] == doc["pages"] == 16
     assert set(doc) >= {"target", "node", "initiator", "cpus", "size", "page_size", "samples"}

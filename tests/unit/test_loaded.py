@@ -14,6 +14,7 @@ from pycxl.bench import dispatch
 from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from pycxl.measure import loaded
 from pycxl.measure.results import LoadedPoint
+from pycxl.to_json import bench_result_json
 
 QUICK = dict(size="1M", load_size="8M", seconds=0.1, steps=3)
 
@@ -59,7 +60,7 @@ def test_a_curve_on_dram() -> None:
     assert all(p.latency_ns_p50 <= p.latency_ns_p99 for p in r.points)
     assert r.pages_on_node == r.pages and r.load_pages_on_node == r.load_pages
     assert r.cpus and r.cpus[0] not in r.load_cpus
-    doc = r.as_json()
+    doc = bench_result_json(r)
     assert doc["benchmark"] == "loaded-latency" and len(doc["points"]) == len(r.points)
 
 

@@ -29,6 +29,7 @@ from pycxl.ops.stat import stat
 from pycxl.pci_link import parse_speed, read_link
 from pycxl.sysfs import Sysfs
 from pycxl.system import snapshot
+from pycxl.to_json import alert_config_json, firmware_info_json, health_json
 from pycxl.trace import parse_line
 from tests import node_exporter
 
@@ -48,14 +49,14 @@ def test_health_payload_decodes_to_ndctls_documented_object() -> None:
     payload = bytes([0x07, 0x03, (2 << 2) | (1 << 4), 15]) + struct.pack("<hIII", 25, 10, 20, 30)
     assert len(payload) == HEALTH.size == 0x12
     h = decode_health(payload)
-    assert h.as_json() == NDCTL_EXAMPLE["health"]
+    assert health_json(h) == NDCTL_EXAMPLE["health"]
     assert h.critical and "hw replacement needed" in h.problems
 
 
 def test_health_unreported_values_and_levels() -> None:
     payload = bytes([0x02, 0x00, 0x01, 0xFF]) + struct.pack("<hIII", -1, 0, 0, 0)
     h = decode_health(payload)
-    j = h.as_json()
+    j = health_json(h)
     assert j["life_used_percent"] is None and j["temperature"] is None
     assert j["performance_degraded"] and not j["hw_replacement_needed"] and j["media_normal"]
     assert j["ext_life_used"] == "warning"
@@ -67,10 +68,10 @@ def test_health_unreported_values_and_levels() -> None:
 def test_alert_config_payload_in_spec_order() -> None:
     # ndctl's example: only the corrected-volatile threshold valid and writable
     example = decode_alert_config(bytes([0x08, 0x08]) + bytes(14))
-    assert example.as_json() == NDCTL_EXAMPLE["alert_config"]
+    assert alert_config_json(example) == NDCTL_EXAMPLE["alert_config"]
     # each field in its place: distinct values
     payload = bytes([0x1F, 0x05, 90, 75]) + struct.pack("<hhhhHH", 100, -20, 85, -10, 300, 400)
-    j = decode_alert_config(payload).as_json()
+    j = alert_config_json(decode_alert_config(payload))
     assert j["life_used_crit_alert_threshold"] == 90 and j["life_used_prog_warn_threshold"] == 75
     assert j["dev_over_temperature_crit_alert_threshold"] == 100
     assert j["dev_under_temperature_crit_alert_threshold"] == -20
@@ -95,7 +96,7 @@ def test_firmware_info_payload() -> None:
     payload[1], payload[2] = 0b000_001, 1  # slot 1 active, none staged; online activation
     fw = decode_fw_info(bytes(payload))
     assert (fw.active_slot, fw.staged_slot, fw.online_activate) == (1, 0, True)
-    assert fw.as_json()["staged_slot"] is None
+    assert firmware_info_json(fw)["staged_slot"] is None
 
 
 # --- trace lines, as the kernel prints them (recorded in the testbed after injecting a

@@ -23,6 +23,7 @@ from pycxl.errors import InvalidRequestError, OperationError
 from pycxl.gpu.host_engine import HostEngine
 from pycxl.gpu.prefetch import Prefetcher
 from pycxl.gpu.spans import host_span
+from pycxl.to_json import bench_result_json
 
 
 class _Record:
@@ -305,6 +306,6 @@ def test_offload_results_are_built_whole_from_what_a_run_measures() -> None:
     r = _result("pycxl", [0.09, 0.08, 0.1], p, figures, common, bytes_=(28 * lb, 16 * lb),
                 pages=(10, 10), hidden=0.1, lookahead=1)  # fmt: skip
     assert r.step_s == 0.09 and r.vs_bound == pytest.approx(0.09 / back)
-    assert r.as_json()["pinned_bidir_bytes_per_s"] == 90e9 and r.target == "dram0"
+    assert bench_result_json(r)["pinned_bidir_bytes_per_s"] == 90e9 and r.target == "dram0"
     hbm = _result("hbm", [0.01], None, figures, common, bytes_=(0, 0))
     assert hbm.target == "gpu0" and hbm.node is None and hbm.link_bytes_per_s is None

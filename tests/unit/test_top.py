@@ -26,6 +26,7 @@ from pycxl.errors import SysfsError
 from pycxl.pci_caps import parse_cxl_capability
 from pycxl.pci_link import bandwidth
 from pycxl.sysfs import Sysfs
+from pycxl.to_json import top_row_json
 from tests.top_runs import bandwidth_under_top
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,7 +287,7 @@ def test_every_figure_this_host_lacks_says_why_never_zero() -> None:
                 assert (figure in row.figures) != (figure in row.missing), row
         for m in row.missing.values():
             assert m.reason and " " not in m.short
-        doc = row.as_json()
+        doc = top_row_json(row)
         for key, why in doc["missing"].items():
             assert doc[key] is None and why
     dram0 = next(r for r in report.nodes if r.name == "dram0")
