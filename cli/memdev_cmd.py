@@ -29,6 +29,7 @@ from .params import (
 
 if TYPE_CHECKING:
     from pycxl.cxl.device_ops import DeviceResult
+    from pycxl.sysfs import Sysfs
 
 MEMDEVS = click.argument("memdevs", nargs=-1, required=True, metavar="MEMDEV... | all",
                          type=OBJECT_NAMES)  # fmt: skip
@@ -67,21 +68,28 @@ def memdev_group() -> None:
     alert thresholds, sanitize, poison (ndctl's cxl memdev commands)."""
 
 
-def _memdevs(names: tuple[tuple[str, ...], ...], sysroot: str | None) -> list[str]:
-    """The memdevs named ('all': every one), each checked to exist before any write."""
-    from pycxl.cxl.device_ops import topology
+def _host(sysroot: str | None) -> Sysfs:
+    """The host tree a command reads and changes, opened once: the operations are handed
+    it (``sysroot`` was checked by its option)."""
     from pycxl.sysfs import Sysfs
 
-    topo = topology(Sysfs(sysroot))
+    return Sysfs(sysroot)
+
+
+def _memdevs(names: tuple[tuple[str, ...], ...], fs: Sysfs) -> list[str]:
+    """The memdevs named ('all': every one), each checked to exist before any write."""
+    from pycxl.cxl.device_ops import topology
+
+    topo = topology(fs)
     wanted = flatten(names)
     if "all" in wanted:
         return [m.name for m in topo.memdevs]
     return list(dict.fromkeys(topo.find_memdev(n).name for n in wanted))
 
 
-def _run(names: tuple[tuple[str, ...], ...], sysroot: str | None, as_json: bool, key: str,
+def _run(names: tuple[tuple[str, ...], ...], fs: Sysfs, as_json: bool, key: str,
          op: Callable[[str], DeviceResult]) -> None:  # fmt: skip
-    each_object(_memdevs(names, sysroot), op, as_json, key)
+    each_object(_memdevs(names, fs), op, as_json, key)
 
 
 # --- labels ------------------------------------------------------------------------
@@ -98,8 +106,9 @@ def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None
     from pycxl.cxl.labels import read_labels
     from pycxl.outfiles import STDOUT, write_atomically
 
-    data = b"".join(read_labels(m, size=size, offset=offset, sysroot=sysroot)
-                    for m in _memdevs(memdevs, sysroot))  # fmt: skip
+    fs = _host(sysroot)
+    data = b"".join(read_labels(m, size=size, offset=offset, system=fs)
+                    for m in _memdevs(memdevs, fs))  # fmt: skip
     if output is None or output == STDOUT:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
@@ -125,13 +134,14 @@ def write_labels_command(memdev: str, infile: str, size: int | None, offset: int
     from pycxl.cxl.labels import write_labels
     from pycxl.errors import InvalidRequestError
 
+    fs = _host(sysroot)
     with open(infile, "rb") as f:
         data = f.read()
     if size is not None:
         if size > len(data):
             raise InvalidRequestError(f"--size {size}: {infile} has only {len(data)} bytes")
         data = data[:size]
-    emit_results([write_labels(memdev, data, offset=offset, sysroot=sysroot, dry_run=dry_run)],
+    emit_results([write_labels(memdev, data, offset=offset, system=fs, dry_run=dry_run)],
                  as_json, "memdev")  # fmt: skip
 
 
@@ -147,8 +157,9 @@ def zero_labels_command(memdevs: tuple[tuple[str, ...], ...], size: int | None, 
     """Zero memdevs' label areas."""
     from pycxl.cxl.labels import zero_labels
 
-    _run(memdevs, sysroot, as_json, "memdev",
-         lambda m: zero_labels(m, size=size, offset=offset, sysroot=sysroot,
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "memdev",
+         lambda m: zero_labels(m, size=size, offset=offset, system=fs,
                                dry_run=dry_run))  # fmt: skip
 
 
@@ -166,8 +177,9 @@ def disable_command(memdevs: tuple[tuple[str, ...], ...], force: bool, dry_run: 
     """Take memdevs out of service: unbind them from cxl_mem (cxl disable-memdev)."""
     from pycxl.cxl.binding import disable_memdev
 
-    _run(memdevs, sysroot, as_json, "memdev",
-         lambda m: disable_memdev(m, force=force, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "memdev",
+         lambda m: disable_memdev(m, force=force, system=fs, dry_run=dry_run))  # fmt: skip
 
 
 @memdev_group.command("enable")
@@ -180,8 +192,9 @@ def enable_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool, as_json:
     """Bring memdevs back into service: bind them to cxl_mem (cxl enable-memdev)."""
     from pycxl.cxl.binding import enable_memdev
 
-    _run(memdevs, sysroot, as_json, "memdev",
-         lambda m: enable_memdev(m, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "memdev",
+         lambda m: enable_memdev(m, system=fs, dry_run=dry_run))  # fmt: skip
 
 
 # --- DPA and partitions ----------------------------------------------------------------
@@ -211,9 +224,10 @@ def reserve_dpa_command(memdevs: tuple[tuple[str, ...], ...], size: int | None,
     """Reserve device capacity (DPA) on memdevs' next free endpoint decoder."""
     from pycxl.cxl.dpa import reserve_dpa
 
-    _run(memdevs, sysroot, as_json, "decoder",
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "decoder",
          lambda m: reserve_dpa(m, size=size, mode=mode or "ram", decoder=decoder, force=force,
-                               sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+                               system=fs, dry_run=dry_run))  # fmt: skip
 
 
 @memdev_group.command("free-dpa")
@@ -230,8 +244,9 @@ def free_dpa_command(memdevs: tuple[tuple[str, ...], ...], mode: str | None,
     """Free memdevs' newest DPA reservation that no region uses."""
     from pycxl.cxl.dpa import free_dpa
 
-    _run(memdevs, sysroot, as_json, "decoder",
-         lambda m: free_dpa(m, mode=mode, decoder=decoder, force=force, sysroot=sysroot,
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "decoder",
+         lambda m: free_dpa(m, mode=mode, decoder=decoder, force=force, system=fs,
                             dry_run=dry_run))  # fmt: skip
 
 
@@ -256,8 +271,9 @@ def set_partition_command(memdevs: tuple[tuple[str, ...], ...], mode: str, size:
     """Split memdevs' capacity between ram and pmem, from their next reset."""
     from pycxl.cxl.partition import set_partition
 
-    _run(memdevs, sysroot, as_json, "partition",
-         lambda m: set_partition(m, mode=mode, size=size, align=align, sysroot=sysroot,
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "partition",
+         lambda m: set_partition(m, mode=mode, size=size, align=align, system=fs,
                                  dry_run=dry_run))  # fmt: skip
 
 
@@ -281,14 +297,15 @@ def update_firmware_command(memdevs: tuple[tuple[str, ...], ...], image: str | N
         raise click.UsageError("--cancel and --firmware-file go separately")
     if not cancel and not image:
         raise click.UsageError("give --firmware-file FILE (or --cancel)")
+    fs = _host(sysroot)
     if cancel:
-        _run(memdevs, sysroot, as_json, "firmware",
-             lambda m: firmware.cancel_firmware_update(m, sysroot=sysroot,
+        _run(memdevs, fs, as_json, "firmware",
+             lambda m: firmware.cancel_firmware_update(m, system=fs,
                                                        dry_run=dry_run))  # fmt: skip
         return
     assert image is not None
-    _run(memdevs, sysroot, as_json, "firmware",
-         lambda m: firmware.update_firmware(m, image, wait=wait, sysroot=sysroot,
+    _run(memdevs, fs, as_json, "firmware",
+         lambda m: firmware.update_firmware(m, image, wait=wait, system=fs,
                                             dry_run=dry_run))  # fmt: skip
 
 
@@ -329,8 +346,9 @@ def set_alert_config_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool
         c = alert_change(key, alerts[f"{key}_alert"], alerts[f"{key}_threshold"])
         if c is not None:
             changes.append(c)
-    _run(memdevs, sysroot, as_json, "alert_config",
-         lambda m: set_alert_config(m, changes, sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "alert_config",
+         lambda m: set_alert_config(m, changes, system=fs, dry_run=dry_run))  # fmt: skip
 
 
 @memdev_group.command("sanitize")
@@ -353,9 +371,10 @@ def sanitize_command(memdevs: tuple[tuple[str, ...], ...], erase: bool, force: b
     from pycxl.cxl.sanitize import sanitize
 
     seconds = None if timeout is None else timeout / 1000
-    _run(memdevs, sysroot, as_json, "sanitize",
+    fs = _host(sysroot)
+    _run(memdevs, fs, as_json, "sanitize",
          lambda m: sanitize(m, erase=erase, force=force, wait=wait, timeout=seconds,
-                            sysroot=sysroot, dry_run=dry_run))  # fmt: skip
+                            system=fs, dry_run=dry_run))  # fmt: skip
 
 
 @memdev_group.command("wait-sanitize")
@@ -368,9 +387,10 @@ def wait_sanitize_command(memdevs: tuple[tuple[str, ...], ...], timeout: int | N
     """Wait for memdevs' sanitize to finish (at once where none runs)."""
     from pycxl.cxl.sanitize import wait_sanitize
 
-    for m in _memdevs(memdevs, sysroot):
+    fs = _host(sysroot)
+    for m in _memdevs(memdevs, fs):
         waited = wait_sanitize(m, timeout=None if timeout is None else timeout / 1000,
-                               sysroot=sysroot)  # fmt: skip
+                               system=fs)  # fmt: skip
         click.echo(f"{m}: no sanitize running (waited {waited:.1f} s)")
 
 
@@ -387,7 +407,8 @@ def inject_poison_command(memdev: str, address: int, dry_run: bool, as_json: boo
     monitor)."""
     from pycxl.cxl.poison import inject_poison
 
-    emit_results([inject_poison(memdev, address, sysroot=sysroot, dry_run=dry_run)], as_json,
+    fs = _host(sysroot)
+    emit_results([inject_poison(memdev, address, system=fs, dry_run=dry_run)], as_json,
                  "poison")  # fmt: skip
 
 
@@ -402,5 +423,6 @@ def clear_poison_command(memdev: str, address: int, dry_run: bool, as_json: bool
     """Clear the poison of a 64-byte line of a memdev."""
     from pycxl.cxl.poison import clear_poison
 
-    emit_results([clear_poison(memdev, address, sysroot=sysroot, dry_run=dry_run)], as_json,
+    fs = _host(sysroot)
+    emit_results([clear_poison(memdev, address, system=fs, dry_run=dry_run)], as_json,
                  "poison")  # fmt: skip

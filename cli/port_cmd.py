@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .device_output import each_object, emit_results
 from .params import AS_JSON, DRY_RUN, OBJECT_NAMES, WRITES_SYSROOT, flatten
+
+if TYPE_CHECKING:
+    from pycxl.sysfs import Sysfs
 
 PORTS = click.argument("ports", nargs=-1, required=True, metavar="PORT... | all",
                        type=OBJECT_NAMES)  # fmt: skip
@@ -15,12 +20,19 @@ ENDPOINT = click.option("-e", "--endpoint", is_flag=True,
                              "memdev).")  # fmt: skip
 
 
-def _ports(names: tuple[tuple[str, ...], ...], endpoint: bool, sysroot: str | None) -> list[str]:
-    from pycxl.cxl.binding import find_port
-    from pycxl.cxl.device_ops import topology
+def _host(sysroot: str | None) -> Sysfs:
+    """The host tree a command reads and changes, opened once: the operations are handed
+    it (``sysroot`` was checked by its option)."""
     from pycxl.sysfs import Sysfs
 
-    topo = topology(Sysfs(sysroot))
+    return Sysfs(sysroot)
+
+
+def _ports(names: tuple[tuple[str, ...], ...], endpoint: bool, fs: Sysfs) -> list[str]:
+    from pycxl.cxl.binding import find_port
+    from pycxl.cxl.device_ops import topology
+
+    topo = topology(fs)
     wanted = flatten(names)
     if "all" in wanted:
         pool = topo.endpoints if endpoint else topo.ports
@@ -46,8 +58,9 @@ def disable_command(ports: tuple[tuple[str, ...], ...], endpoint: bool, force: b
     """Unbind ports from cxl_port; the endpoints below go with them (cxl disable-port)."""
     from pycxl.cxl.binding import disable_port
 
-    each_object(_ports(ports, endpoint, sysroot),
-                lambda p: disable_port(p, endpoint=endpoint, force=force, sysroot=sysroot,
+    fs = _host(sysroot)
+    each_object(_ports(ports, endpoint, fs),
+                lambda p: disable_port(p, endpoint=endpoint, force=force, system=fs,
                                        dry_run=dry_run), as_json, "port")  # fmt: skip
 
 
@@ -65,9 +78,10 @@ def enable_command(ports: tuple[tuple[str, ...], ...], endpoint: bool, enable_me
     """Bind ports to cxl_port (cxl enable-port)."""
     from pycxl.cxl.binding import enable_port
 
-    each_object(_ports(ports, endpoint, sysroot),
+    fs = _host(sysroot)
+    each_object(_ports(ports, endpoint, fs),
                 lambda p: enable_port(p, endpoint=endpoint, enable_memdevs=enable_memdevs,
-                                      sysroot=sysroot, dry_run=dry_run),
+                                      system=fs, dry_run=dry_run),
                 as_json, "port")  # fmt: skip
 
 
@@ -86,7 +100,8 @@ def inject_protocol_error_command(dport: str, error: str, dry_run: bool, as_json
     platform's ACPI EINJ (cxl inject-protocol-error)."""
     from pycxl.cxl.protocol_errors import inject_protocol_error
 
-    emit_results([inject_protocol_error(dport, error, sysroot=sysroot, dry_run=dry_run)],
+    fs = _host(sysroot)
+    emit_results([inject_protocol_error(dport, error, system=fs, dry_run=dry_run)],
                  as_json, "port")  # fmt: skip
 
 
@@ -108,8 +123,9 @@ def bus_disable_command(buses: tuple[tuple[str, ...], ...], force: bool, dry_run
     (cxl disable-bus)."""
     from pycxl.cxl.binding import disable_bus
 
+    fs = _host(sysroot)
     each_object(list(flatten(buses)),
-                lambda b: disable_bus(b, force=force, sysroot=sysroot, dry_run=dry_run),
+                lambda b: disable_bus(b, force=force, system=fs, dry_run=dry_run),
                 as_json, "bus")  # fmt: skip
 
 
@@ -123,4 +139,5 @@ def bus_enable_command(host: str, dry_run: bool, as_json: bool, sysroot: str | N
     ports and memdevs are found afresh."""
     from pycxl.cxl.binding import enable_bus
 
-    emit_results([enable_bus(host, sysroot=sysroot, dry_run=dry_run)], as_json, "bus")
+    fs = _host(sysroot)
+    emit_results([enable_bus(host, system=fs, dry_run=dry_run)], as_json, "bus")

@@ -148,53 +148,44 @@ class _Lines:
                 click.echo(f"# {short} ({', '.join(names)}): {m.reason}")
                 self.explained.add(short)
         when = _local_time(report.time)
-        lines: list[tuple[str, ...]] = []
+        # each line beside the header whose columns it goes under
+        lines: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
         if self.reports % HEADER_EVERY == 0:
-            lines += [GPU_HEADER] if report.gpus else []
-            lines += [NODE_HEADER]
-            lines += [PROCESS_HEADER] if report.process is not None else []
+            lines += [(GPU_HEADER, GPU_HEADER)] if report.gpus else []
+            lines += [(NODE_HEADER, NODE_HEADER)]
+            lines += [(PROCESS_HEADER, PROCESS_HEADER)] if report.process is not None else []
         for row in report.gpus:
             for link, (rx, tx) in GPU_LINKS.items():
                 if link == "pcie" or rx in row.figures or rx in row.missing:
-                    lines.append((when, row.name, link, _mb(row, rx), _mb(row, tx),
-                                  _pct(row.share(link)), _pct(row.value("hbm_busy"))))  # fmt: skip
+                    lines.append((GPU_HEADER, (when, row.name, link, _mb(row, rx), _mb(row, tx),
+                                  _pct(row.share(link)), _pct(row.value("hbm_busy")))))  # fmt: skip
         for row in report.nodes:
-            lines.append((when, row.name, row.tier, _mb(row, "mem_read"), _mb(row, "mem_write"),
-                          _mb(row, "mbm_local"), _pct(row.share("memory")),
+            lines.append((NODE_HEADER, (when, row.name, row.tier, _mb(row, "mem_read"),
+                          _mb(row, "mem_write"), _mb(row, "mbm_local"), _pct(row.share("memory")),
                           *(_n(row, f) for f in ("alloc", "local", "remote", "promoted",
-                                                 "demoted"))))  # fmt: skip
+                                                 "demoted")))))  # fmt: skip
         if report.process is not None:
             p = report.process
             for n in p.nodes:
-                lines.append((when, str(p.pid), n.name, n.tier, f"{n.resident / MB:.1f}",
-                              f"{n.change_per_s / MB:+.1f}", f"{n.anonymous / MB:.1f}",
-                              f"{n.anonymous_change_per_s / MB:+.1f}"))  # fmt: skip
-        for fields in lines:
-            click.echo(_aligned(fields))
+                lines.append((PROCESS_HEADER, (when, str(p.pid), n.name, n.tier,
+                              f"{n.resident / MB:.1f}", f"{n.change_per_s / MB:+.1f}",
+                              f"{n.anonymous / MB:.1f}",
+                              f"{n.anonymous_change_per_s / MB:+.1f}")))  # fmt: skip
+        for header, fields in lines:
+            click.echo(_aligned(fields, header))
         if report.process is not None and report.process.exited:
             click.echo(f"# {when} process {report.process.pid} ended")
         sys.stdout.flush()
         self.reports += 1
 
 
-# each line kind's columns as wide as its header's (the time's as wide as a time)
-WIDTHS = {h[1]: [max(len(name), 8) for name in h] for h in (GPU_HEADER, NODE_HEADER,
-                                                             PROCESS_HEADER)}  # fmt: skip
-
-
-def _aligned(fields: tuple[str, ...]) -> str:
-    """A header or a line, columns right-aligned under the header's names."""
-    widths = WIDTHS[fields[1] if fields[1] in WIDTHS else _kind(fields[1])]
+def _aligned(fields: tuple[str, ...], header: tuple[str, ...]) -> str:
+    """A header or a line, columns right-aligned under ``header``'s names (each column
+    as wide as its name, the time's as wide as a time)."""
+    widths = [max(len(name), 8) for name in header]
     cells = [fields[0].ljust(widths[0])]
     cells += [f.rjust(w) for f, w in zip(fields[1:], widths[1:], strict=False)]
     return " ".join(cells).rstrip()
-
-
-def _kind(name: str) -> str:
-    """The header a line goes under, by its second field: gpu0, a PID, or a node."""
-    if name.startswith("gpu"):
-        return "gpu"
-    return "pid" if name.isdecimal() else "node"
 
 
 def _local_time(iso: str) -> str:

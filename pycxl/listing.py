@@ -365,9 +365,8 @@ def device_links(system: System, sel: Selection) -> dict[str, Any]:
     device without one), and each memdev's CXL capability (``lspci -vv``'s view)."""
     from .pci_caps import read_cxl_capability
     from .pci_link import read_link
-    from .sysfs import Sysfs
 
-    fs = Sysfs(system.sysroot)
+    fs = system.sysfs()
     out: dict[str, Any] = {m.name: (read_link(m.host, fs), read_cxl_capability(m.host, fs))
                            for m in sel.memdevs}  # fmt: skip
     out |= {g.target_name: (read_link(g.pci_bus_id, fs), None) for g in sel.gpus}

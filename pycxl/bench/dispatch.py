@@ -48,6 +48,7 @@ from ..values import (
     optional_size,
     page_size,
     samples as checked_samples,
+    size as checked_size,
 )
 
 Size = int | str | None
@@ -80,6 +81,13 @@ def _loads(loads: int) -> None:
 
 def _size(size: Size, what: str = "size") -> int | None:
     return optional_size(size, what)
+
+
+def _chase_size(size: Size) -> int | None:
+    """A chase arena's size: read as any size, then held to the chase's least
+    (``CHASE_MIN_SIZE``); the chases below take it as checked."""
+    n = _size(size)
+    return None if n is None else checked_size(n, "chase size", CHASE_MIN_SIZE)
 
 
 def _seconds(value: float | None, what: str, above: float = 0.0) -> None:
@@ -469,7 +477,7 @@ def measure_loaded_latency(
     if load_from is not None:
         load_gpus = s.gpus_named(load_from)
     return _loaded(chase, load_on_pair, mixes, load_gpus, load_threads, rates=rates,
-                   fractions=fractions, steps=steps, size=_size(size),
+                   fractions=fractions, steps=steps, size=_chase_size(size),
                    load_size=_size(load_size, "load size"), seconds=seconds, knee=knee)  # fmt: skip
 
 
@@ -581,7 +589,11 @@ def measure_matrix(
         )
     s = _live(system, gpus=gpus)
     inits, targets, names = matrix_pairs(s)
-    n = _size(size)
+    gpu_inits = {g.target_name for g in s.gpus.devices}
+    # a GPU's latency cell and a loaded cell (a CPU's) chase an arena of at least
+    # CHASE_MIN_SIZE, checked here once; a CPU's latency cell takes the size as given
+    chases = any(latency if i in gpu_inits else loaded for i, _ in names)
+    n = _chase_size(size) if chases else _size(size)
     cells: list[MatrixCell] = []
     for i, t in _each(names, progress):
         pair = s.pair(t, None if i == t else i)  # a GPU's own memory, from itself

@@ -112,9 +112,13 @@ def _threshold(cfg: AlertConfig, alert: str) -> int:
 
 
 def set_alert_config(
-    memdev: str, changes: list[AlertChange], *, sysroot: str | None = None,
+    memdev: str,
+    changes: list[AlertChange],
+    *,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
     dry_run: bool = False,
-) -> DeviceResult:  # fmt: skip
+) -> DeviceResult:
     """Turn ``memdev``'s warning alerts on (with thresholds) or off."""
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
     if not isinstance(changes, list | tuple) or not all(
@@ -127,7 +131,7 @@ def set_alert_config(
             "no alert named: give at least one --<alert>-alert on|off (life-used, "
             "over-temperature, under-temperature, volatile-mem-err, pmem-err)"
         )
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     dev_dir = device_ops.mailbox_dir(fs)
     if not dry_run:

@@ -56,13 +56,18 @@ def _refuse_active(what: str, busy: list[str], force: bool) -> list[str]:
 
 
 def disable_memdev(
-    memdev: str, *, force: bool = False, sysroot: str | None = None, dry_run: bool = False
+    memdev: str,
+    *,
+    force: bool = False,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
 ) -> DeviceResult:
     """Unbind ``memdev`` from cxl_mem (its endpoint port goes away); one in an active
     region only with ``force``. A memdev already disabled is left as it is."""
     memdev, force = device_ops.name(memdev, "memdev"), device_ops.flag(force, "force")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     topo = device_ops.topology(fs)
     m = topo.find_memdev(memdev)
     warnings = _refuse_active(f"disabling {m.name}", _decoding(topo, [m]), force)
@@ -76,11 +81,15 @@ def disable_memdev(
 
 
 def enable_memdev(
-    memdev: str, *, sysroot: str | None = None, dry_run: bool = False
+    memdev: str,
+    *,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
 ) -> DeviceResult:
     """Bind ``memdev`` to cxl_mem (its endpoint port comes back)."""
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     steps = () if m.enabled else (_bind(MEMDEV_DRIVER, m.name, f"bind {m.name} to cxl_mem"),)
     plan = Plan(f"enable {m.name}", steps)
@@ -121,15 +130,20 @@ def _below(topo: CxlTopology, port: Port) -> list[Memdev]:
 
 
 def disable_port(
-    port: str, *, endpoint: bool = False, force: bool = False, sysroot: str | None = None,
+    port: str,
+    *,
+    endpoint: bool = False,
+    force: bool = False,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
     dry_run: bool = False,
-) -> DeviceResult:  # fmt: skip
+) -> DeviceResult:
     """Unbind a switch or host-bridge port (or, with ``endpoint``, an endpoint port)
     from cxl_port; the endpoints below it go with it. Refused over an active region
     without ``force``; a root port is disabled as its bus (``disable_bus``)."""
     port, endpoint = device_ops.name(port, "port"), device_ops.flag(endpoint, "endpoint")
     force, dry_run = device_ops.flag(force, "force"), device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     topo = device_ops.topology(fs)
     p = find_port(topo, port, endpoint=endpoint)
     if p.kind == "root":
@@ -163,14 +177,14 @@ def disable_port(
 
 def enable_port(
     port: str, *, endpoint: bool = False, enable_memdevs: bool = False,
-    sysroot: str | None = None, dry_run: bool = False,
+    system: device_ops.Host | None = None, sysroot: str | None = None, dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Bind a port to cxl_port; with ``enable_memdevs``, also bind the memdevs below it
     that are disabled (their endpoints come back)."""
     port, endpoint = device_ops.name(port, "port"), device_ops.flag(endpoint, "endpoint")
     enable_memdevs = device_ops.flag(enable_memdevs, "enable_memdevs")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     topo = device_ops.topology(fs)
     if endpoint:
         return _enable_endpoint(fs, topo, port, dry_run)
@@ -222,13 +236,18 @@ def _downstream_memdevs(fs: Sysfs, topo: CxlTopology, port: Port) -> list[Memdev
 
 
 def disable_bus(
-    bus: str, *, force: bool = False, sysroot: str | None = None, dry_run: bool = False
+    bus: str,
+    *,
+    force: bool = False,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
 ) -> DeviceResult:
     """Unbind a CXL root's platform device from cxl_acpi: every port, endpoint and
     region under it goes away until it is bound again (``enable_bus``)."""
     bus, force = device_ops.name(bus, "bus"), device_ops.flag(force, "force")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     topo = device_ops.topology(fs)
     root = _find_bus(topo, bus)
     below = _below(topo, root)
@@ -242,12 +261,16 @@ def disable_bus(
 
 
 def enable_bus(
-    host: str = "ACPI0017:00", *, sysroot: str | None = None, dry_run: bool = False
+    host: str = "ACPI0017:00",
+    *,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
 ) -> DeviceResult:
     """Bind a CXL root's platform device (``ACPI0017:00``) to cxl_acpi again: the ports
     and memdevs under it are enumerated afresh."""
     host, dry_run = device_ops.name(host, "host"), device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     if not fs.exists(f"/sys/bus/platform/devices/{host}"):
         raise NotFoundError("CXL root device", host,
                             [d for d in fs.listdir("/sys/bus/platform/devices")

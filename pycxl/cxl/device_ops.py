@@ -3,14 +3,16 @@ any write (root, the memdev named), and running its plan (or only showing it).
 
 The operations themselves live one area a module: ``labels``, ``binding`` (memdevs,
 ports and buses enabled and disabled), ``dpa``, ``poison``, ``alerts``, ``sanitize``,
-``firmware``, ``partition`` and ``protocol_errors``.
+``firmware``, ``partition`` and ``protocol_errors``. Each takes the host it reads and
+changes one way, ``system=``: a ``pycxl.System`` or its ``Sysfs`` (``sysroot=``, the
+earlier keyword, still opens a tree by its folder).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError
 from ..plan import Plan, StepHook
@@ -20,8 +22,8 @@ from .read import CXL_DEVICES, bus_present, read_cxl
 from .topology import CxlTopology
 
 __all__ = [
-    "CXL_DEVICES", "DeviceResult", "flag", "memdev_after", "name", "require_root", "run",
-    "topology",
+    "CXL_DEVICES", "DeviceResult", "Host", "flag", "host", "memdev_after", "name",
+    "require_root", "run", "topology",
 ]  # fmt: skip
 
 DEV_CXL = "/dev/cxl"  # the memdevs' character devices (their mailboxes)
@@ -39,6 +41,36 @@ class DeviceResult:
     memdev: Memdev | None = None
     details: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+
+
+class HasSysfs(Protocol):
+    """A host read once that holds its tree: a ``pycxl.System`` (``System.sysfs()``),
+    which this floor does not import."""
+
+    def sysfs(self) -> Sysfs:
+        """The tree the host was read from."""
+        ...
+
+
+# what an operation is handed the host as: a System, or its Sysfs
+Host: TypeAlias = "Sysfs | HasSysfs"
+
+
+def host(system: Host | None, sysroot: str | None) -> Sysfs:
+    """The tree an operation reads and writes: ``system``'s (a ``pycxl.System`` or a
+    ``Sysfs``), else ``sysroot``'s (the earlier keyword, kept: it opens the same tree);
+    neither: this machine's."""
+    if system is not None and sysroot is not None:
+        raise InvalidRequestError("give system= or sysroot=, not both")
+    if system is None:
+        return Sysfs(sysroot)
+    if isinstance(system, Sysfs):
+        return system
+    if not callable(getattr(system, "sysfs", None)):
+        raise InvalidRequestError(
+            f"system {system!r}: give a pycxl.System (pycxl.snapshot()) or a Sysfs"
+        )
+    return system.sysfs()
 
 
 def name(value: object, what: str) -> str:

@@ -60,9 +60,16 @@ def _memdev_with_endpoint(fs: Sysfs, memdev: str) -> Memdev:
 
 
 def reserve_dpa(
-    memdev: str, *, size: int | None = None, mode: str = RAM, decoder: str | None = None,
-    force: bool = False, sysroot: str | None = None, dry_run: bool = False,
-) -> DeviceResult:  # fmt: skip
+    memdev: str,
+    *,
+    size: int | None = None,
+    mode: str = RAM,
+    decoder: str | None = None,
+    force: bool = False,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+) -> DeviceResult:
     """Reserve ``size`` bytes (default: all that is free) of ``memdev``'s ``mode``
     capacity on its next free endpoint decoder."""
     memdev, force = device_ops.name(memdev, "memdev"), device_ops.flag(force, "force")
@@ -70,7 +77,7 @@ def reserve_dpa(
     size = None if size is None else count(size, "size")
     decoder = None if decoder is None else device_ops.name(decoder, "decoder")
     part: PartitionMode = word(mode, "type", PARTITION_MODES)  # type: ignore[assignment]
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = _memdev_with_endpoint(fs, memdev)
     free = _available(m, part)
     if size is None:
@@ -100,7 +107,7 @@ def reserve_dpa(
 
 def free_dpa(
     memdev: str, *, mode: str | None = None, decoder: str | None = None, force: bool = False,
-    sysroot: str | None = None, dry_run: bool = False,
+    system: device_ops.Host | None = None, sysroot: str | None = None, dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Free the DPA of ``memdev``'s newest reservation that no region uses (of ``mode``
     where given)."""
@@ -108,7 +115,7 @@ def free_dpa(
     dry_run = device_ops.flag(dry_run, "dry_run")
     decoder = None if decoder is None else device_ops.name(decoder, "decoder")
     part = None if mode is None else word(mode, "type", PARTITION_MODES)
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = _memdev_with_endpoint(fs, memdev)
     auto = None
     for d in reversed(m.decoders):  # the newest reservation, if no region decodes it

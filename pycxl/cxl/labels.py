@@ -83,11 +83,16 @@ def _write(mbox: Mailbox, memdev: Memdev, offset: int, data: bytes) -> None:
 
 
 def read_labels(
-    memdev: str, *, size: int | None = None, offset: int = 0, sysroot: str | None = None
+    memdev: str,
+    *,
+    size: int | None = None,
+    offset: int = 0,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
 ) -> bytes:
     """``size`` bytes (default: to the end) of ``memdev``'s label area from ``offset``."""
     memdev = device_ops.name(memdev, "memdev")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)
     device_ops.require_root(fs, "reading the label area (a mailbox command)")
@@ -96,9 +101,14 @@ def read_labels(
 
 
 def write_labels(
-    memdev: str, data: bytes, *, offset: int = 0, sysroot: str | None = None,
+    memdev: str,
+    data: bytes,
+    *,
+    offset: int = 0,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
     dry_run: bool = False,
-) -> DeviceResult:  # fmt: skip
+) -> DeviceResult:
     """Write ``data`` into ``memdev``'s label area at ``offset``; the bytes it replaces
     are read first and put back if the write fails."""
     memdev = device_ops.name(memdev, "memdev")
@@ -107,25 +117,29 @@ def write_labels(
         raise InvalidRequestError(f"label data {type(data).__name__}: give bytes")
     if not data:
         raise InvalidRequestError("the label data is empty: give a file with the bytes to write")
-    return _store(memdev, bytes(data), offset, sysroot, dry_run, "write")
+    return _store(memdev, bytes(data), offset, device_ops.host(system, sysroot), dry_run, "write")
 
 
 def zero_labels(
-    memdev: str, *, size: int | None = None, offset: int = 0, sysroot: str | None = None,
+    memdev: str,
+    *,
+    size: int | None = None,
+    offset: int = 0,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
     dry_run: bool = False,
-) -> DeviceResult:  # fmt: skip
+) -> DeviceResult:
     """Zero ``size`` bytes (default: to the end) of ``memdev``'s label area."""
     memdev = device_ops.name(memdev, "memdev")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)
-    return _store(memdev, bytes(size), offset, sysroot, dry_run, "zero")
+    return _store(memdev, bytes(size), offset, fs, dry_run, "zero")
 
 
-def _store(memdev: str, data: bytes, offset: int, sysroot: str | None, dry_run: bool,
+def _store(memdev: str, data: bytes, offset: int, fs: Sysfs, dry_run: bool,
            verb: str) -> DeviceResult:  # fmt: skip
-    fs = Sysfs(sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, len(data), offset)
     pieces = -(-size // _chunk(m))

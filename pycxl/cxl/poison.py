@@ -22,6 +22,7 @@ from ..trace import TraceEvent, TraceInstance
 from .mailbox import Unsupported
 
 if TYPE_CHECKING:
+    from . import device_ops
     from .device_ops import DeviceResult
     from .model import Memdev
 
@@ -143,27 +144,39 @@ def check_poison_address(memdev: Memdev, dpa: int) -> int:
     return dpa
 
 
-def inject_poison(memdev: str, address: int, *, sysroot: str | None = None,
-                  dry_run: bool = False) -> DeviceResult:  # fmt: skip
+def inject_poison(
+    memdev: str,
+    address: int,
+    *,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+) -> DeviceResult:
     """Poison the 64-byte line at device address ``address`` of ``memdev`` (a test of
     the alerting path: the poison list, ``pycxl check`` and the monitor then show it)."""
-    return _poison(memdev, address, sysroot, dry_run, inject=True)
+    return _poison(memdev, address, system, sysroot, dry_run, inject=True)
 
 
-def clear_poison(memdev: str, address: int, *, sysroot: str | None = None,
-                 dry_run: bool = False) -> DeviceResult:  # fmt: skip
+def clear_poison(
+    memdev: str,
+    address: int,
+    *,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+) -> DeviceResult:
     """Clear the poison at device address ``address`` of ``memdev`` (the line is written
     with zeros)."""
-    return _poison(memdev, address, sysroot, dry_run, inject=False)
+    return _poison(memdev, address, system, sysroot, dry_run, inject=False)
 
 
-def _poison(memdev: str, address: int, sysroot: str | None, dry_run: bool,
-            inject: bool) -> DeviceResult:  # fmt: skip
+def _poison(memdev: str, address: int, system: device_ops.Host | None, sysroot: str | None,
+            dry_run: bool, inject: bool) -> DeviceResult:  # fmt: skip
     from ..plan import Plan, write
     from . import device_ops
 
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     dpa = check_poison_address(m, address)
     path = debugfs_dir(fs, m.name)

@@ -29,9 +29,16 @@ def security_state(fs: Sysfs, memdev: str) -> str | None:
 
 
 def sanitize(
-    memdev: str, *, erase: bool = False, force: bool = False, wait: bool = False,
-    timeout: float | None = None, sysroot: str | None = None, dry_run: bool = False,
-) -> DeviceResult:  # fmt: skip
+    memdev: str,
+    *,
+    erase: bool = False,
+    force: bool = False,
+    wait: bool = False,
+    timeout: float | None = None,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+    dry_run: bool = False,
+) -> DeviceResult:
     """Start a sanitize (``erase``: a secure erase) of ``memdev``; with ``wait``, return
     once it has finished (``timeout`` seconds at most)."""
     memdev, erase = device_ops.name(memdev, "memdev"), device_ops.flag(erase, "erase")
@@ -40,7 +47,7 @@ def sanitize(
         device_ops.flag(wait, "wait"),
         device_ops.flag(dry_run, "dry_run"),
     )
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     topo = device_ops.topology(fs)
     m = topo.find_memdev(memdev)
     attr = "erase" if erase else "sanitize"
@@ -80,12 +87,17 @@ def _refuse_busy(m: Memdev, what: str) -> None:
         )
 
 
-def wait_sanitize(memdev: str, *, timeout: float | None = None,
-                  sysroot: str | None = None) -> float:  # fmt: skip
+def wait_sanitize(
+    memdev: str,
+    *,
+    timeout: float | None = None,
+    system: device_ops.Host | None = None,
+    sysroot: str | None = None,
+) -> float:
     """Wait until ``memdev``'s sanitize has finished (at once when none runs); the
     seconds waited. ``timeout`` None waits as long as it takes."""
     memdev = device_ops.name(memdev, "memdev")
-    fs = Sysfs(sysroot)
+    fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     if timeout is not None:
         timeout = finite(timeout, "--timeout")

@@ -19,7 +19,7 @@ from ..gpu.devices import with_cuda_facts
 from ..gpu.model import GpuDevice
 from ..targets import Pair
 from .conditions import cache_fit, default, huge_pages, page_size
-from .latency import STRIDE, TLB_PAGES, check_size, sweep_sizes
+from .latency import STRIDE, TLB_PAGES, sweep_sizes
 from .results import LatencyResult
 
 LOADS = 1 << 18  # per sample: 0.05-0.3 s at GPU memory latencies
@@ -65,7 +65,6 @@ def gpu_chase_latency(
         raise InvalidRequestError(f"samples must be at least 1, not {samples}")
     on_host = not p.in_gpu_memory
     psize = page_size(page) if on_host else 4096
-    check_size(size)
     size = size or default_size(g)
     group = min(TLB_PAGES * psize, 1 << (size.bit_length() - 1))
     size = size // group * group
@@ -99,7 +98,6 @@ class GpuChaser:
         from ..gpu import chase
         from ..gpu.context import GpuContext
 
-        check_size(size)
         self.gpu = g
         self.page_size = page_size(page)
         size = size or default_size(g)

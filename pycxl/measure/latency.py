@@ -17,7 +17,7 @@ from .._lib import compiled
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
-from ..values import CHASE_MIN_SIZE, size as checked_size
+from ..values import CHASE_MIN_SIZE
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size, pinned
 from .results import LatencyResult
 
@@ -80,13 +80,6 @@ def chase_latency(
         measure_s=time.perf_counter() - began,
         **cache_fit(size),
     )
-
-
-def check_size(size: int | None) -> None:
-    """Refuse an arena too small to chase (below 16 KiB), for the measurements that
-    take a chase size of their own (the GPU chase, the loaded chase)."""
-    if size is not None:
-        checked_size(size, "chase size", CHASE_MIN_SIZE)
 
 
 def sweep_sizes(top: int | None = None) -> list[int]:

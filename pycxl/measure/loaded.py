@@ -31,7 +31,7 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size
-from .latency import STRIDE, TLB_PAGES, check_size, default_size as chase_default_size
+from .latency import STRIDE, TLB_PAGES, default_size as chase_default_size
 from .results import BandwidthResult, LoadedLatencyResult, LoadedPoint
 
 MIXES = ("read", "3:1", "2:1", "1:1", "nt-write")
@@ -405,8 +405,8 @@ def curve(
 
 
 def defaults(size: int | None, load_size: int | None) -> tuple[int, int, float, float, int]:
-    """Chase arena, load buffer, seconds per point, warm-up, sweep steps."""
-    check_size(size)
+    """Chase arena, load buffer, seconds per point, warm-up, sweep steps (``size``:
+    checked at the door, at least ``values.CHASE_MIN_SIZE``)."""
     chase = size or chase_default_size()
     load = load_size or default(max(4 * last_level_cache(), 256 << 20), 16 << 20)
     return (chase, load, default(int(POINT_S * 1e3), 200) / 1e3,

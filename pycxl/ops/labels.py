@@ -47,7 +47,7 @@ def host_labels(
     the health label. Nodes named CXL only by PYCXL_CXL_NODES (a study on a host without
     CXL) are not CXL capacity."""
     cxl = [t for t in system.nodes if t.tier == "cxl" and not t.explicit]
-    gpus = len(system.gpus.devices) or len(nvidia_gpus(fs or Sysfs()))
+    gpus = len(system.gpus.devices) or len(nvidia_gpus(fs or system.sysfs()))
     tiers = [name for name, present in (
         ("dram", any(t.tier == "dram" for t in system.nodes)),
         ("cxl", bool(cxl)),

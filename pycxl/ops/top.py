@@ -192,7 +192,7 @@ def top(
         pid = check_pid(pid)
     system = system or snapshot()
     system.require_live("pycxl top")  # counters are this machine's, not a tree's
-    fs = Sysfs(system.sysroot)
+    fs = system.sysfs()
     watched = _Process(fs, pid) if pid is not None else None
     readers = open_readers(system, fs)
     try:
@@ -252,7 +252,7 @@ def report(system: System, now: list[Reading], before: list[Reading],
     """The report of one interval: the sources' readings at its end (``now``) and at its
     start (``before``, in the same order), on ``system``'s GPUs and nodes, each figure
     beside its ceiling (links read from ``system``'s tree)."""
-    fs = Sysfs(system.sysroot)
+    fs = system.sysfs()
     merged = _Merged(now, before)
     gpus = tuple(_gpu_row(g, fs, merged) for g in system.gpus.devices)
     nodes = []
