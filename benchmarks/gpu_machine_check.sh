@@ -11,7 +11,7 @@ for c in "list" "list -G" "bench latency --target dram0" "bench latency --target
          "bench latency --from gpu0 --target dram0" "bench bandwidth --target dram0" \
          "bench bandwidth --target gpu0" "bench bandwidth --from gpu0 --target dram0" \
          "bench first-touch --target dram0" "bench transfer --gpu gpu0 --target dram0" \
-         "bench matrix" "bench offload" "check -q"; do
+         "bench matrix" "bench offload" "check -q" "top -c 2"; do
     echo "== pycxl $c"
     timeout 120 pycxl $c
     echo "rc=$?"
