@@ -19,7 +19,8 @@ they are copied home, or, where an earlier micro-batch's are home, copied beside
 and added on the CPU. When the backward pass ends every copy has landed and each
 parameter's ``.grad`` is its home gradient, a CPU tensor: gradient accumulation,
 clipping by global norm, GradScaler and logging see ordinary gradients, and the GPU
-never holds more than a few blocks' weights and gradients.
+never holds more than a few blocks' weights and gradients (a backward pass that runs
+ahead of the link waits for the copies home of all but the last LANDING_MAX blocks).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from .engine import Engine
 from .prefetch import Prefetcher
 from .torch_import import import_torch
 from .torch_offload import ring_tensor
+
+LANDING_MAX = 2  # blocks whose gradients may be on their way home at once
 
 
 def in_backward() -> bool:
@@ -267,6 +270,10 @@ class BlockStream:
             B.landed = eng.event()
         eng.record(B.landed, eng.copy_out_stream)
         self._landing.append(B)
+        if len(self._landing) > LANDING_MAX:
+            # a backward pass faster than the link would leave every block's gradients
+            # on the device, waiting for their copies: hold it until an older one landed
+            eng.synchronize(self._landing[-LANDING_MAX - 1].landed)
         self._landed_params += [(k, j) for j in arrived]
         if adding:
             self._adds.append(self._adder.submit(self._add, B, arrived))
