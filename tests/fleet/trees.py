@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from pycxl.ops.monitor import Locator, append_log, trace_record
+from pycxl.system import snapshot
 from pycxl.trace import parse_line
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -40,5 +41,6 @@ def health_event_log(path: Path, sysroot: Path = REGION) -> Path:
     REPLACEMENT_NEEDED; serial 2, mem1 in the region tree), as the monitor writes it."""
     (event,) = [e for e in map(parse_line, TRACE.read_text().splitlines())
                 if e is not None and e.name == "cxl_memory_module"]  # fmt: skip
-    append_log(str(path), trace_record(event, Locator(str(sysroot))))
+    system = snapshot(sysroot=str(sysroot), gpus=False)
+    append_log(str(path), trace_record(event, Locator(system)))
     return path
