@@ -36,6 +36,23 @@ def group_cpu_s(pgid: int, proc: str = "/proc") -> float:
     return total / _TICK
 
 
+def group_alive(pgid: int, proc: str = "/proc") -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie, killed and not yet
+    reaped, does not count)."""
+    for entry in os.listdir(proc):
+        if not entry.isdecimal():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 @dataclass
 class ProgressClock:
     """Emulator CPU seconds and wall seconds since the last sign of progress."""

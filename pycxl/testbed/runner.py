@@ -34,7 +34,7 @@ from pathlib import Path
 from .._log import get_logger
 from ..errors import NotAvailableError, NotFoundError, TestbedError
 from . import progress
-from .clock import ProgressClock
+from .clock import ProgressClock, group_alive
 from .inject import serve_requests
 from .kernel import INSTALL_HINT, cache_dir, missing_requirements, prepare_kernel, vng_command
 from .topologies import DEFAULT_TOPOLOGY, TOPOLOGIES, Topology
@@ -50,6 +50,7 @@ log = get_logger("pycxl.testbed")
 
 EXIT_MARKER = "PYCXL-TESTBED-EXIT="
 POLL_S = 0.2  # how often the host looks at the guest's output file
+END_WAIT_S = 30.0  # for a killed boot's processes to be gone
 CLOCK_EVERY = 5  # polls between readings of the emulator's CPU time (it scans /proc)
 BOOTS = 3  # boots cut short in a row, finishing nothing new, before giving up
 
@@ -368,8 +369,13 @@ def _signals_end_the_boot() -> Iterator[None]:
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
+    """The boot's whole process group killed and gone: SIGKILL takes a process only when
+    it leaves the kernel, which on a busy host can come after its parent was reaped."""
     _kill_group(proc)
     proc.wait()
+    deadline = time.monotonic() + END_WAIT_S
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 # QEMU's messages when it stops a virtio device for good; the guest then hangs on I/O
