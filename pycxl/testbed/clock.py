@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 WALL_FACTOR = 3.0  # wall-clock backstop, in multiples of the CPU-time limit
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def group_cpu_s(pgid: int, proc: str = "/proc") -> float:
-    """CPU seconds (user and system) used by the live processes of process group
-    ``pgid``."""
-    total = 0
+def _group_stats(pgid: int, proc: str) -> Iterator[list[str]]:
+    """The fields after the command in /proc/PID/stat of each process of group ``pgid``:
+    state (0), ppid, pgrp (2) ... utime, stime (11, 12)."""
     for entry in os.listdir(proc):
         if not entry.isdecimal():
             continue
@@ -30,27 +30,20 @@ def group_cpu_s(pgid: int, proc: str = "/proc") -> float:
         except OSError:
             continue  # gone meanwhile
         fields = text[text.rfind(")") + 2 :].split()
-        # after the command: state, ppid, pgrp (index 2) ... utime, stime (11, 12)
         if len(fields) > 12 and int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / _TICK
+            yield fields
+
+
+def group_cpu_s(pgid: int, proc: str = "/proc") -> float:
+    """CPU seconds (user and system) used by the live processes of process group
+    ``pgid``."""
+    return sum(int(f[11]) + int(f[12]) for f in _group_stats(pgid, proc)) / _TICK
 
 
 def group_alive(pgid: int, proc: str = "/proc") -> bool:
     """Whether a process of group ``pgid`` still runs (a zombie, killed and not yet
     reaped, does not count)."""
-    for entry in os.listdir(proc):
-        if not entry.isdecimal():
-            continue
-        try:
-            with open(f"{proc}/{entry}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    return any(f[0] not in ("Z", "X") for f in _group_stats(pgid, proc))
 
 
 @dataclass
