@@ -1,6 +1,7 @@
 """Training with optimizer state on a host tier, on the GPU machine, side by side in one
 run: all in HBM, pycxl ``offload_model`` with the blocks' weights resident (the update
-split between CPU and GPU) and with them streamed from the tier (the model built on the
+split between CPU and GPU; at ``step()``, and begun in the backward pass with
+``update_in_backward``) and with them streamed from the tier (the model built on the
 CPU, as one larger than HBM must be), pycxl ``offload_layers`` (weights streamed, each
 layer updated as its gradients arrive), DeepSpeed ZeRO-2 with the optimizer offloaded to
 the CPU (ZeRO-Offload) and ZeRO-3 with parameters and optimizer offloaded; then the CPU
@@ -36,6 +37,7 @@ from typing import Any
 CONFIGS = (
     "hbm",
     "pycxl-resident",
+    "pycxl-resident-backward",
     "pycxl-model-stream",
     "pycxl-stream",
     "deepspeed-zero2",
@@ -145,6 +147,8 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
                 knobs["cpus"] = [c for c in near if c in os.sched_getaffinity(0)][: len(near) // 2]
             if name.endswith("lookahead2"):
                 knobs["lookahead"] = 2
+            if name.endswith("backward"):  # the loop steps after each backward pass
+                knobs["update_in_backward"] = True
             off = pycxl.offload_model(
                 model,
                 tier,
@@ -206,6 +210,7 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
     if name.startswith(("pycxl-resident", "pycxl-model-stream")):
         extra["plan"] = str(off.plan())
         extra["update_times"] = list(off.times.history)[-3:]
+        extra["head_s"] = off.times.head_s
         pages = off.pages_by_node()
         extra["pages"] = pages
         extra["on_tier"] = sum(n for k, n in pages.items() if k == node) / max(
@@ -325,7 +330,7 @@ def main() -> int:
             f"peak {r['peak_gib']:.1f} GiB, losses {[round(x, 4) for x in r['losses']]}",
             flush=True,
         )
-        for k in ("plan_first", "plan", "update_times", "pages", "on_tier"):
+        for k in ("plan_first", "plan", "update_times", "head_s", "pages", "on_tier"):
             if k in r:
                 print(f"  {k}: {r[k]}", flush=True)
     by = {r["config"]: r for r in results}
@@ -340,6 +345,7 @@ def main() -> int:
             )
     for mine, theirs in (
         ("pycxl-resident", "deepspeed-zero2"),
+        ("pycxl-resident-backward", "deepspeed-zero2"),
         ("pycxl-model-stream", "deepspeed-zero3"),
         ("pycxl-stream", "deepspeed-zero3"),
     ):

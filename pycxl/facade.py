@@ -307,6 +307,7 @@ def offload_model(
     update: model_offload.Update = "auto",
     lookahead: int = 1,
     overlap: bool = True,
+    update_in_backward: bool = False,
     cpus: Iterable[int] | None = None,
     huge: HugePages = "auto",
     system: System | None = None,
@@ -322,8 +323,10 @@ def offload_model(
     socket: half of its CPUs where the GPU updates too; or ``cpus``) or on the GPU (state
     streamed through), split so both finish
     together (``update="auto"``; ``"cpu"``, ``"gpu"`` to choose), and with ``overlap``
-    returns while the update runs beside the next forward pass. ``.plan()`` shows the
-    split.
+    returns while the update runs beside the next forward pass; with
+    ``update_in_backward`` (resident weights, a loop that steps after every backward
+    pass without clipping or accumulation) the CPU side begins in the backward pass.
+    ``.plan()`` shows the split.
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
@@ -363,7 +366,8 @@ def offload_model(
         engine, device = CudaEngine(ctx), torch.device("cuda", ctx.ordinal)
     return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
-                        weights=weights, lookahead=lookahead, overlap=overlap)  # fmt: skip
+                        weights=weights, lookahead=lookahead, overlap=overlap,
+                        update_in_backward=update_in_backward)  # fmt: skip
 
 
 def _host(system: System | None, sysroot: str | None) -> System:

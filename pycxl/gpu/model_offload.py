@@ -30,10 +30,20 @@ each block's next forward pass waits for its own update only: the update runs be
 the next forward pass. Reading the weights outside a forward pass: ``model.state_dict()``
 and ``optimizer.state_dict()`` wait by themselves; anything else calls
 ``synchronize()`` first.
+
+With ``update_in_backward`` (weights resident; for loops that step after every
+backward pass, on the gradients as it made them) the CPU side begins in the backward
+pass: once a block's gradients have all arrived, its CPU step is under way, the last
+blocks first, while autograd computes the earlier blocks' gradients; ``step()`` then
+starts the GPU side on the first blocks (update_plan splits them so both finish
+soonest). Gradient accumulation and anything that changes the gradients between the
+backward pass and ``step()`` (clipping, GradScaler's unscaling) cannot work so: a second
+backward pass before ``step()``, or a gradient changed in place, is refused by name.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +130,7 @@ class ModelOffload:
         weights: Weights = "resident",
         lookahead: int = 1,
         overlap: bool = True,
+        update_in_backward: bool = False,
     ) -> None:
         torch = import_torch()
         if update not in ("auto", "cpu", "gpu"):
@@ -128,6 +139,15 @@ class ModelOffload:
             raise InvalidRequestError(f"weights {weights!r}: give 'resident' or 'stream'")
         if not isinstance(overlap, bool):
             raise InvalidRequestError(f"overlap {overlap!r}: give True or False")
+        if not isinstance(update_in_backward, bool):
+            raise InvalidRequestError(
+                f"update_in_backward {update_in_backward!r}: give True or False"
+            )
+        if update_in_backward and weights != "resident":
+            raise InvalidRequestError(
+                "update_in_backward=True updates resident weights: streamed blocks are "
+                "updated at step(); give weights='resident' or drop update_in_backward"
+            )
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
         if self._on_gpu:
@@ -169,6 +189,14 @@ class ModelOffload:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pycxl-cpu-adam")
         self.times = StepTimes()
         self._cpu_window: list[float] = [0.0, 0.0]  # the CPU side's first start, last end
+        self._step_called = 0.0  # when step() began the GPU side
+        self._in_backward = update_in_backward
+        self._begun = False  # this step's update begun (in the backward pass)
+        self._step_settings: list[AdamSettings] = []
+        # blocks whose CPU step began in this backward pass: the gradient of each of their
+        # parameters it read, and that gradient's version then (changed: refused at step())
+        self._early: dict[int, list[tuple[ParamSlot, Any, int]]] = {}
+        self._arrived: dict[int, int] = {}  # parameters with a gradient, by block
         self._gpu_window: tuple[Any, Any] | None = None  # events around the GPU side
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
@@ -196,6 +224,11 @@ class ModelOffload:
         if self._overlap and weights == "resident":
             for B in self._blocks:
                 self._hooks.append(B.module.register_forward_pre_hook(self._forward_waiter(B)))
+        if update_in_backward:
+            for B in self._blocks:
+                for p in B.params:
+                    self._hooks.append(p.param.register_post_accumulate_grad_hook(
+                        functools.partial(self._gradient_arrived, B)))  # fmt: skip
         self._hooks.append(model.register_state_dict_pre_hook(self._before_model_state))
         self._hooks.append(model.register_load_state_dict_pre_hook(self._before_model_load))
         self._hooks.append(model.register_load_state_dict_post_hook(self._after_model_load))
@@ -309,7 +342,10 @@ class ModelOffload:
         if update == "gpu":
             return UpdatePlan((), everything, None, None, None, "fixed: update='gpu'")
         cpu_rate, gpu_rate = self._measure_rates()
-        return plan_split(self._sizes(), cpu_rate, gpu_rate, "rates measured at set-up")
+        # begun in the backward pass: the CPU's head start is not known before a step
+        head = 0.0 if self._in_backward else None
+        why = "rates measured at set-up"
+        return plan_split(self._sizes(), cpu_rate, gpu_rate, why, head_s=head)
 
     def _sizes(self) -> dict[int, int]:
         return {B.index: B.numel for B in self._blocks}
@@ -378,8 +414,9 @@ class ModelOffload:
         cpu = tuple(i for i in sorted(known) if i not in chosen)
         self._fixed = True
         self._plan = UpdatePlan(
-            cpu, tuple(chosen), self._plan.cpu_rate, self._plan.gpu_rate, None, "fixed by set_plan"
-        )
+            cpu, tuple(chosen), self._plan.cpu_rate, self._plan.gpu_rate, None,
+            "fixed by set_plan", self._in_backward,
+        )  # fmt: skip
         return self._plan
 
     # --- waiting for a block's update ----------------------------------------------------
@@ -430,21 +467,83 @@ class ModelOffload:
             end.synchronize()
             gpu_s = end.ms_since(start) / 1e3
             self._gpu_window = None
-        self.times.add(self._cpu_window[1] - self._cpu_window[0], gpu_s)
+        first, last = self._cpu_window
+        head = max(0.0, self._step_called - first) if first and self._in_backward else 0.0
+        self.times.add(last - first, gpu_s, head)
         if not self._fixed and self._on_gpu:
             new = refined(self._plan, self._sizes(), self.times)
             if new is not None:
                 self._plan = new
 
+    def _begin(self, groups: list[dict[str, Any]]) -> list[AdamSettings]:
+        """This step's update begins (at step(), or in the backward pass): the last
+        one's finished, and the settings this one uses."""
+        if not self._begun:
+            self._settle()
+            self._step_settings = self._settings(groups)
+            self._steps += 1
+            self._cpu_window = [0.0, 0.0]
+            self._begun = True
+        return self._step_settings
+
+    def _gradient_arrived(self, B: Block, param: Any) -> None:
+        """update_in_backward: a parameter's gradient was accumulated; once the block's
+        are all there, its CPU step begins (a block the plan gives the GPU waits for
+        step())."""
+        n = self._arrived.get(B.index, 0) + 1
+        self._arrived[B.index] = n
+        if n < len(B.params):
+            return
+        self._arrived[B.index] = 0
+        if B.index in self._early:
+            raise InvalidRequestError(
+                f"block {B.index} took gradients again before optimizer.step(): with "
+                "update_in_backward=True each backward pass updates the blocks; for "
+                "gradient accumulation over micro-batches use update_in_backward=False"
+            )
+        self._check_open()
+        settings = self._begin(self.optimizer.param_groups)
+        if B.index not in self._plan.cpu:
+            return
+        params = [p for p in B.params if p.param.grad is not None]
+        self._early[B.index] = [(p, p.param.grad, p.param.grad._version) for p in params]
+        for p in params:
+            p.steps += 1
+        if not self._on_gpu:
+            self._cpu_block(B, params, settings)
+            return
+        torch = import_torch()
+        self._copy_grads_out([B], {B.index: params}, torch.cuda.current_stream(self.device))
+        B.cpu_update = self._worker.submit(self._cpu_block, B, params, settings)
+
+    def _check_early_gradients(self) -> None:
+        """The blocks updated in the backward pass read their gradients as it made them:
+        one changed since (clipped, unscaled, replaced) is refused."""
+        early, self._early = self._early, {}
+        for index, seen in early.items():
+            for p, grad, version in seen:
+                if p.param.grad is not grad or grad._version != version:
+                    raise InvalidRequestError(
+                        f"a gradient of block {index} changed between the backward pass and "
+                        "step() (clipping, GradScaler, a gradient set by hand): with "
+                        "update_in_backward=True the block was already updated from the "
+                        "backward pass's; drop update_in_backward for such a loop"
+                    )
+
     def _step(self, groups: list[dict[str, Any]]) -> None:
         torch = import_torch()
-        self._settle()
-        settings = self._settings(groups)
-        self._steps += 1
+        settings = self._begin(groups)
+        self._begun = False
+        early = set(self._early)
+        self._check_early_gradients()
+        self._arrived.clear()
         by_index = {B.index: B for B in self._blocks}
         # decided here: the user may clear the gradients while the update runs; each
         # parameter with one takes a step (its own count, as torch's Adam keeps it)
-        live = {B.index: [p for p in B.params if p.param.grad is not None] for B in self._blocks}
+        live = {
+            B.index: [] if B.index in early else [p for p in B.params if p.param.grad is not None]
+            for B in self._blocks
+        }
         for B in self._blocks:
             for p in live[B.index]:
                 p.steps += 1
@@ -456,22 +555,17 @@ class ModelOffload:
             for B in cpu_blocks + gpu_blocks:
                 self.stream.invalidate(B)
         if not self._on_gpu:
-            t0 = time.perf_counter()
             for B in cpu_blocks:
                 self._cpu_block(B, live[B.index], settings)
-            self._cpu_window = [t0, time.perf_counter()]
             self._rest_step(settings)
             return
         current = torch.cuda.current_stream(self.device)
+        self._step_called = time.perf_counter()
         if self.stream is None:
             self._copy_grads_out(cpu_blocks, live, current)
         produced = self._record(current)  # the backward pass's gradients
-        self._cpu_window = [0.0, 0.0]
-        for k, B in enumerate(cpu_blocks):
-            B.cpu_update = self._worker.submit(
-                self._cpu_block, B, live[B.index], settings,
-                first=k == 0, last=k == len(cpu_blocks) - 1,
-            )  # fmt: skip
+        for B in cpu_blocks:
+            B.cpu_update = self._worker.submit(self._cpu_block, B, live[B.index], settings)
         if gpu_blocks:
             self._gpu_side(gpu_blocks, live, produced, settings)
         self._rest_step(settings)
@@ -513,19 +607,11 @@ class ModelOffload:
             eng.record(B.landed, eng.copy_out_stream)
             B.kept = kept[B.index]
 
-    def _cpu_block(
-        self,
-        B: Block,
-        params: list[ParamSlot],
-        settings: list[AdamSettings],
-        *,
-        first: bool = False,
-        last: bool = False,
-    ) -> None:
+    def _cpu_block(self, B: Block, params: list[ParamSlot], settings: list[AdamSettings]) -> None:
         """One block's CPU step (on the worker thread, with a GPU): its gradients from
         the tier (resident: once landed), the weights written where the next forward
         pass reads them."""
-        if first:
+        if not self._cpu_window[0]:  # one thread runs the blocks: no other writes it
             self._cpu_window[0] = time.perf_counter()
         eng = self.engine
         resident_gpu = self._on_gpu and self.stream is None
@@ -545,8 +631,7 @@ class ModelOffload:
                 eng.copy_in((p.param.data_ptr(), p.numel * size), src)
         if resident_gpu:
             eng.record(B.updated, eng.copy_in_stream)
-        if last:
-            self._cpu_window[1] = time.perf_counter()
+        self._cpu_window[1] = time.perf_counter()
 
     def _cpu_step(
         self, B: Block, p: ParamSlot, grad: Any, step: int, settings: AdamSettings, weight: Any

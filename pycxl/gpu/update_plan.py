@@ -7,6 +7,12 @@ the link, updates it and streams it back (its rate: parameters per second the li
 carries both ways at once). Blocks go, in index order, each to the side that would
 finish it first, so both sides end together and the first blocks (the next forward
 pass's first) are spread over both.
+
+Where the update begins in the backward pass (``update_in_backward``), the CPU side
+takes the last blocks, whose gradients come first, and starts on them before
+``step()``; the GPU side takes the first blocks, which the next forward pass needs
+first, at ``step()``. The boundary is where both finish soonest, given the CPU's head
+start.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class UpdatePlan:
     gpu_rate: float | None
     predicted_s: float | None
     why: str
+    in_backward: bool = False  # the CPU's blocks are the last ones, begun in the backward pass
 
     def __str__(self) -> str:
         def rate(r: float | None) -> str:
@@ -41,7 +48,8 @@ class UpdatePlan:
             f"GPU: blocks {format_blocks(self.gpu) or 'none'} ({rate(self.gpu_rate)})",
         ]
         if self.predicted_s is not None:
-            lines.append(f"update predicted {self.predicted_s * 1e3:.0f} ms: {self.why}")
+            when = " after step()" if self.in_backward else ""
+            lines.append(f"update predicted {self.predicted_s * 1e3:.0f} ms{when}: {self.why}")
         else:
             lines.append(self.why)
         return "\n".join(lines)
@@ -72,8 +80,39 @@ def split(
     return cpu, gpu
 
 
-def plan_split(sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float, why: str) -> UpdatePlan:
-    """The plan that ``split`` makes, with the update time the rates predict."""
+def split_from_the_end(
+    sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float, head_s: float
+) -> tuple[list[int], list[int], float]:
+    """Blocks for each side where the CPU begins ``head_s`` seconds before the GPU (in
+    the backward pass): the CPU the last blocks, the GPU the first ones, split where
+    both are done soonest; with the seconds after the GPU's start that takes."""
+    order = sorted(sizes)
+    best: tuple[float, int] | None = None
+    for k in range(len(order) + 1):  # the GPU takes order[:k]
+        t_gpu = sum(sizes[i] for i in order[:k]) / gpu_rate
+        t_cpu = max(0.0, sum(sizes[i] for i in order[k:]) / cpu_rate - head_s)
+        t = max(t_cpu, t_gpu)
+        if best is None or t < best[0]:
+            best = (t, k)
+    assert best is not None
+    t, k = best
+    return order[k:], order[:k], t
+
+
+def plan_split(
+    sizes: Mapping[int, int],
+    cpu_rate: float,
+    gpu_rate: float,
+    why: str,
+    *,
+    head_s: float | None = None,
+) -> UpdatePlan:
+    """The plan that ``split`` makes, with the update time the rates predict; with
+    ``head_s`` (the update begun in the backward pass), the one of ``split_from_the_end``
+    and the time it predicts after ``step()``."""
+    if head_s is not None:
+        cpu, gpu, after = split_from_the_end(sizes, cpu_rate, gpu_rate, head_s)
+        return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True)
     cpu, gpu = split(sizes, cpu_rate, gpu_rate)
     predicted = max(sum(sizes[i] for i in cpu) / cpu_rate, sum(sizes[i] for i in gpu) / gpu_rate)
     return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, predicted, why)
@@ -82,17 +121,19 @@ def plan_split(sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float, why: 
 @dataclass
 class StepTimes:
     """The update of the last steps: seconds on each side (the CPU's from its first
-    block to its last; the GPU's from the first copy in to the last copy out), the
-    last few kept."""
+    block to its last; the GPU's from the first copy in to the last copy out), and how
+    long the CPU side ran before ``step()`` (begun in the backward pass); the last few
+    kept."""
 
     cpu_s: float = 0.0
     gpu_s: float = 0.0
+    head_s: float = 0.0
     steps: int = 0
     history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=8))
 
-    def add(self, cpu_s: float, gpu_s: float) -> None:
-        """One more step's update: its seconds on each side."""
-        self.cpu_s, self.gpu_s = cpu_s, gpu_s
+    def add(self, cpu_s: float, gpu_s: float, head_s: float = 0.0) -> None:
+        """One more step's update: its seconds on each side, the CPU's head start."""
+        self.cpu_s, self.gpu_s, self.head_s = cpu_s, gpu_s, head_s
         self.steps += 1
         self.history.append((cpu_s, gpu_s))
 
@@ -104,8 +145,10 @@ def refined(plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes) -> Upd
     t = times
     if t.steps > REFINE_STEPS or not t.cpu_s or not t.gpu_s or not plan.cpu or not plan.gpu:
         return None
-    if abs(t.cpu_s - t.gpu_s) <= BALANCED * max(t.cpu_s, t.gpu_s):
+    cpu_end = t.cpu_s - t.head_s if plan.in_backward else t.cpu_s  # after step()
+    if abs(cpu_end - t.gpu_s) <= BALANCED * max(cpu_end, t.gpu_s):
         return None
     cpu_rate = sum(sizes[i] for i in plan.cpu) / t.cpu_s
     gpu_rate = sum(sizes[i] for i in plan.gpu) / t.gpu_s
-    return plan_split(sizes, cpu_rate, gpu_rate, f"rates of step {t.steps}")
+    head = t.head_s if plan.in_backward else None
+    return plan_split(sizes, cpu_rate, gpu_rate, f"rates of step {t.steps}", head_s=head)

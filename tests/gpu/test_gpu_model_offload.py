@@ -1,10 +1,10 @@
 """A whole Hugging Face model trained with its blocks' optimizer state (and, streamed,
 their weights) on a tier, on the GPU machine: equal to training all in HBM with fp32
 masters, with the update on the CPU, on the GPU and split, overlapped with the next
-forward pass or not; the habits of a training loop (accumulation, clipping, a scheduler,
-activation checkpointing of both kinds, torch.compile); a save and load that resumes;
-generate; state on the node; a streamed model built on the CPU that the GPU never
-holds whole."""
+forward pass or not, begun in the backward pass; the habits of a training loop
+(accumulation, clipping, a scheduler, activation checkpointing of both kinds,
+torch.compile); a save and load that resumes; generate; state on the node; a streamed
+model built on the CPU that the GPU never holds whole."""
 
 from __future__ import annotations
 
@@ -143,6 +143,33 @@ def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, we
     off2.optimizer.load_state_dict(saved["opt"])
     assert _train(fresh, off2.optimizer, data[3:]) == pytest.approx(after, abs=1e-3)
     off2.close()
+
+
+@pytest.mark.parametrize("plan", ["auto", "split", "cpu"])
+def test_an_update_begun_in_the_backward_pass_trains_as_in_hbm(plan: str) -> None:
+    ref_model = _llama(6)
+    model = copy.deepcopy(ref_model)
+    for m in (ref_model, model):  # the blocks run again inside the backward pass
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        m.train()
+    off = _offload(model, "cpu" if plan == "cpu" else "auto", update_in_backward=True)
+    first = off.plan()
+    # the CPU takes the last blocks (their gradients come first), the GPU the first ones
+    assert first.in_backward or plan == "cpu"
+    assert list(first.gpu + first.cpu) == list(range(6))
+    if plan == "split":
+        off.set_plan(gpu=[0, 1, 2])
+    ref = _Reference(ref_model)
+    data = _data(6)
+    want = _train(ref_model, ref, data)
+    got = _train(model, off.optimizer, data)
+    assert got == pytest.approx(want, abs=2e-2)
+    assert got[-1] < got[0]
+    for a, b in zip(ref_model.parameters(), model.parameters(), strict=True):
+        assert (a.float().cpu() - b.float().cpu()).abs().max().item() < 2e-2
+    node = snapshot(gpus=False).resolve("dram0").node
+    assert set(off.pages_by_node()) == {node}
+    off.close()
 
 
 def test_the_plan_names_every_block_once_with_rates_measured_here() -> None:

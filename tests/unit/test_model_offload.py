@@ -16,7 +16,7 @@ import pycxl
 from pycxl.errors import InvalidRequestError
 from pycxl.gpu.adam_step import AdamSettings, CpuAdam
 from pycxl.gpu.block_layout import chunks_of, find_blocks, layout_blocks
-from pycxl.gpu.update_plan import StepTimes, plan_split, refined, split
+from pycxl.gpu.update_plan import StepTimes, plan_split, refined, split, split_from_the_end
 from pycxl.numa.pages import pages_by_node
 from pycxl.system import snapshot
 from tests.training import train as _train
@@ -102,6 +102,63 @@ def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_plain_pyto
     off.close()
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_an_update_begun_in_the_backward_pass_trains_as_plain_pytorch(checkpointing: bool) -> None:
+    ref = _llama()
+    model = copy.deepcopy(ref)
+    off = pycxl.offload_model(
+        model, "dram0", None, optimizer=_adamw(model), update_in_backward=True
+    )
+    if checkpointing:
+        for m in (ref, model):
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            m.train()
+    data = _data(4)
+    sched = torch.optim.lr_scheduler.StepLR(off.optimizer, 1, gamma=0.5)
+    ref_opt = _adamw(ref)
+    want = _train(ref, ref_opt, data, sched=torch.optim.lr_scheduler.StepLR(ref_opt, 1, gamma=0.5))
+    got = _train(model, off.optimizer, data, sched=sched)
+    assert got == pytest.approx(want, abs=1e-4)
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-4)
+    # begun in the backward pass, not at step(): the blocks have their new weights as
+    # soon as it ends, the rest of the model (the embeddings) not before step()
+    block = model.model.layers[1].mlp.up_proj.weight
+    embed = model.model.embed_tokens.weight
+    before = block.detach().clone(), embed.detach().clone()
+    x = data[0][0]
+    model(input_ids=x, labels=x).loss.backward()
+    assert not torch.equal(block, before[0]) and torch.equal(embed, before[1])
+    off.optimizer.step()
+    assert not torch.equal(embed, before[1])
+    off.close()
+
+
+def test_an_update_begun_in_the_backward_pass_refuses_what_needs_the_gradients_later() -> None:
+    x = _data(1)[0][0]
+    for habit in ("accumulation", "clipping"):
+        model = _llama()
+        off = pycxl.offload_model(
+            model, "dram0", None, optimizer=_adamw(model), update_in_backward=True
+        )
+        model(input_ids=x, labels=x).loss.backward()
+        if habit == "accumulation":  # a second micro-batch before step()
+            with pytest.raises(InvalidRequestError, match="accumulation"):
+                model(input_ids=x, labels=x).loss.backward()
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+            with pytest.raises(InvalidRequestError, match="clipping"):
+                off.optimizer.step()
+        off.close()
+    streamed = _llama()
+    with pytest.raises(InvalidRequestError, match="weights='resident'"):
+        pycxl.offload_model(streamed, "dram0", None, optimizer=_adamw(streamed),
+                            weights="stream", update_in_backward=True)  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="True or False"):
+        pycxl.offload_model(streamed, "dram0", None, optimizer=_adamw(streamed),
+                            update_in_backward="yes")  # fmt: skip
+
+
 def test_param_groups_keep_their_own_settings() -> None:
     ref = _llama()
     model = copy.deepcopy(ref)
@@ -174,6 +231,23 @@ def test_the_split_puts_each_block_where_it_finishes_first() -> None:
     cpu, gpu = split(sizes, cpu_rate=100.0, gpu_rate=300.0)
     assert sorted(cpu + gpu) == list(range(8)) and len(cpu) == 2 and len(gpu) == 6
     assert split(sizes, 1.0, 1.0) == ([0, 2, 4, 6], [1, 3, 5, 7])
+
+
+def test_begun_in_the_backward_pass_the_cpu_takes_the_last_blocks_and_its_head_start() -> None:
+    sizes = {i: 100 for i in range(8)}
+    cpu, gpu, after = split_from_the_end(sizes, cpu_rate=100.0, gpu_rate=100.0, head_s=0.0)
+    assert (cpu, gpu, after) == ([4, 5, 6, 7], [0, 1, 2, 3], pytest.approx(4.0))
+    # two seconds ahead, the CPU takes one block more and both are done a second sooner
+    cpu, gpu, after = split_from_the_end(sizes, 100.0, 100.0, head_s=2.0)
+    assert (cpu, gpu, after) == ([3, 4, 5, 6, 7], [0, 1, 2], pytest.approx(3.0))
+    plan = plan_split(sizes, 100.0, 100.0, "set-up", head_s=0.0)
+    assert plan.in_backward and "after step()" in str(plan)
+    times = StepTimes()
+    times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0)  # the CPU ended when the GPU did: it stays
+    assert refined(plan, sizes, times) is None
+    times.add(cpu_s=4.0, gpu_s=4.0, head_s=2.0)  # the CPU was done 2 s early: it takes more
+    new = refined(plan, sizes, times)
+    assert new is not None and new.in_backward and len(new.cpu) > len(plan.cpu)
 
 
 def test_the_blocks_of_a_model_are_its_largest_list_of_one_kind() -> None:
