@@ -44,9 +44,10 @@ backward pass before ``step()``, or a gradient changed in place, is refused by n
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 from ..errors import InvalidRequestError
@@ -197,6 +198,12 @@ class ModelOffload:
         # parameters it read, and that gradient's version then (changed: refused at step())
         self._early: dict[int, list[tuple[ParamSlot, Any, int]]] = {}
         self._arrived: dict[int, int] = {}  # parameters with a gradient, by block
+        # CPU steps begun in the backward pass and not yet run: the worker takes the last
+        # block first while gradients arrive, the first block first after step() (the
+        # next forward pass needs it first)
+        self._waiting: list[tuple[Block, list[ParamSlot], list[AdamSettings], Future[None]]] = []
+        self._waiting_lock = threading.Lock()
+        self._backward_order = True
         self._gpu_window: tuple[Any, Any] | None = None  # events around the GPU side
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
@@ -514,7 +521,27 @@ class ModelOffload:
             return
         torch = import_torch()
         self._copy_grads_out([B], {B.index: params}, torch.cuda.current_stream(self.device))
-        B.cpu_update = self._worker.submit(self._cpu_block, B, params, settings)
+        done: Future[None] = Future()
+        B.cpu_update = done
+        with self._waiting_lock:
+            self._backward_order = True
+            self._waiting.append((B, params, settings, done))
+        self._worker.submit(self._next_waiting)
+
+    def _next_waiting(self) -> None:
+        """The worker: one CPU step begun in the backward pass (each call runs one),
+        the last block first during it, the first block first after step()."""
+        with self._waiting_lock:
+            pick = max if self._backward_order else min
+            item = pick(self._waiting, key=lambda w: w[0].index)
+            self._waiting.remove(item)
+        B, params, settings, done = item
+        try:
+            self._cpu_block(B, params, settings)
+        except BaseException as e:  # raised where the block's update is waited for
+            done.set_exception(e)
+        else:
+            done.set_result(None)
 
     def _check_early_gradients(self) -> None:
         """The blocks updated in the backward pass read their gradients as it made them:
@@ -561,6 +588,8 @@ class ModelOffload:
             return
         current = torch.cuda.current_stream(self.device)
         self._step_called = time.perf_counter()
+        with self._waiting_lock:
+            self._backward_order = False  # every gradient is in: the forward pass's order
         if self.stream is None:
             self._copy_grads_out(cpu_blocks, live, current)
         produced = self._record(current)  # the backward pass's gradients
