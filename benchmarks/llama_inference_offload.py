@@ -94,7 +94,7 @@ def main() -> int:
 
     def generate() -> Any:
         with torch.no_grad():
-            return model.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32)
+            return model.generate(prompt, max_new_tokens=16, do_sample=False, min_new_tokens=16)
 
     hbm = {name: [median_s(lambda x=x: forward(x)) for _ in range(a.rounds)]
            for name, x in passes.items()}  # fmt: skip

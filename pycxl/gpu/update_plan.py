@@ -140,15 +140,22 @@ class StepTimes:
 
 def refined(plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes) -> UpdatePlan | None:
     """A new plan from the last step's timings, or None where the plan stays: after
-    the first REFINE_STEPS steps, where a side had no blocks (it showed no rate), or
-    where the sides finished within BALANCED of each other."""
+    the first REFINE_STEPS steps, or where a side had no blocks (it showed no rate).
+    Where the sides finished within BALANCED of each other the split stays, and a plan
+    still showing the set-up's rates takes the ones seen."""
     t = times
     if t.steps > REFINE_STEPS or not t.cpu_s or not t.gpu_s or not plan.cpu or not plan.gpu:
         return None
     cpu_end = t.cpu_s - t.head_s if plan.in_backward else t.cpu_s  # after step()
-    if abs(cpu_end - t.gpu_s) <= BALANCED * max(cpu_end, t.gpu_s):
-        return None
     cpu_rate = sum(sizes[i] for i in plan.cpu) / t.cpu_s
     gpu_rate = sum(sizes[i] for i in plan.gpu) / t.gpu_s
+    why = f"rates of step {t.steps}"
+    if abs(cpu_end - t.gpu_s) <= BALANCED * max(cpu_end, t.gpu_s):
+        # the split stays; the rates and the time shown are the ones seen, both sides
+        # running (the set-up's were each side alone)
+        if plan.why.startswith("rates of step"):
+            return None
+        return UpdatePlan(plan.cpu, plan.gpu, cpu_rate, gpu_rate, max(cpu_end, t.gpu_s),
+                          f"{why}, split kept", plan.in_backward)  # fmt: skip
     head = t.head_s if plan.in_backward else None
-    return plan_split(sizes, cpu_rate, gpu_rate, f"rates of step {t.steps}", head_s=head)
+    return plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head)

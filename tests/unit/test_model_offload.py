@@ -244,7 +244,8 @@ def test_begun_in_the_backward_pass_the_cpu_takes_the_last_blocks_and_its_head_s
     assert plan.in_backward and "after step()" in str(plan)
     times = StepTimes()
     times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0)  # the CPU ended when the GPU did: it stays
-    assert refined(plan, sizes, times) is None
+    kept = refined(plan, sizes, times)
+    assert kept is not None and (kept.cpu, kept.gpu) == (plan.cpu, plan.gpu)
     times.add(cpu_s=4.0, gpu_s=4.0, head_s=2.0)  # the CPU was done 2 s early: it takes more
     new = refined(plan, sizes, times)
     assert new is not None and new.in_backward and len(new.cpu) > len(plan.cpu)
@@ -401,8 +402,11 @@ def test_the_split_is_refined_from_the_step_times_only_while_the_sides_differ() 
     plan = plan_split(sizes, 100.0, 100.0, "set-up")
     assert plan.predicted_s == pytest.approx(4.0)
     times = StepTimes()
-    times.add(cpu_s=4.0, gpu_s=4.2)
-    assert refined(plan, sizes, times) is None  # within 10%
+    times.add(cpu_s=4.4, gpu_s=4.6)
+    kept = refined(plan, sizes, times)  # within 10%: the split stays, the rates are seen
+    assert kept is not None and (kept.cpu, kept.gpu) == (plan.cpu, plan.gpu)
+    assert kept.predicted_s == pytest.approx(4.6) and "split kept" in kept.why
+    assert refined(kept, sizes, times) is None
     times.add(cpu_s=8.0, gpu_s=4.0)
     new = refined(plan, sizes, times)
     assert new is not None and len(new.gpu) > len(new.cpu) and "step 2" in new.why
