@@ -39,6 +39,7 @@ CONFIGS = (
     "pycxl-resident",
     "pycxl-resident-backward",
     "pycxl-model-stream",
+    "pycxl-model-stream-backward",
     "pycxl-stream",
     "deepspeed-zero2",
     "deepspeed-zero3",
@@ -347,6 +348,7 @@ def main() -> int:
         ("pycxl-resident", "deepspeed-zero2"),
         ("pycxl-resident-backward", "deepspeed-zero2"),
         ("pycxl-model-stream", "deepspeed-zero3"),
+        ("pycxl-model-stream-backward", "deepspeed-zero3"),
         ("pycxl-stream", "deepspeed-zero3"),
     ):
         if mine in by and theirs in by:

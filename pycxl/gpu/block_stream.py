@@ -49,7 +49,9 @@ class BlockStream:
     pinned for a GPU) streamed to ``device`` through a ring of ``lookahead + 1``
     buffers; ``before_copy(position)`` runs on the host before each copy of a block
     (to wait for its update); ``host_alloc(block)`` gives host memory like the block's
-    ``grads`` (for a later micro-batch's gradients). Takes the parameters home at once."""
+    ``grads`` (for a later micro-batch's gradients); ``on_home(block, adding)`` runs
+    once all of a block's gradients of a backward pass are on their way home (``adding``:
+    onto an earlier micro-batch's). Takes the parameters home at once."""
 
     def __init__(
         self,
@@ -60,11 +62,13 @@ class BlockStream:
         lookahead: int,
         before_copy: Callable[[int], None],
         host_alloc: Callable[[Block], Any],
+        on_home: Callable[[Block, bool], None] | None = None,
     ) -> None:
         torch = import_torch()
         self.blocks = list(blocks)
         self.engine = engine
         self._host_alloc = host_alloc
+        self._on_home = on_home
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
         self._position = {id(B): k for k, B in enumerate(self.blocks)}
@@ -218,7 +222,9 @@ class BlockStream:
         k = self._position[id(B)]
         self._arrived[k] += 1
         if self._arrived[k] == len(B.params):
-            self._send_home(B)
+            adding = self._send_home(B)
+            if self._on_home is not None:
+                self._on_home(B, adding)
 
     def _await_end(self) -> None:
         """Ask for a call when this backward pass ends (once per pass; a reentrant
@@ -236,7 +242,9 @@ class BlockStream:
             self._backward_done()
 
     # --- gradients home ----------------------------------------------------------------
-    def _send_home(self, B: Block) -> None:
+    def _send_home(self, B: Block) -> bool:
+        """Copy the block's gradients that arrived home; whether they are added onto an
+        earlier micro-batch's."""
         k = self._position[id(B)]
         self._arrived[k] = 0
         eng = self.engine
@@ -246,7 +254,7 @@ class BlockStream:
             if p.param.grad is not None and p.param.grad is not home[j]
         ]  # fmt: skip
         if not arrived:
-            return
+            return False
         grads = []
         for j in arrived:
             g = B.params[j].param.grad
@@ -277,6 +285,7 @@ class BlockStream:
         self._landed_params += [(k, j) for j in arrived]
         if adding:
             self._adds.append(self._adder.submit(self._add, B, arrived))
+        return adding
 
     def _add(self, B: Block, arrived: list[int]) -> None:
         """Once landed: each parameter's new gradient added to the one set aside, or
@@ -318,6 +327,11 @@ class BlockStream:
         self._set_aside.clear()
 
     # --- the update's side ---------------------------------------------------------------
+    def home_grads(self, B: Block) -> list[Any]:
+        """The block's home gradients, one view per trainable parameter: each
+        parameter's ``.grad`` once a backward pass has ended."""
+        return self._home_grads[self._position[id(B)]]
+
     def invalidate(self, B: Block) -> None:
         """The block's home weights are about to change: forget its device copy."""
         self.ring.invalidate(self._position[id(B)])

@@ -31,10 +31,10 @@ the next forward pass. Reading the weights outside a forward pass: ``model.state
 and ``optimizer.state_dict()`` wait by themselves; anything else calls
 ``synchronize()`` first.
 
-With ``update_in_backward`` (weights resident; for loops that step after every
-backward pass, on the gradients as it made them) the CPU side begins in the backward
-pass: once a block's gradients have all arrived, its CPU step is under way, the last
-blocks first, while autograd computes the earlier blocks' gradients; ``step()`` then
+With ``update_in_backward`` (for loops that step after every backward pass, on the
+gradients as it made them) the CPU side begins in the backward pass: once a block's
+gradients have all arrived (streamed: on their way home), its CPU step is under way,
+the last blocks first, while autograd computes the earlier blocks' gradients; ``step()`` then
 starts the GPU side on the first blocks (update_plan splits them so both finish
 soonest). Gradient accumulation and anything that changes the gradients between the
 backward pass and ``step()`` (clipping, GradScaler's unscaling) cannot work so: a second
@@ -144,11 +144,6 @@ class ModelOffload:
             raise InvalidRequestError(
                 f"update_in_backward {update_in_backward!r}: give True or False"
             )
-        if update_in_backward and weights != "resident":
-            raise InvalidRequestError(
-                "update_in_backward=True updates resident weights: streamed blocks are "
-                "updated at step(); give weights='resident' or drop update_in_backward"
-            )
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
         if self._on_gpu:
@@ -225,13 +220,14 @@ class ModelOffload:
             self.stream = BlockStream(
                 self._blocks, engine, self.device, lookahead=lookahead,
                 before_copy=self._before_copy, host_alloc=self._gradient_memory,
+                on_home=self._gradients_sent_home if update_in_backward else None,
             )  # fmt: skip
         self._overlap = overlap and self._on_gpu
         self._hooks: list[Any] = []
         if self._overlap and weights == "resident":
             for B in self._blocks:
                 self._hooks.append(B.module.register_forward_pre_hook(self._forward_waiter(B)))
-        if update_in_backward:
+        if update_in_backward and weights == "resident":
             for B in self._blocks:
                 for p in B.params:
                     self._hooks.append(p.param.register_post_accumulate_grad_hook(
@@ -494,33 +490,56 @@ class ModelOffload:
         return self._step_settings
 
     def _gradient_arrived(self, B: Block, param: Any) -> None:
-        """update_in_backward: a parameter's gradient was accumulated; once the block's
-        are all there, its CPU step begins (a block the plan gives the GPU waits for
-        step())."""
+        """update_in_backward, resident: a parameter's gradient was accumulated; once
+        the block's are all there, its CPU step begins (a block the plan gives the GPU
+        waits for step())."""
         n = self._arrived.get(B.index, 0) + 1
         self._arrived[B.index] = n
         if n < len(B.params):
             return
         self._arrived[B.index] = 0
-        if B.index in self._early:
+        if not self._begin_early(B, again=B.index in self._early):
+            return
+        params = [p for p in B.params if p.param.grad is not None]
+        self._early[B.index] = [(p, p.param.grad, p.param.grad._version) for p in params]
+        if self._on_gpu:
+            torch = import_torch()
+            current = torch.cuda.current_stream(self.device)
+            self._copy_grads_out([B], {B.index: params}, current)
+        self._early_cpu_step(B, params)
+
+    def _gradients_sent_home(self, B: Block, adding: bool) -> None:
+        """update_in_backward, streamed: the block's gradients are all on their way home
+        (BlockStream), onto the earlier micro-batch's where ``adding``."""
+        assert self.stream is not None
+        if not self._begin_early(B, again=adding or B.index in self._early):
+            return
+        homes = self.stream.home_grads(B)
+        self._early[B.index] = [(p, g, g._version) for p, g in zip(B.params, homes, strict=True)]
+        self._early_cpu_step(B, B.params)
+
+    def _begin_early(self, B: Block, *, again: bool) -> bool:
+        """Whether ``B``'s CPU step begins now, in the backward pass (the plan gives it
+        the CPU); ``again``: a second backward pass reached it before step()."""
+        if again:
             raise InvalidRequestError(
                 f"block {B.index} took gradients again before optimizer.step(): with "
                 "update_in_backward=True each backward pass updates the blocks; for "
                 "gradient accumulation over micro-batches use update_in_backward=False"
             )
         self._check_open()
-        settings = self._begin(self.optimizer.param_groups)
-        if B.index not in self._plan.cpu:
-            return
-        params = [p for p in B.params if p.param.grad is not None]
-        self._early[B.index] = [(p, p.param.grad, p.param.grad._version) for p in params]
+        self._begin(self.optimizer.param_groups)
+        return B.index in self._plan.cpu
+
+    def _early_cpu_step(self, B: Block, params: list[ParamSlot]) -> None:
+        """``B``'s CPU step, begun in the backward pass: at once without a GPU, else on
+        the worker, after the gradients have landed."""
+        settings = self._step_settings
         for p in params:
             p.steps += 1
         if not self._on_gpu:
             self._cpu_block(B, params, settings)
             return
-        torch = import_torch()
-        self._copy_grads_out([B], {B.index: params}, torch.cuda.current_stream(self.device))
         done: Future[None] = Future()
         B.cpu_update = done
         with self._waiting_lock:
@@ -579,7 +598,8 @@ class ModelOffload:
         cpu_blocks = [by_index[i] for i in self._plan.cpu if live[i]]
         gpu_blocks = [by_index[i] for i in self._plan.gpu if live[i]]
         if self.stream is not None:
-            for B in cpu_blocks + gpu_blocks:
+            # the blocks updated in the backward pass too: their device copies are free now
+            for B in cpu_blocks + gpu_blocks + [by_index[i] for i in sorted(early)]:
                 self.stream.invalidate(B)
         if not self._on_gpu:
             for B in cpu_blocks:
@@ -647,6 +667,8 @@ class ModelOffload:
         if resident_gpu:
             eng.synchronize(B.landed)
             B.kept = []  # landed: the memory may go
+        elif self._on_gpu and B.landed is not None:
+            eng.synchronize(B.landed)  # streamed: home (at step(), long since)
         size = B.dtype.itemsize
         at = eng.host_span(B.weights)[0] if resident_gpu else 0
         for p in params:
