@@ -324,8 +324,8 @@ def offload_model(
     streamed through), split so both finish
     together (``update="auto"``; ``"cpu"``, ``"gpu"`` to choose), and with ``overlap``
     returns while the update runs beside the next forward pass; with
-    ``update_in_backward`` (resident weights, a loop that steps after every backward
-    pass without clipping or accumulation) the CPU side begins in the backward pass.
+    ``update_in_backward`` (a loop that steps after every backward pass, without
+    clipping, accumulation or skipped steps) the CPU side begins in the backward pass.
     ``.plan()`` shows the split.
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -80,6 +80,7 @@ class BlockStream:
         )
         self._bound: dict[tuple[int, int], list[Any]] = {}  # (slot, block) -> parameter views
         self._held: set[int] = set()  # positions bound to a ring buffer now
+        self._stale: set[int] = set()  # held while their home weights changed: dropped after
         self._backward_held: list[Block] = []
         self._training_order = False
         self._arrived = [0] * len(self.blocks)  # gradients accumulated this backward pass
@@ -166,6 +167,9 @@ class BlockStream:
         for p, home in zip(B.everything, self._home[k], strict=True):
             p.param.data = home
         self._held.discard(k)
+        if k in self._stale:
+            self._stale.discard(k)
+            self.ring.invalidate(k)
 
     def _let_go_backward(self) -> None:
         """The blocks held for their backward pass are done: their gradients that have
@@ -333,8 +337,14 @@ class BlockStream:
         return self._home_grads[self._position[id(B)]]
 
     def invalidate(self, B: Block) -> None:
-        """The block's home weights are about to change: forget its device copy."""
-        self.ring.invalidate(self._position[id(B)])
+        """The block's home weights are about to change (or have): forget its device
+        copy, at once, or when it is let go if it is bound now (a backward pass that
+        raised may leave it so)."""
+        k = self._position[id(B)]
+        if k in self._held:
+            self._stale.add(k)
+        else:
+            self.ring.invalidate(k)
 
     def close(self) -> None:
         """Remove the hooks and free the ring (the parameters stay home)."""

@@ -92,7 +92,10 @@ def _optimizer_class() -> type:
         def zero_grad(self, set_to_none: bool = True) -> None:
             if not set_to_none:  # zeroing in place: not under an update still reading them
                 self._offload.synchronize()
-            super().zero_grad(set_to_none)
+            try:
+                self._offload._unstepped()
+            finally:
+                super().zero_grad(set_to_none)
 
         def state_dict(self) -> dict[str, Any]:
             return self._offload._state_dict(super().state_dict())
@@ -512,7 +515,8 @@ class ModelOffload:
         """update_in_backward, streamed: the block's gradients are all on their way home
         (BlockStream), onto the earlier micro-batch's where ``adding``."""
         assert self.stream is not None
-        if not self._begin_early(B, again=adding or B.index in self._early):
+        # added onto an earlier micro-batch's (the adder thread's work): left for step()
+        if not self._begin_early(B, again=B.index in self._early) or adding:
             return
         homes = self.stream.home_grads(B)
         self._early[B.index] = [(p, g, g._version) for p, g in zip(B.params, homes, strict=True)]
@@ -522,6 +526,7 @@ class ModelOffload:
         """Whether ``B``'s CPU step begins now, in the backward pass (the plan gives it
         the CPU); ``again``: a second backward pass reached it before step()."""
         if again:
+            self._forget_early()  # the loop may go on from its next step
             raise InvalidRequestError(
                 f"block {B.index} took gradients again before optimizer.step(): with "
                 "update_in_backward=True each backward pass updates the blocks; for "
@@ -541,11 +546,18 @@ class ModelOffload:
             self._cpu_block(B, params, settings)
             return
         done: Future[None] = Future()
-        B.cpu_update = done
+        item = (B, params, settings, done)
         with self._waiting_lock:
             self._backward_order = True
-            self._waiting.append((B, params, settings, done))
-        self._worker.submit(self._next_waiting)
+            self._waiting.append(item)
+        try:
+            self._worker.submit(self._next_waiting)
+        except BaseException as e:  # the worker is gone: nothing will take it
+            with self._waiting_lock:
+                self._waiting.remove(item)
+            done.set_exception(e)
+            raise
+        B.cpu_update = done
 
     def _next_waiting(self) -> None:
         """The worker: one CPU step begun in the backward pass (each call runs one),
@@ -562,26 +574,77 @@ class ModelOffload:
         else:
             done.set_result(None)
 
-    def _check_early_gradients(self) -> None:
-        """The blocks updated in the backward pass read their gradients as it made them:
-        one changed since (clipped, unscaled, replaced) is refused."""
-        early, self._early = self._early, {}
-        for index, seen in early.items():
-            for p, grad, version in seen:
-                if p.param.grad is not grad or grad._version != version:
-                    raise InvalidRequestError(
-                        f"a gradient of block {index} changed between the backward pass and "
-                        "step() (clipping, GradScaler, a gradient set by hand): with "
-                        "update_in_backward=True the block was already updated from the "
-                        "backward pass's; drop update_in_backward for such a loop"
-                    )
+    def _forget_early(self) -> list[int]:
+        """This step's record of what began in the backward pass, cleared (the next
+        backward pass starts afresh); the blocks it updated, whose device copies
+        (streamed) are dropped: their home weights are new."""
+        early = sorted(self._early)
+        self._early = {}
+        self._arrived.clear()
+        self._begun = False
+        if self.stream is not None:
+            for i in early:
+                self.stream.invalidate(self._blocks[i])
+        return early
+
+    def _unstepped(self) -> None:
+        """zero_grad(): a backward pass that began updating blocks and no step() came
+        (GradScaler skipping a step, a refused step, a pass for its gradients alone) is
+        refused by name; the record is cleared, so the loop may go on."""
+        if not self._begun:
+            self._arrived.clear()  # a backward pass that raised may have counted some
+            return
+        self.synchronize()
+        early = self._forget_early()
+        if early:
+            raise InvalidRequestError(
+                f"gradients cleared with no optimizer.step() after a backward pass that "
+                f"updated blocks {format_blocks(early)} (update_in_backward=True: the "
+                "rest of the model was not updated); a loop that skips steps (GradScaler) "
+                "needs update_in_backward=False"
+            )
+
+    def _check_early(self, settings: list[AdamSettings]) -> None:
+        """The blocks updated in the backward pass read their gradients as it made them,
+        with the settings of then: a gradient changed since (clipped, unscaled,
+        replaced), or settings changed since (a learning rate set before step()), is
+        refused, and the step is not taken further."""
+        changed = next(
+            (
+                index
+                for index, seen in self._early.items()
+                for p, grad, version in seen
+                if p.param.grad is not grad or grad._version != version
+            ),
+            None,
+        )
+        moved = self._early and settings != self._step_settings
+        if changed is None and not moved:
+            return
+        self.synchronize()
+        early = format_blocks(self._forget_early())
+        if changed is not None:
+            raise InvalidRequestError(
+                f"a gradient of block {changed} changed between the backward pass and "
+                "step() (clipping, GradScaler, a gradient set by hand): with "
+                f"update_in_backward=True blocks {early} were already updated from the "
+                "backward pass's, the rest not; drop update_in_backward for such a loop"
+            )
+        raise InvalidRequestError(
+            "the optimizer's settings (a learning rate) changed between the backward pass "
+            f"and step(): with update_in_backward=True blocks {early} were already updated "
+            "with the earlier ones, the rest not; set them before the backward pass (a "
+            "scheduler's step() after optimizer.step() does) or drop update_in_backward"
+        )
 
     def _step(self, groups: list[dict[str, Any]]) -> None:
         torch = import_torch()
-        settings = self._begin(groups)
+        self._begin(groups)
+        settings = self._settings(groups)  # for what was not begun in the backward pass
+        self._check_early(settings)
         self._begun = False
         early = set(self._early)
-        self._check_early_gradients()
+        self._early = {}
         self._arrived.clear()
         by_index = {B.index: B for B in self._blocks}
         # decided here: the user may clear the gradients while the update runs; each

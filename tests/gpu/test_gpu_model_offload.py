@@ -172,6 +172,22 @@ def test_an_update_begun_in_the_backward_pass_trains_as_in_hbm(weights: str, pla
     if plan == "split":
         off.set_plan(gpu=[0, 1, 2])
     _trains_as_in_hbm(ref_model, model, off)
+    # begun in the backward pass: once it is over (and the update waited for), the CPU's
+    # blocks have their new weights, the GPU's only after step()
+    x = _data(1)[0][0]
+
+    def weights() -> list[Any]:
+        return [b.mlp.up_proj.weight.detach().float().cpu().clone() for b in model.model.layers]
+
+    before = weights()
+    model(input_ids=x, labels=x).loss.backward()
+    off.synchronize()
+    moved = {
+        i for i, (a, b) in enumerate(zip(before, weights(), strict=True)) if not torch.equal(a, b)
+    }
+    assert moved == set(off.plan().cpu)
+    off.optimizer.step()
+    off.optimizer.zero_grad()
     off.close()
 
 

@@ -8,6 +8,7 @@ input refused by name."""
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
@@ -139,25 +140,52 @@ def test_an_update_begun_in_the_backward_pass_trains_as_plain_pytorch(
     off.close()
 
 
+def _out_of_memory(grad: Any) -> None:
+    raise RuntimeError("CUDA out of memory (raised by the test)")
+
+
 @pytest.mark.parametrize("weights", ["resident", "stream"])
 def test_an_update_begun_in_the_backward_pass_refuses_what_needs_the_gradients_later(
     weights: str,
 ) -> None:
     x = _data(1)[0][0]
-    for habit in ("accumulation", "clipping"):
+    for habit in ("accumulation", "clipping", "a learning rate", "no step", "an error"):
         model = _llama()
         off = pycxl.offload_model(
             model, "dram0", None, optimizer=_adamw(model), weights=weights,
             update_in_backward=True,
         )  # fmt: skip
-        model(input_ids=x, labels=x).loss.backward()
+        if habit == "an error":  # raised inside the backward pass, half-way through a block
+            hit = model.model.layers[1].mlp.gate_proj.weight.register_hook(_out_of_memory)
+            with pytest.raises(RuntimeError, match="out of memory"):
+                model(input_ids=x, labels=x).loss.backward()
+            hit.remove()
+        else:
+            model(input_ids=x, labels=x).loss.backward()
         if habit == "accumulation":  # a second micro-batch before step()
             with pytest.raises(InvalidRequestError, match="accumulation"):
                 model(input_ids=x, labels=x).loss.backward()
-        else:
+        elif habit == "clipping":
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
             with pytest.raises(InvalidRequestError, match="clipping"):
                 off.optimizer.step()
+        elif habit == "a learning rate":  # set by hand between backward and step()
+            off.optimizer.param_groups[0]["lr"] = 0.0
+            with pytest.raises(InvalidRequestError, match="learning rate"):
+                off.optimizer.step()
+            off.optimizer.param_groups[0]["lr"] = LR
+        else:  # a step skipped (GradScaler's, on inf), or a pass that raised, then cleared
+            with pytest.raises(InvalidRequestError, match=r"no optimizer\.step"):
+                off.optimizer.zero_grad()
+        # refused, the loop goes on, and its next steps are whole ones: every parameter
+        # of every block stepped and moved, the rest of the model too
+        off.optimizer.zero_grad()
+        steps = {id(p.param): p.steps for B in off._blocks for p in B.params}
+        before = [p.detach().clone() for p in model.parameters()]
+        losses = _train(model, off.optimizer, _data(2))
+        assert all(p.steps == steps[id(p.param)] + 2 for B in off._blocks for p in B.params)
+        assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+        assert all(math.isfinite(v) for v in losses)
         off.close()
     streamed = _llama()
     with pytest.raises(InvalidRequestError, match="True or False"):
