@@ -36,9 +36,11 @@ gradients as it made them) the CPU side begins in the backward pass: once a bloc
 gradients have all arrived (streamed: on their way home), its CPU step is under way,
 the last blocks first, while autograd computes the earlier blocks' gradients; ``step()`` then
 starts the GPU side on the first blocks (update_plan splits them so both finish
-soonest). Gradient accumulation and anything that changes the gradients between the
-backward pass and ``step()`` (clipping, GradScaler's unscaling) cannot work so: a second
-backward pass before ``step()``, or a gradient changed in place, is refused by name.
+soonest). Gradient accumulation and anything that changes the gradients or the settings
+between the backward pass and ``step()`` cannot work so: a second backward pass before
+``step()``, a gradient changed in place (clipping, GradScaler's unscaling), a learning
+rate set before ``step()``, or ``zero_grad()`` with no ``step()`` after a backward pass
+that updated blocks, is refused by name, and the loop may go on from there.
 """
 
 from __future__ import annotations
