@@ -57,8 +57,12 @@ def _interrupt(argv: list[str], touched: int, settle: float) -> tuple[int, str, 
     ``settle`` seconds more have passed (it is measuring), SIGINT it: its status, its
     stderr and the seconds from the signal to its exit."""
     env = {k: v for k, v in os.environ.items() if k != "PYCXL_BENCH_QUICK"}
+    # a terminal's Ctrl-C: the child takes SIGINT as a shell in the foreground gives it,
+    # also where these tests run in the background (started with &, SIGINT is ignored
+    # and the child would inherit that)
     child = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_default_sigint)  # fmt: skip
     try:
         began = time.monotonic()
         while _status_kib(child.pid, "RssAnon") * 1024 < touched:
@@ -77,6 +81,10 @@ def _interrupt(argv: list[str], touched: int, settle: float) -> tuple[int, str, 
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cli(*args: str) -> list[str]:
