@@ -483,16 +483,15 @@ class ModelOffload:
             if new is not None:
                 self._plan = new
 
-    def _begin(self, groups: list[dict[str, Any]]) -> list[AdamSettings]:
+    def _begin(self, groups: list[dict[str, Any]]) -> None:
         """This step's update begins (at step(), or in the backward pass): the last
-        one's finished, and the settings this one uses."""
+        one's finished, and the settings of what begins in the backward pass taken."""
         if not self._begun:
             self._settle()
             self._step_settings = self._settings(groups)
             self._steps += 1
             self._cpu_window = [0.0, 0.0]
             self._begun = True
-        return self._step_settings
 
     def _gradient_arrived(self, B: Block, param: Any) -> None:
         """update_in_backward, resident: a parameter's gradient was accumulated; once
