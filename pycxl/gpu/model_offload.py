@@ -640,8 +640,10 @@ class ModelOffload:
 
     def _step(self, groups: list[dict[str, Any]]) -> None:
         torch = import_torch()
+        begun_in_backward = self._begun
         self._begin(groups)
-        settings = self._settings(groups)  # for what was not begun in the backward pass
+        # what was begun in the backward pass took the settings of then; the rest, now's
+        settings = self._settings(groups) if begun_in_backward else self._step_settings
         self._check_early(settings)
         self._begun = False
         early = set(self._early)

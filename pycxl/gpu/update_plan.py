@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 BALANCED = 0.1  # sides within 10% of each other: the split stays
 REFINE_STEPS = 3  # steps whose timings may move the split
@@ -38,6 +38,7 @@ class UpdatePlan:
     predicted_s: float | None
     why: str
     in_backward: bool = False  # the CPU's blocks are the last ones, begun in the backward pass
+    seen: bool = False  # the rates are ones seen in steps, both sides running (not set-up's)
 
     def __str__(self) -> str:
         def rate(r: float | None) -> str:
@@ -153,9 +154,11 @@ def refined(plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes) -> Upd
     if abs(cpu_end - t.gpu_s) <= BALANCED * max(cpu_end, t.gpu_s):
         # the split stays; the rates and the time shown are the ones seen, both sides
         # running (the set-up's were each side alone)
-        if plan.why.startswith("rates of step"):
+        if plan.seen:
             return None
-        return UpdatePlan(plan.cpu, plan.gpu, cpu_rate, gpu_rate, max(cpu_end, t.gpu_s),
-                          f"{why}, split kept", plan.in_backward)  # fmt: skip
+        kept = f"{why}, split kept"
+        predicted = max(cpu_end, t.gpu_s)
+        return replace(plan, cpu_rate=cpu_rate, gpu_rate=gpu_rate, predicted_s=predicted,
+                       why=kept, seen=True)  # fmt: skip
     head = t.head_s if plan.in_backward else None
-    return plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head)
+    return replace(plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head), seen=True)

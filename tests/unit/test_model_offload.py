@@ -439,7 +439,7 @@ def test_the_split_is_refined_from_the_step_times_only_while_the_sides_differ() 
     times.add(cpu_s=4.4, gpu_s=4.6)
     kept = refined(plan, sizes, times)  # within 10%: the split stays, the rates are seen
     assert kept is not None and (kept.cpu, kept.gpu) == (plan.cpu, plan.gpu)
-    assert kept.predicted_s == pytest.approx(4.6) and "split kept" in kept.why
+    assert kept.predicted_s == pytest.approx(4.6) and kept.seen and not plan.seen
     assert refined(kept, sizes, times) is None
     times.add(cpu_s=8.0, gpu_s=4.0)
     new = refined(plan, sizes, times)
