@@ -18,6 +18,7 @@ pageable memory on the same tier (pages counted), one round.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -145,6 +146,7 @@ def main() -> int:
           f"{statistics.median(gen_hbm) / new * 1e3:.1f} ms a token")  # fmt: skip
     off.close()
     del model, off, layers
+    gc.collect()  # cycles that would keep the first model's memory
     torch.cuda.empty_cache()
 
     model, share = accelerate_llama(a.tier)

@@ -444,6 +444,7 @@ def test_the_split_is_refined_from_the_step_times_only_while_the_sides_differ() 
     times.add(cpu_s=8.0, gpu_s=4.0)
     new = refined(plan, sizes, times)
     assert new is not None and len(new.gpu) > len(new.cpu) and "step 2" in new.why
+    assert new.seen  # a new split: its rates are the ones seen
     for _ in range(3):
         times.add(cpu_s=8.0, gpu_s=4.0)
     assert refined(plan, sizes, times) is None  # after the first steps the split stays
