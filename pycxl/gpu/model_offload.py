@@ -205,6 +205,7 @@ class ModelOffload:
         self._waiting_lock = threading.Lock()
         self._backward_order = True
         self._gpu_window: tuple[Any, Any] | None = None  # events around the GPU side
+        self._gpu_early_window: tuple[Any, Any] | None = None  # and its part begun early
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
@@ -220,6 +221,7 @@ class ModelOffload:
                 for name in ("loaded", "updated", "free")
             }
             self._timing = (Event(), Event())
+            self._early_timing = (Event(), Event())
         self.stream: BlockStream | None = None
         if weights == "stream":
             self.stream = BlockStream(
@@ -353,7 +355,8 @@ class ModelOffload:
         # begun in the backward pass: the CPU's head start is not known before a step
         head = 0.0 if self._in_backward else None
         why = "rates measured at set-up"
-        return plan_split(self._sizes(), cpu_rate, gpu_rate, why, head_s=head)
+        return plan_split(self._sizes(), cpu_rate, gpu_rate, why, head_s=head,
+                          gpu_begins=self.stream is None)  # fmt: skip
 
     def _sizes(self) -> dict[int, int]:
         return {B.index: B.numel for B in self._blocks}
@@ -406,24 +409,37 @@ class ModelOffload:
         """Which blocks are updated on the CPU and which on the GPU, and why."""
         return self._plan
 
-    def set_plan(self, *, gpu: Iterable[int]) -> UpdatePlan:
+    def set_plan(self, *, gpu: Iterable[int], gpu_early: Iterable[int] = ()) -> UpdatePlan:
         """Update the blocks ``gpu`` on the GPU and the rest on the CPU, from now on
-        (the timings no longer move the split)."""
+        (the timings no longer move the split); ``gpu_early``: those of ``gpu`` whose
+        update begins in the backward pass, as their gradients arrive (with
+        ``update_in_backward=True`` and the weights resident)."""
         chosen = sorted(set(gpu))
+        early = sorted(set(gpu_early), reverse=True)  # the order their gradients come in
         known = {B.index for B in self._blocks}
-        bad = [i for i in chosen if i not in known]
+        bad = [i for i in chosen + early if i not in known]
         if bad:
             raise InvalidRequestError(
                 f"blocks {bad}: this model's blocks are {format_blocks(sorted(known))}"
             )
         if chosen and not self._on_gpu:
             raise InvalidRequestError("no GPU to update blocks on: the CPU updates them all")
+        if early and (not self._in_backward or self.stream is not None):
+            raise InvalidRequestError(
+                "gpu_early begins blocks in the backward pass: it needs "
+                "update_in_backward=True and weights='resident'"
+            )
+        if not set(early) <= set(chosen):
+            raise InvalidRequestError(
+                f"gpu_early blocks {format_blocks(sorted(set(early) - set(chosen)))} are not "
+                "among the GPU's (gpu=...): name them there too"
+            )
         self.synchronize()
         cpu = tuple(i for i in sorted(known) if i not in chosen)
         self._fixed = True
         self._plan = UpdatePlan(
             cpu, tuple(chosen), self._plan.cpu_rate, self._plan.gpu_rate, None,
-            "fixed by set_plan", self._in_backward,
+            "fixed by set_plan", self._in_backward, gpu_early=tuple(early),
         )  # fmt: skip
         return self._plan
 
@@ -469,19 +485,25 @@ class ModelOffload:
                 B.cpu_update = None
         if self._steps == 0:
             return
-        gpu_s = 0.0
-        if self._gpu_window is not None:
-            start, end = self._gpu_window
-            end.synchronize()
-            gpu_s = end.ms_since(start) / 1e3
-            self._gpu_window = None
+        after_s = self._window_s(self._gpu_window)
+        early_s = self._window_s(self._gpu_early_window)
+        self._gpu_window = self._gpu_early_window = None
         first, last = self._cpu_window
         head = max(0.0, self._step_called - first) if first and self._in_backward else 0.0
-        self.times.add(last - first, gpu_s, head)
+        self.times.add(last - first, early_s + after_s, head, after_s)
         if not self._fixed and self._on_gpu:
-            new = refined(self._plan, self._sizes(), self.times)
+            new = refined(self._plan, self._sizes(), self.times, gpu_begins=self.stream is None)
             if new is not None:
                 self._plan = new
+
+    @staticmethod
+    def _window_s(window: tuple[Any, Any] | None) -> float:
+        """Seconds between a window's two events, once the second has happened."""
+        if window is None:
+            return 0.0
+        start, end = window
+        end.synchronize()
+        return float(end.ms_since(start)) / 1e3
 
     def _begin(self, groups: list[dict[str, Any]]) -> None:
         """This step's update begins (at step(), or in the backward pass): the last
@@ -502,10 +524,14 @@ class ModelOffload:
         if n < len(B.params):
             return
         self._arrived[B.index] = 0
-        if not self._begin_early(B, again=B.index in self._early):
+        side = self._begin_early(B, again=B.index in self._early)
+        if side is None:
             return
         params = [p for p in B.params if p.param.grad is not None]
         self._early[B.index] = [(p, p.param.grad, p.param.grad._version) for p in params]
+        if side == "gpu":
+            self._early_gpu_step(B, params)
+            return
         if self._on_gpu:
             torch = import_torch()
             current = torch.cuda.current_stream(self.device)
@@ -516,16 +542,18 @@ class ModelOffload:
         """update_in_backward, streamed: the block's gradients are all on their way home
         (BlockStream), onto the earlier micro-batch's where ``adding``."""
         assert self.stream is not None
-        # added onto an earlier micro-batch's (the adder thread's work): left for step()
-        if not self._begin_early(B, again=B.index in self._early) or adding:
+        # added onto an earlier micro-batch's (the adder thread's work): left for step();
+        # the GPU side begins none in the backward pass here (gpu_begins=False)
+        if self._begin_early(B, again=B.index in self._early) != "cpu" or adding:
             return
         homes = self.stream.home_grads(B)
         self._early[B.index] = [(p, g, g._version) for p, g in zip(B.params, homes, strict=True)]
         self._early_cpu_step(B, B.params)
 
-    def _begin_early(self, B: Block, *, again: bool) -> bool:
-        """Whether ``B``'s CPU step begins now, in the backward pass (the plan gives it
-        the CPU); ``again``: a second backward pass reached it before step()."""
+    def _begin_early(self, B: Block, *, again: bool) -> str | None:
+        """The side whose step of ``B`` begins now, in the backward pass: "cpu" where the
+        plan gives the CPU the block, "gpu" where it begins the GPU's there, None where
+        it waits for step(); ``again``: a second backward pass reached it before step()."""
         if again:
             self._forget_early()  # the loop may go on from its next step
             raise InvalidRequestError(
@@ -535,7 +563,19 @@ class ModelOffload:
             )
         self._check_open()
         self._begin(self.optimizer.param_groups)
-        return B.index in self._plan.cpu
+        if B.index in self._plan.cpu:
+            return "cpu"
+        return "gpu" if B.index in self._plan.gpu_early else None
+
+    def _early_gpu_step(self, B: Block, params: list[ParamSlot]) -> None:
+        """Resident: ``B``'s GPU step, begun in the backward pass once the stream
+        autograd runs on has made its gradients (the block's weights are not read
+        again in this pass: its backward is done)."""
+        torch = import_torch()
+        for p in params:
+            p.steps += 1
+        produced = self._record(torch.cuda.current_stream(self.device))
+        self._gpu_side([B], {B.index: params}, produced, self._step_settings, early=True)
 
     def _early_cpu_step(self, B: Block, params: list[ParamSlot]) -> None:
         """``B``'s CPU step, begun in the backward pass: at once without a GPU, else on
@@ -763,10 +803,13 @@ class ModelOffload:
         live: dict[int, list[ParamSlot]],
         produced: Any,
         settings: list[AdamSettings],
+        *,
+        early: bool = False,
     ) -> None:
         """Enqueue the GPU's blocks piece by piece: state (and streamed, gradients) in,
         fused update, state (and streamed, weights) out, through three device buffers;
-        the host does not wait."""
+        the host does not wait. ``early``: one block begun in the backward pass (timed
+        apart from those begun at step(), from the first such block to the last)."""
         torch = import_torch()
         eng = self._state
         ev = self._events
@@ -774,8 +817,10 @@ class ModelOffload:
         streamed = self.stream is not None
         eng.wait(upd, produced)
         step_of: dict[int, Any] = {}  # step number -> its tensor, made on the update stream
-        start, end = self._timing
-        start.record(_stream(eng.copy_in_stream))
+        start, end = self._early_timing if early else self._timing
+        window = self._gpu_early_window if early else self._gpu_window
+        if window is None:
+            start.record(_stream(eng.copy_in_stream))
         slots = self._gpu_buffers()
         c = self._chunk
         j = 0
@@ -821,7 +866,10 @@ class ModelOffload:
             # where the next forward pass finds the block's new weights
             eng.record(B.updated, eng.copy_out_stream if streamed else upd)
         end.record(_stream(eng.copy_out_stream))
-        self._gpu_window = (start, end)
+        if early:
+            self._gpu_early_window = (start, end)
+        else:
+            self._gpu_window = (start, end)
 
     def _rest_step(self, settings: list[AdamSettings]) -> None:
         """The parameters outside the blocks, in the device's memory."""

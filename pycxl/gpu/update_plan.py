@@ -8,11 +8,15 @@ carries both ways at once). Blocks go, in index order, each to the side that wou
 finish it first, so both sides end together and the first blocks (the next forward
 pass's first) are spread over both.
 
-Where the update begins in the backward pass (``update_in_backward``), the CPU side
-takes the last blocks, whose gradients come first, and starts on them before
-``step()``; the GPU side takes the first blocks, which the next forward pass needs
-first, at ``step()``. The boundary is where both finish soonest, given the CPU's head
-start.
+Where the update begins in the backward pass (``update_in_backward``), before any step
+has shown how long the backward pass is, the CPU side takes the last blocks, whose
+gradients come first, and starts on them before ``step()``; the GPU side takes the
+first blocks, which the next forward pass needs first, at ``step()``. Once a step has
+shown it, the plan follows both sides through a step: gradients arrive over the
+backward pass, last block first, and each side, when free, takes the last block whose
+gradients are there, then after ``step()`` the first block left, whichever side would
+finish it first; so the GPU side too begins blocks in the backward pass, while the
+host's memory has room beside the CPU's.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ class UpdatePlan:
     gpu_rate: float | None
     predicted_s: float | None
     why: str
-    in_backward: bool = False  # the CPU's blocks are the last ones, begun in the backward pass
+    in_backward: bool = False  # blocks begin as their gradients arrive in the backward pass
     seen: bool = False  # the rates are ones seen in steps, both sides running (not set-up's)
+    gpu_early: tuple[int, ...] = ()  # GPU blocks begun in the backward pass, in that order
 
     def __str__(self) -> str:
         def rate(r: float | None) -> str:
@@ -48,6 +53,8 @@ class UpdatePlan:
             f"CPU: blocks {format_blocks(self.cpu) or 'none'} ({rate(self.cpu_rate)})",
             f"GPU: blocks {format_blocks(self.gpu) or 'none'} ({rate(self.gpu_rate)})",
         ]
+        if self.gpu_early:
+            lines[-1] += f", of which {format_blocks(sorted(self.gpu_early))} begun in backward"
         if self.predicted_s is not None:
             when = " after step()" if self.in_backward else ""
             lines.append(f"update predicted {self.predicted_s * 1e3:.0f} ms{when}: {self.why}")
@@ -100,6 +107,39 @@ def split_from_the_end(
     return order[k:], order[:k], t
 
 
+def schedule_in_backward(
+    sizes: Mapping[int, int], cpu_rate: float, gpu_rate: float, backward_s: float
+) -> tuple[list[int], list[int], list[int], float]:
+    """Blocks for each side where gradients arrive evenly over ``backward_s`` seconds
+    before ``step()`` (the last block's at once, the first block's at ``step()``): each
+    time a side is free, the last block whose gradients are there (after ``step()``,
+    the first block left) goes to the side that would finish it first. Returns the
+    CPU's blocks, the GPU's, the GPU's begun before ``step()`` (in the order begun),
+    and the seconds after ``step()`` until both are done."""
+    order = sorted(sizes)
+    last = max(len(order) - 1, 1)
+    arrives = {i: backward_s * (len(order) - 1 - k) / last for k, i in enumerate(order)}
+    rate = {"cpu": cpu_rate, "gpu": gpu_rate}
+    free = {"cpu": 0.0, "gpu": 0.0}
+    taken: dict[str, list[int]] = {"cpu": [], "gpu": []}
+    early: list[int] = []
+    left = set(order)
+    while left:
+        t = max(min(free.values()), min(arrives[i] for i in left))
+        ready = [i for i in left if arrives[i] <= t]
+        pick = max(ready) if t < backward_s else min(ready)
+        done = {side: max(free[side], t) + sizes[pick] / rate[side] for side in rate}
+        # a tie: the side idle longer (it has waited), then the CPU
+        side = min(done, key=lambda k: (done[k], free[k]))
+        if side == "gpu" and max(free["gpu"], t) < backward_s:
+            early.append(pick)
+        free[side] = done[side]
+        taken[side].append(pick)
+        left.remove(pick)
+    after = max(0.0, max(free.values()) - backward_s)
+    return sorted(taken["cpu"]), sorted(taken["gpu"]), early, after
+
+
 def plan_split(
     sizes: Mapping[int, int],
     cpu_rate: float,
@@ -107,10 +147,18 @@ def plan_split(
     why: str,
     *,
     head_s: float | None = None,
+    gpu_begins: bool = True,
 ) -> UpdatePlan:
     """The plan that ``split`` makes, with the update time the rates predict; with
-    ``head_s`` (the update begun in the backward pass), the one of ``split_from_the_end``
-    and the time it predicts after ``step()``."""
+    ``head_s`` (the update begun in the backward pass; the seconds from the first
+    block's gradients to ``step()``), the one of ``schedule_in_backward`` and the time
+    it predicts after ``step()``; where no step has shown it yet (0), or where the GPU
+    side cannot begin blocks in the backward pass (``gpu_begins`` False: streamed
+    weights), the one of ``split_from_the_end``."""
+    if head_s and gpu_begins:
+        cpu, gpu, early, after = schedule_in_backward(sizes, cpu_rate, gpu_rate, head_s)
+        return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True,
+                          gpu_early=tuple(early))  # fmt: skip
     if head_s is not None:
         cpu, gpu, after = split_from_the_end(sizes, cpu_rate, gpu_rate, head_s)
         return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True)
@@ -129,36 +177,49 @@ class StepTimes:
     cpu_s: float = 0.0
     gpu_s: float = 0.0
     head_s: float = 0.0
+    gpu_after_s: float = 0.0  # the GPU side's seconds after step() (the rest: begun before)
     steps: int = 0
     history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=8))
 
-    def add(self, cpu_s: float, gpu_s: float, head_s: float = 0.0) -> None:
-        """One more step's update: its seconds on each side, the CPU's head start."""
+    def add(
+        self, cpu_s: float, gpu_s: float, head_s: float = 0.0, gpu_after_s: float | None = None
+    ) -> None:
+        """One more step's update: its seconds on each side, the CPU's head start, and
+        the GPU side's seconds after ``step()`` (all of them unless it began before)."""
         self.cpu_s, self.gpu_s, self.head_s = cpu_s, gpu_s, head_s
+        self.gpu_after_s = gpu_s if gpu_after_s is None else gpu_after_s
         self.steps += 1
         self.history.append((cpu_s, gpu_s))
 
 
-def refined(plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes) -> UpdatePlan | None:
+def refined(
+    plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes, *, gpu_begins: bool = True
+) -> UpdatePlan | None:
     """A new plan from the last step's timings, or None where the plan stays: after
     the first REFINE_STEPS steps, or where a side had no blocks (it showed no rate).
-    Where the sides finished within BALANCED of each other the split stays, and a plan
-    still showing the set-up's rates takes the ones seen."""
+    Where the sides finished within BALANCED of each other the split stays (unless,
+    begun in the backward pass, the rates seen predict a plan BALANCED sooner), and a
+    plan still showing the set-up's rates takes the ones seen. ``gpu_begins``: whether
+    the GPU side may begin blocks in the backward pass (``plan_split``)."""
     t = times
     if t.steps > REFINE_STEPS or not t.cpu_s or not t.gpu_s or not plan.cpu or not plan.gpu:
         return None
-    cpu_end = t.cpu_s - t.head_s if plan.in_backward else t.cpu_s  # after step()
+    # after step(): where the update begins in the backward pass, part of it ran before
+    cpu_end = t.cpu_s - t.head_s if plan.in_backward else t.cpu_s
+    gpu_end = t.gpu_after_s if plan.in_backward else t.gpu_s
     cpu_rate = sum(sizes[i] for i in plan.cpu) / t.cpu_s
     gpu_rate = sum(sizes[i] for i in plan.gpu) / t.gpu_s
     why = f"rates of step {t.steps}"
-    if abs(cpu_end - t.gpu_s) <= BALANCED * max(cpu_end, t.gpu_s):
+    head = t.head_s if plan.in_backward else None
+    new = plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head, gpu_begins=gpu_begins)
+    new = replace(new, seen=True)
+    took = max(cpu_end, gpu_end)
+    sooner = new.predicted_s is not None and new.predicted_s < (1 - BALANCED) * took
+    if abs(cpu_end - gpu_end) <= BALANCED * took and not (plan.in_backward and sooner):
         # the split stays; the rates and the time shown are the ones seen, both sides
         # running (the set-up's were each side alone)
         if plan.seen:
             return None
-        kept = f"{why}, split kept"
-        predicted = max(cpu_end, t.gpu_s)
-        return replace(plan, cpu_rate=cpu_rate, gpu_rate=gpu_rate, predicted_s=predicted,
-                       why=kept, seen=True)  # fmt: skip
-    head = t.head_s if plan.in_backward else None
-    return replace(plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head), seen=True)
+        return replace(plan, cpu_rate=cpu_rate, gpu_rate=gpu_rate, predicted_s=took,
+                       why=f"{why}, split kept", seen=True)  # fmt: skip
+    return new

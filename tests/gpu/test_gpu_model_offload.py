@@ -153,8 +153,8 @@ def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, we
 
 @pytest.mark.parametrize(
     ("weights", "plan"),
-    [("resident", "auto"), ("resident", "split"), ("resident", "cpu"), ("stream", "auto"),
-     ("stream", "split")],
+    [("resident", "auto"), ("resident", "split"), ("resident", "early"), ("resident", "cpu"),
+     ("stream", "auto"), ("stream", "split")],
 )  # fmt: skip
 def test_an_update_begun_in_the_backward_pass_trains_as_in_hbm(weights: str, plan: str) -> None:
     ref_model = _llama(6)
@@ -171,9 +171,12 @@ def test_an_update_begun_in_the_backward_pass_trains_as_in_hbm(weights: str, pla
     assert list(first.gpu + first.cpu) == list(range(6))
     if plan == "split":
         off.set_plan(gpu=[0, 1, 2])
+    if plan == "early":  # the GPU side begins blocks 5 and 3 in the backward pass too
+        off.set_plan(gpu=[0, 1, 3, 5], gpu_early=[3, 5])
     _trains_as_in_hbm(ref_model, model, off)
     # begun in the backward pass: once it is over (and the update waited for), the CPU's
-    # blocks have their new weights, the GPU's only after step()
+    # blocks and the GPU's begun there have their new weights, the other GPU's only after
+    # step()
     x = _data(1)[0][0]
 
     def weights() -> list[Any]:
@@ -185,7 +188,7 @@ def test_an_update_begun_in_the_backward_pass_trains_as_in_hbm(weights: str, pla
     moved = {
         i for i, (a, b) in enumerate(zip(before, weights(), strict=True)) if not torch.equal(a, b)
     }
-    assert moved == set(off.plan().cpu)
+    assert moved == set(off.plan().cpu) | set(off.plan().gpu_early)
     off.optimizer.step()
     off.optimizer.zero_grad()
     off.close()

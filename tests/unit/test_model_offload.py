@@ -17,7 +17,14 @@ import pycxl
 from pycxl.errors import InvalidRequestError
 from pycxl.gpu.adam_step import AdamSettings, CpuAdam
 from pycxl.gpu.block_layout import chunks_of, find_blocks, layout_blocks
-from pycxl.gpu.update_plan import StepTimes, plan_split, refined, split, split_from_the_end
+from pycxl.gpu.update_plan import (
+    StepTimes,
+    plan_split,
+    refined,
+    schedule_in_backward,
+    split,
+    split_from_the_end,
+)
 from pycxl.numa.pages import pages_by_node
 from pycxl.system import snapshot
 from tests.training import train as _train
@@ -278,11 +285,48 @@ def test_begun_in_the_backward_pass_the_cpu_takes_the_last_blocks_and_its_head_s
     assert plan.in_backward and "after step()" in str(plan)
     times = StepTimes()
     times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0)  # the CPU ended when the GPU did: it stays
-    kept = refined(plan, sizes, times)
+    kept = refined(plan, sizes, times, gpu_begins=False)  # streamed: the GPU waits for step()
     assert kept is not None and (kept.cpu, kept.gpu) == (plan.cpu, plan.gpu)
     times.add(cpu_s=4.0, gpu_s=4.0, head_s=2.0)  # the CPU was done 2 s early: it takes more
-    new = refined(plan, sizes, times)
+    new = refined(plan, sizes, times, gpu_begins=False)
     assert new is not None and new.in_backward and len(new.cpu) > len(plan.cpu)
+    assert not new.gpu_early
+
+
+def test_once_a_step_showed_the_backward_pass_the_gpu_side_begins_blocks_in_it_too() -> None:
+    sizes = {i: 100 for i in range(4)}
+    # gradients at 0, 1, 2 and 3 s (block 3 first), step() at 3 s, a block a second a side:
+    # the CPU takes block 3, the GPU block 2 as it arrives, then whoever waited longer
+    assert schedule_in_backward(sizes, 100.0, 100.0, 3.0) == ([1, 3], [0, 2], [2], 1.0)
+    # no backward pass to begin in: the plan of step() (each block to who finishes it first)
+    for rates in ((100.0, 100.0), (100.0, 300.0), (250.0, 100.0)):  # no ties in between
+        assert schedule_in_backward(sizes, *rates, 0.0)[:2] == split(sizes, *rates)
+    # a backward pass far longer than the update: all is done before step() but the first
+    # block, whose gradients come last
+    cpu, gpu, early, after = schedule_in_backward(sizes, 100.0, 100.0, 20.0)
+    assert after == pytest.approx(1.0) and sorted(cpu + gpu) == [0, 1, 2, 3]
+    assert set(early) == set(gpu) - {0}
+    # the rates a step showed, 16 blocks: the GPU side begins some in the backward pass
+    # and the update after step() is shorter than with the CPU's head start alone
+    sizes = {i: 51_400_000 for i in range(16)}
+    cpu, gpu, early, after = schedule_in_backward(sizes, 2.01e9, 3.0e9, 0.037)
+    assert early and set(early) <= set(gpu) and early == sorted(early, reverse=True)
+    assert after < 0.95 * split_from_the_end(sizes, 2.01e9, 3.0e9, 0.037)[2]
+
+
+def test_a_step_that_shows_the_backward_pass_moves_the_plan_where_it_finishes_sooner() -> None:
+    sizes = {i: 100 for i in range(8)}
+    plan = plan_split(sizes, 100.0, 100.0, "set-up", head_s=0.0)  # no step seen: from the end
+    assert not plan.gpu_early
+    times = StepTimes()
+    # the sides ended together after step(), the CPU 2 s into the backward pass before it
+    times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0)
+    new = refined(plan, sizes, times)
+    assert new is not None and new.seen and new.gpu_early and "begun in backward" in str(new)
+    assert new.predicted_s is not None and new.predicted_s < 0.9 * 4.0
+    # the GPU side's time after step() is what is weighed against the CPU's
+    times.add(cpu_s=6.0, gpu_s=5.0, head_s=2.0, gpu_after_s=4.0)
+    assert refined(new, sizes, times) is None  # balanced, seen, and nothing sooner
 
 
 def test_the_blocks_of_a_model_are_its_largest_list_of_one_kind() -> None:
@@ -314,6 +358,13 @@ def test_optimizers_and_settings_it_cannot_hold_are_refused_before_anything_is_p
         off.set_plan(gpu=[0])
     with pytest.raises(InvalidRequestError, match=r"blocks \[7\]"):
         off.set_plan(gpu=[7])
+    with pytest.raises(InvalidRequestError, match="needs update_in_backward=True"):
+        off.set_plan(gpu=[], gpu_early=[1])
+    off.close()
+    off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model),
+                              update_in_backward=True)  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="gpu_early blocks 1 are not among"):
+        off.set_plan(gpu=[], gpu_early=[1])
     off.close()
 
 
