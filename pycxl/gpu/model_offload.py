@@ -206,6 +206,8 @@ class ModelOffload:
         self._backward_order = True
         self._gpu_window: tuple[Any, Any] | None = None  # events around the GPU side
         self._gpu_early_window: tuple[Any, Any] | None = None  # and its part begun early
+        self._untimed = False  # this step was refused: its times would mislead the plan
+        self._next_slot = 0  # the GPU side's next device buffer, across its calls in a step
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
@@ -488,6 +490,9 @@ class ModelOffload:
         after_s = self._window_s(self._gpu_window)
         early_s = self._window_s(self._gpu_early_window)
         self._gpu_window = self._gpu_early_window = None
+        if self._untimed:  # a refused step's update ran in part: not one to plan from
+            self._untimed = False
+            return
         first, last = self._cpu_window
         head = max(0.0, self._step_called - first) if first and self._in_backward else 0.0
         self.times.add(last - first, early_s + after_s, head, after_s)
@@ -623,6 +628,7 @@ class ModelOffload:
         self._early = {}
         self._arrived.clear()
         self._begun = False
+        self._untimed = True
         if self.stream is not None:
             for i in early:
                 self.stream.invalidate(self._blocks[i])
@@ -823,7 +829,7 @@ class ModelOffload:
             start.record(_stream(eng.copy_in_stream))
         slots = self._gpu_buffers()
         c = self._chunk
-        j = 0
+        j = self._next_slot  # an early block's call follows the last one's buffers
         for B in blocks:
             state = eng.host_span(B.state)[0]
             grads = eng.host_span(B.grads)[0] if streamed else 0
@@ -866,6 +872,7 @@ class ModelOffload:
             # where the next forward pass finds the block's new weights
             eng.record(B.updated, eng.copy_out_stream if streamed else upd)
         end.record(_stream(eng.copy_out_stream))
+        self._next_slot = j % GPU_SLOTS
         if early:
             self._gpu_early_window = (start, end)
         else:

@@ -118,7 +118,8 @@ def schedule_in_backward(
     and the seconds after ``step()`` until both are done."""
     order = sorted(sizes)
     last = max(len(order) - 1, 1)
-    arrives = {i: backward_s * (len(order) - 1 - k) / last for k, i in enumerate(order)}
+    # the first block's exactly at step(): it is never begun before
+    arrives = {i: backward_s - backward_s * k / last for k, i in enumerate(order)}
     rate = {"cpu": cpu_rate, "gpu": gpu_rate}
     free = {"cpu": 0.0, "gpu": 0.0}
     taken: dict[str, list[int]] = {"cpu": [], "gpu": []}
@@ -215,7 +216,9 @@ def refined(
     new = replace(new, seen=True)
     took = max(cpu_end, gpu_end)
     sooner = new.predicted_s is not None and new.predicted_s < (1 - BALANCED) * took
-    if abs(cpu_end - gpu_end) <= BALANCED * took and not (plan.in_backward and sooner):
+    # a plan the GPU side may begin in the backward pass moves where it is sooner
+    moves = plan.in_backward and gpu_begins and sooner
+    if abs(cpu_end - gpu_end) <= BALANCED * took and not moves:
         # the split stays; the rates and the time shown are the ones seen, both sides
         # running (the set-up's were each side alone)
         if plan.seen:

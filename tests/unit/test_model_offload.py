@@ -190,6 +190,8 @@ def test_an_update_begun_in_the_backward_pass_refuses_what_needs_the_gradients_l
         steps = {id(p.param): p.steps for B in off._blocks for p in B.params}
         before = [p.detach().clone() for p in model.parameters()]
         losses = _train(model, off.optimizer, _data(2))
+        # the refused step's times are not planned from: only the first whole one's are in
+        assert off.times.steps == 1
         assert all(p.steps == steps[id(p.param)] + 2 for B in off._blocks for p in B.params)
         assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
         assert all(math.isfinite(v) for v in losses)
@@ -306,6 +308,10 @@ def test_once_a_step_showed_the_backward_pass_the_gpu_side_begins_blocks_in_it_t
     cpu, gpu, early, after = schedule_in_backward(sizes, 100.0, 100.0, 20.0)
     assert after == pytest.approx(1.0) and sorted(cpu + gpu) == [0, 1, 2, 3]
     assert set(early) == set(gpu) - {0}
+    # the first block's gradients come at step() exactly, whatever the rounding of the rest
+    for backward_s in (0.1, 0.3, 0.4224, 1 / 3, 0.7):
+        cpu, gpu, early, after = schedule_in_backward(sizes, 1000.0, 1500.0, backward_s)
+        assert 0 not in early
     # the rates a step showed, 16 blocks: the GPU side begins some in the backward pass
     # and the update after step() is shorter than with the CPU's head start alone
     sizes = {i: 51_400_000 for i in range(16)}
