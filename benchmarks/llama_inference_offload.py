@@ -69,17 +69,15 @@ def pinned_h2d(tier: str, nbytes: int) -> float:
     return res.bytes_per_s
 
 
-def accelerate_llama(tier: str) -> tuple[Any, float]:
+def accelerate_llama(node: int) -> tuple[Any, float]:
     """A second copy of the model (same seed, same weights) with accelerate's
     ``cpu_offload`` on each decoder layer, its weights copied out while this thread's
-    memory is bound to the tier's node; with the share of their pages on that node."""
+    memory is bound to the tier's ``node``; with the share of their pages there."""
     from accelerate import cpu_offload
 
     from pycxl.numa.pages import pages_by_node
     from pycxl.numa.policy import thread_policy
 
-    node = pycxl.snapshot(gpus=False).resolve(tier).node
-    assert node is not None
     model = llama()
     on_node = total = 0
     for layer in model.model.layers:
@@ -124,6 +122,7 @@ def main() -> int:
     link_s = len(layers) * layer_bytes / h2d
     off = pycxl.offload_layers(layers, a.tier, "gpu0")
     node = pycxl.snapshot(gpus=False).resolve(a.tier).node
+    assert node is not None  # pinned_h2d has placed memory there
     pages = off.pages_by_node()
     print(f"{len(layers)} layers of {layer_bytes / 2**20:.0f} MiB on {a.tier} (node {node}): "
           f"pages {pages}; pinned h2d {h2d / 1e9:.1f} GB/s, link bound "
@@ -149,7 +148,7 @@ def main() -> int:
     gc.collect()  # cycles that would keep the first model's memory
     torch.cuda.empty_cache()
 
-    model, share = accelerate_llama(a.tier)
+    model, share = accelerate_llama(node)
     print(f"accelerate cpu_offload, each layer's weights on {a.tier}: "
           f"{100 * share:.1f}% of their pages there; one round")  # fmt: skip
     for name, x in passes.items():

@@ -210,8 +210,11 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
     mean_s = (time.perf_counter() - marks[2]) / max(len(data) - 2, 1)
     if name.startswith(("pycxl-resident", "pycxl-model-stream")):
         extra["plan"] = str(off.plan())
-        extra["update_times"] = list(off.times.history)[-3:]
-        extra["head_s"] = off.times.head_s
+        # each side's seconds after step() (CPU, GPU), the last three steps; the last
+        # step's seconds at work on its blocks; the backward pass's seconds before step()
+        extra["after_step_s"] = [tuple(round(x, 4) for x in t) for t in off.times.history][-3:]
+        extra["busy_s"] = (round(off.times.cpu_s, 4), round(off.times.gpu_s, 4))
+        extra["head_s"] = round(off.times.head_s, 4)
         pages = off.pages_by_node()
         extra["pages"] = pages
         extra["on_tier"] = sum(n for k, n in pages.items() if k == node) / max(
@@ -331,7 +334,7 @@ def main() -> int:
             f"peak {r['peak_gib']:.1f} GiB, losses {[round(x, 4) for x in r['losses']]}",
             flush=True,
         )
-        for k in ("plan_first", "plan", "update_times", "head_s", "pages", "on_tier"):
+        for k in ("plan_first", "plan", "after_step_s", "busy_s", "head_s", "pages", "on_tier"):
             if k in r:
                 print(f"  {k}: {r[k]}", flush=True)
     by = {r["config"]: r for r in results}

@@ -189,7 +189,10 @@ class ModelOffload:
         self._cpu = CpuAdam(cpus)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pycxl-cpu-adam")
         self.times = StepTimes()
-        self._cpu_window: list[float] = [0.0, 0.0]  # the CPU side's first start, last end
+        self._cpu_busy = 0.0  # the CPU side's seconds at work this step (not waiting)
+        self._cpu_end = 0.0  # when it ended its last block
+        self._began_at = 0.0  # when this step's update began (in the backward pass: the
+        self._head_s = 0.0  # first block's gradients), and the seconds from then to step()
         self._step_called = 0.0  # when step() began the GPU side
         self._in_backward = update_in_backward
         self._begun = False  # this step's update begun (in the backward pass)
@@ -204,8 +207,9 @@ class ModelOffload:
         self._waiting: list[tuple[Block, list[ParamSlot], list[AdamSettings], Future[None]]] = []
         self._waiting_lock = threading.Lock()
         self._backward_order = True
-        self._gpu_window: tuple[Any, Any] | None = None  # events around the GPU side
-        self._gpu_early_window: tuple[Any, Any] | None = None  # and its part begun early
+        # the GPU side's parameters this step, by whether begun in the backward pass (each
+        # kind timed by a pair of events, from its first block's copy in to its last out)
+        self._gpu_timed: dict[bool, int] = {}
         self._untimed = False  # this step was refused: its times would mislead the plan
         self._next_slot = 0  # the GPU side's next device buffer, across its calls in a step
         self._slots: list[tuple[Any, Any]] = []
@@ -222,8 +226,8 @@ class ModelOffload:
                 name: [engine.event() for _ in range(GPU_SLOTS)]
                 for name in ("loaded", "updated", "free")
             }
-            self._timing = (Event(), Event())
-            self._early_timing = (Event(), Event())
+            self._gpu_timing = {early: (Event(), Event()) for early in (False, True)}
+            self._at_step = Event()  # step() on the device: the backward pass's work done
         self.stream: BlockStream | None = None
         if weights == "stream":
             self.stream = BlockStream(
@@ -487,28 +491,34 @@ class ModelOffload:
                 B.cpu_update = None
         if self._steps == 0:
             return
-        after_s = self._window_s(self._gpu_window)
-        early_s = self._window_s(self._gpu_early_window)
-        self._gpu_window = self._gpu_early_window = None
+        timed, self._gpu_timed = self._gpu_timed, {}
         if self._untimed:  # a refused step's update ran in part: not one to plan from
             self._untimed = False
             return
-        first, last = self._cpu_window
-        head = max(0.0, self._step_called - first) if first and self._in_backward else 0.0
-        self.times.add(last - first, early_s + after_s, head, after_s)
+        gpu_s, gpu_after_s = self._gpu_seconds(timed)
+        cpu_after_s = max(0.0, self._cpu_end - self._step_called) if self._cpu_busy else 0.0
+        self.times.add(self._cpu_busy, gpu_s, self._head_s, gpu_after_s, cpu_after_s)
         if not self._fixed and self._on_gpu:
             new = refined(self._plan, self._sizes(), self.times, gpu_begins=self.stream is None)
             if new is not None:
                 self._plan = new
 
-    @staticmethod
-    def _window_s(window: tuple[Any, Any] | None) -> float:
-        """Seconds between a window's two events, once the second has happened."""
-        if window is None:
-            return 0.0
-        start, end = window
-        end.synchronize()
-        return float(end.ms_since(start)) / 1e3
+    def _gpu_seconds(self, timed: dict[bool, int]) -> tuple[float, float]:
+        """The GPU side's seconds for all its blocks of the last step, at the rate of
+        those begun at step() (those begun in the backward pass wait for gradients
+        between blocks; where it began them all there, at theirs), and its seconds after
+        step() on the device."""
+        if not timed:
+            return 0.0, 0.0
+        self._at_step.synchronize()
+        seconds, after = {}, 0.0
+        for early in timed:
+            start, end = self._gpu_timing[early]
+            end.synchronize()
+            seconds[early] = end.ms_since(start) / 1e3
+            after = max(after, end.ms_since(self._at_step) / 1e3)
+        basis = False not in timed  # at step() where there were any
+        return sum(timed.values()) * seconds[basis] / timed[basis], after
 
     def _begin(self, groups: list[dict[str, Any]]) -> None:
         """This step's update begins (at step(), or in the backward pass): the last
@@ -517,7 +527,8 @@ class ModelOffload:
             self._settle()
             self._step_settings = self._settings(groups)
             self._steps += 1
-            self._cpu_window = [0.0, 0.0]
+            self._cpu_busy = self._cpu_end = 0.0
+            self._began_at = time.perf_counter()
             self._begun = True
 
     def _gradient_arrived(self, B: Block, param: Any) -> None:
@@ -555,7 +566,7 @@ class ModelOffload:
         self._early[B.index] = [(p, g, g._version) for p, g in zip(B.params, homes, strict=True)]
         self._early_cpu_step(B, B.params)
 
-    def _begin_early(self, B: Block, *, again: bool) -> str | None:
+    def _begin_early(self, B: Block, *, again: bool) -> Literal["cpu", "gpu"] | None:
         """The side whose step of ``B`` begins now, in the backward pass: "cpu" where the
         plan gives the CPU the block, "gpu" where it begins the GPU's there, None where
         it waits for step(); ``again``: a second backward pass reached it before step()."""
@@ -713,13 +724,15 @@ class ModelOffload:
             # the blocks updated in the backward pass too: their device copies are free now
             for B in cpu_blocks + gpu_blocks + [by_index[i] for i in sorted(early)]:
                 self.stream.invalidate(B)
+        self._step_called = time.perf_counter()
+        self._head_s = self._step_called - self._began_at if begun_in_backward else 0.0
         if not self._on_gpu:
             for B in cpu_blocks:
                 self._cpu_block(B, live[B.index], settings)
             self._rest_step(settings)
             return
         current = torch.cuda.current_stream(self.device)
-        self._step_called = time.perf_counter()
+        self._at_step.record(_stream(current))
         with self._waiting_lock:
             self._backward_order = False  # every gradient is in: the forward pass's order
         if self.stream is None:
@@ -772,8 +785,6 @@ class ModelOffload:
         """One block's CPU step (on the worker thread, with a GPU): its gradients from
         the tier (resident: once landed), the weights written where the next forward
         pass reads them."""
-        if not self._cpu_window[0]:  # one thread runs the blocks: no other writes it
-            self._cpu_window[0] = time.perf_counter()
         eng = self.engine
         resident_gpu = self._on_gpu and self.stream is None
         if resident_gpu:
@@ -781,6 +792,7 @@ class ModelOffload:
             B.kept = []  # landed: the memory may go
         elif self._on_gpu and B.landed is not None:
             eng.synchronize(B.landed)  # streamed: home (at step(), long since)
+        began = time.perf_counter()  # one thread runs the blocks: no other writes the clock
         size = B.dtype.itemsize
         at = eng.host_span(B.weights)[0] if resident_gpu else 0
         for p in params:
@@ -794,7 +806,8 @@ class ModelOffload:
                 eng.copy_in((p.param.data_ptr(), p.numel * size), src)
         if resident_gpu:
             eng.record(B.updated, eng.copy_in_stream)
-        self._cpu_window[1] = time.perf_counter()
+        self._cpu_end = time.perf_counter()
+        self._cpu_busy += self._cpu_end - began
 
     def _cpu_step(
         self, B: Block, p: ParamSlot, grad: Any, step: int, settings: AdamSettings, weight: Any
@@ -823,10 +836,10 @@ class ModelOffload:
         streamed = self.stream is not None
         eng.wait(upd, produced)
         step_of: dict[int, Any] = {}  # step number -> its tensor, made on the update stream
-        start, end = self._early_timing if early else self._timing
-        window = self._gpu_early_window if early else self._gpu_window
-        if window is None:
+        start, end = self._gpu_timing[early]
+        if early not in self._gpu_timed:
             start.record(_stream(eng.copy_in_stream))
+        self._gpu_timed[early] = self._gpu_timed.get(early, 0) + sum(B.numel for B in blocks)
         slots = self._gpu_buffers()
         c = self._chunk
         j = self._next_slot  # an early block's call follows the last one's buffers
@@ -873,10 +886,6 @@ class ModelOffload:
             eng.record(B.updated, eng.copy_out_stream if streamed else upd)
         end.record(_stream(eng.copy_out_stream))
         self._next_slot = j % GPU_SLOTS
-        if early:
-            self._gpu_early_window = (start, end)
-        else:
-            self._gpu_window = (start, end)
 
     def _rest_step(self, settings: list[AdamSettings]) -> None:
         """The parameters outside the blocks, in the device's memory."""

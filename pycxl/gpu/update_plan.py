@@ -170,46 +170,58 @@ def plan_split(
 
 @dataclass
 class StepTimes:
-    """The update of the last steps: seconds on each side (the CPU's from its first
-    block to its last; the GPU's from the first copy in to the last copy out), and how
-    long the CPU side ran before ``step()`` (begun in the backward pass); the last few
-    kept."""
+    """The update of the last step: each side's seconds at work on its blocks (the
+    rates come from these), how long the backward pass ran from the first block's
+    gradients to ``step()`` (where the update begins in it), and how long each side ran
+    on after ``step()``; ``history``: the last few steps' seconds after ``step()``,
+    CPU side and GPU side."""
 
     cpu_s: float = 0.0
     gpu_s: float = 0.0
     head_s: float = 0.0
-    gpu_after_s: float = 0.0  # the GPU side's seconds after step() (the rest: begun before)
+    cpu_after_s: float = 0.0
+    gpu_after_s: float = 0.0
     steps: int = 0
     history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=8))
 
     def add(
-        self, cpu_s: float, gpu_s: float, head_s: float = 0.0, gpu_after_s: float | None = None
+        self,
+        cpu_s: float,
+        gpu_s: float,
+        head_s: float = 0.0,
+        gpu_after_s: float | None = None,
+        cpu_after_s: float | None = None,
     ) -> None:
-        """One more step's update: its seconds on each side, the CPU's head start, and
-        the GPU side's seconds after ``step()`` (all of them unless it began before)."""
+        """One more step's update: each side's seconds at work, the backward pass's
+        seconds before ``step()``, and each side's seconds after ``step()`` (where not
+        given, all of them: nothing began before)."""
         self.cpu_s, self.gpu_s, self.head_s = cpu_s, gpu_s, head_s
+        self.cpu_after_s = cpu_s if cpu_after_s is None else cpu_after_s
         self.gpu_after_s = gpu_s if gpu_after_s is None else gpu_after_s
         self.steps += 1
-        self.history.append((cpu_s, gpu_s))
+        self.history.append((self.cpu_after_s, self.gpu_after_s))
 
 
 def refined(
     plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes, *, gpu_begins: bool = True
 ) -> UpdatePlan | None:
     """A new plan from the last step's timings, or None where the plan stays: after
-    the first REFINE_STEPS steps, or where a side had no blocks (it showed no rate).
-    Where the sides finished within BALANCED of each other the split stays (unless,
-    begun in the backward pass, the rates seen predict a plan BALANCED sooner), and a
-    plan still showing the set-up's rates takes the ones seen. ``gpu_begins``: whether
-    the GPU side may begin blocks in the backward pass (``plan_split``)."""
+    the first REFINE_STEPS steps, or where a side with blocks showed no time. A side
+    the plan gave no blocks keeps the plan's rate for it (set-up's), so a plan that
+    gave one side everything is looked at again. Where the sides finished within
+    BALANCED of each other the split stays (unless, begun in the backward pass, the
+    rates seen predict a plan BALANCED sooner), and a plan still showing the set-up's
+    rates takes the ones seen. ``gpu_begins``: whether the GPU side may begin blocks in
+    the backward pass (``plan_split``)."""
     t = times
-    if t.steps > REFINE_STEPS or not t.cpu_s or not t.gpu_s or not plan.cpu or not plan.gpu:
+    if t.steps > REFINE_STEPS or (plan.cpu and not t.cpu_s) or (plan.gpu and not t.gpu_s):
+        return None
+    cpu_rate = sum(sizes[i] for i in plan.cpu) / t.cpu_s if plan.cpu else plan.cpu_rate
+    gpu_rate = sum(sizes[i] for i in plan.gpu) / t.gpu_s if plan.gpu else plan.gpu_rate
+    if cpu_rate is None or gpu_rate is None:
         return None
     # after step(): where the update begins in the backward pass, part of it ran before
-    cpu_end = t.cpu_s - t.head_s if plan.in_backward else t.cpu_s
-    gpu_end = t.gpu_after_s if plan.in_backward else t.gpu_s
-    cpu_rate = sum(sizes[i] for i in plan.cpu) / t.cpu_s
-    gpu_rate = sum(sizes[i] for i in plan.gpu) / t.gpu_s
+    cpu_end, gpu_end = t.cpu_after_s, t.gpu_after_s
     why = f"rates of step {t.steps}"
     head = t.head_s if plan.in_backward else None
     new = plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head, gpu_begins=gpu_begins)

@@ -286,10 +286,11 @@ def test_begun_in_the_backward_pass_the_cpu_takes_the_last_blocks_and_its_head_s
     plan = plan_split(sizes, 100.0, 100.0, "set-up", head_s=0.0)
     assert plan.in_backward and "after step()" in str(plan)
     times = StepTimes()
-    times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0)  # the CPU ended when the GPU did: it stays
+    # the CPU worked 6 s, 2 of them before step(), and ended when the GPU did: it stays
+    times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0, cpu_after_s=4.0)
     kept = refined(plan, sizes, times, gpu_begins=False)  # streamed: the GPU waits for step()
     assert kept is not None and (kept.cpu, kept.gpu) == (plan.cpu, plan.gpu)
-    times.add(cpu_s=4.0, gpu_s=4.0, head_s=2.0)  # the CPU was done 2 s early: it takes more
+    times.add(cpu_s=4.0, gpu_s=4.0, head_s=2.0, cpu_after_s=2.0)  # done 2 s early: takes more
     new = refined(plan, sizes, times, gpu_begins=False)
     assert new is not None and new.in_backward and len(new.cpu) > len(plan.cpu)
     assert not new.gpu_early
@@ -326,13 +327,26 @@ def test_a_step_that_shows_the_backward_pass_moves_the_plan_where_it_finishes_so
     assert not plan.gpu_early
     times = StepTimes()
     # the sides ended together after step(), the CPU 2 s into the backward pass before it
-    times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0)
+    times.add(cpu_s=6.0, gpu_s=4.0, head_s=2.0, cpu_after_s=4.0)
     new = refined(plan, sizes, times)
     assert new is not None and new.seen and new.gpu_early and "begun in backward" in str(new)
     assert new.predicted_s is not None and new.predicted_s < 0.9 * 4.0
     # the GPU side's time after step() is what is weighed against the CPU's
-    times.add(cpu_s=6.0, gpu_s=5.0, head_s=2.0, gpu_after_s=4.0)
+    times.add(cpu_s=6.0, gpu_s=5.0, head_s=2.0, gpu_after_s=4.0, cpu_after_s=4.0)
     assert refined(new, sizes, times) is None  # balanced, seen, and nothing sooner
+    assert times.history[-1] == (4.0, 4.0)  # what a user reads: each side's time after step()
+
+
+def test_a_plan_that_gave_one_side_every_block_is_looked_at_again() -> None:
+    sizes = {i: 100 for i in range(8)}
+    # set-up showed the GPU side far faster: it took every block
+    plan = plan_split(sizes, 100.0, 1000.0, "set-up")
+    assert not plan.cpu
+    times = StepTimes()
+    times.add(cpu_s=0.0, gpu_s=4.0)  # with both sides' traffic it was far slower than alone
+    new = refined(plan, sizes, times)
+    assert new is not None and new.cpu and new.seen  # the CPU at set-up's rate takes some
+    assert new.gpu_rate == pytest.approx(200.0) and new.cpu_rate == plan.cpu_rate
 
 
 def test_the_blocks_of_a_model_are_its_largest_list_of_one_kind() -> None:
