@@ -192,8 +192,11 @@ class ModelOffload:
         self._cpu_busy = 0.0  # the CPU side's seconds at work this step (not waiting)
         self._cpu_end = 0.0  # when it ended its last block
         self._began_at = 0.0  # when this step's update began (in the backward pass: the
-        self._head_s = 0.0  # first block's gradients), and the seconds from then to step()
+        self._from_backward = False  # first block's gradients), and whether it did there
         self._step_called = 0.0  # when step() began the GPU side
+        # resident on a GPU, the update's times are taken on the device's clock (the host
+        # runs ahead of it): the CPU side ends where its weights' copy in does
+        self._device_clock = self._on_gpu and weights == "resident"
         self._in_backward = update_in_backward
         self._begun = False  # this step's update begun (in the backward pass)
         self._step_settings: list[AdamSettings] = []
@@ -228,6 +231,8 @@ class ModelOffload:
             }
             self._gpu_timing = {early: (Event(), Event()) for early in (False, True)}
             self._at_step = Event()  # step() on the device: the backward pass's work done
+            self._began = Event()  # the update's beginning there
+            self._cpu_done = Event()  # the CPU side's last weights copied in
         self.stream: BlockStream | None = None
         if weights == "stream":
             self.stream = BlockStream(
@@ -496,12 +501,26 @@ class ModelOffload:
             self._untimed = False
             return
         gpu_s, gpu_after_s = self._gpu_seconds(timed)
-        cpu_after_s = max(0.0, self._cpu_end - self._step_called) if self._cpu_busy else 0.0
-        self.times.add(self._cpu_busy, gpu_s, self._head_s, gpu_after_s, cpu_after_s)
+        head_s, cpu_after_s = self._head_and_cpu_after()
+        self.times.add(self._cpu_busy, gpu_s, head_s, gpu_after_s, cpu_after_s)
         if not self._fixed and self._on_gpu:
             new = refined(self._plan, self._sizes(), self.times, gpu_begins=self.stream is None)
             if new is not None:
                 self._plan = new
+
+    def _head_and_cpu_after(self) -> tuple[float, float]:
+        """The last step's seconds from the update's beginning in the backward pass to
+        step() (0 where it began at step()), and the CPU side's seconds after step()."""
+        if not self._device_clock:
+            head = self._step_called - self._began_at if self._from_backward else 0.0
+            after = self._cpu_end - self._step_called if self._cpu_busy else 0.0
+            return head, max(0.0, after)
+        self._at_step.synchronize()
+        head = self._at_step.ms_since(self._began) / 1e3 if self._from_backward else 0.0
+        if not self._cpu_busy:
+            return head, 0.0
+        self._cpu_done.synchronize()
+        return head, max(0.0, self._cpu_done.ms_since(self._at_step) / 1e3)
 
     def _gpu_seconds(self, timed: dict[bool, int]) -> tuple[float, float]:
         """The GPU side's seconds for all its blocks of the last step, at the rate of
@@ -529,6 +548,9 @@ class ModelOffload:
             self._steps += 1
             self._cpu_busy = self._cpu_end = 0.0
             self._began_at = time.perf_counter()
+            if self._device_clock:  # where autograd (or the loop) has got to
+                torch = import_torch()
+                self.engine.record(self._began, torch.cuda.current_stream(self.device))
             self._begun = True
 
     def _gradient_arrived(self, B: Block, param: Any) -> None:
@@ -725,7 +747,7 @@ class ModelOffload:
             for B in cpu_blocks + gpu_blocks + [by_index[i] for i in sorted(early)]:
                 self.stream.invalidate(B)
         self._step_called = time.perf_counter()
-        self._head_s = self._step_called - self._began_at if begun_in_backward else 0.0
+        self._from_backward = begun_in_backward
         if not self._on_gpu:
             for B in cpu_blocks:
                 self._cpu_block(B, live[B.index], settings)
@@ -806,6 +828,7 @@ class ModelOffload:
                 eng.copy_in((p.param.data_ptr(), p.numel * size), src)
         if resident_gpu:
             eng.record(B.updated, eng.copy_in_stream)
+            eng.record(self._cpu_done, eng.copy_in_stream)
         self._cpu_end = time.perf_counter()
         self._cpu_busy += self._cpu_end - began
 
