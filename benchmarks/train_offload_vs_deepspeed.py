@@ -211,9 +211,9 @@ def run_config(name: str, tier: str, steps: int) -> dict[str, Any]:
     if name.startswith(("pycxl-resident", "pycxl-model-stream")):
         extra["plan"] = str(off.plan())
         # each side's seconds after step() (CPU, GPU), the last three steps; the last
-        # step's seconds at work on its blocks; the backward pass's seconds before step()
+        # step's seconds on its blocks; the backward pass's seconds before step()
         extra["after_step_s"] = [tuple(round(x, 4) for x in t) for t in off.times.history][-3:]
-        extra["busy_s"] = (round(off.times.cpu_s, 4), round(off.times.gpu_s, 4))
+        extra["side_s"] = (round(off.times.cpu_s, 4), round(off.times.gpu_s, 4))
         extra["head_s"] = round(off.times.head_s, 4)
         pages = off.pages_by_node()
         extra["pages"] = pages
@@ -334,7 +334,7 @@ def main() -> int:
             f"peak {r['peak_gib']:.1f} GiB, losses {[round(x, 4) for x in r['losses']]}",
             flush=True,
         )
-        for k in ("plan_first", "plan", "after_step_s", "busy_s", "head_s", "pages", "on_tier"):
+        for k in ("plan_first", "plan", "after_step_s", "side_s", "head_s", "pages", "on_tier"):
             if k in r:
                 print(f"  {k}: {r[k]}", flush=True)
     by = {r["config"]: r for r in results}

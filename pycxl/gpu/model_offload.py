@@ -189,8 +189,9 @@ class ModelOffload:
         self._cpu = CpuAdam(cpus)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pycxl-cpu-adam")
         self.times = StepTimes()
-        self._cpu_busy = 0.0  # the CPU side's seconds at work this step (not waiting)
-        self._cpu_end = 0.0  # when it ended its last block
+        # the CPU side's first block's start and last block's end this step: the waits
+        # for gradients to land between are in its rate (the link's traffic slows them)
+        self._cpu_first = self._cpu_end = 0.0
         self._began_at = 0.0  # when this step's update began (in the backward pass: the
         self._from_backward = False  # first block's gradients), and whether it did there
         self._step_called = 0.0  # when step() began the GPU side
@@ -502,7 +503,8 @@ class ModelOffload:
             return
         gpu_s, gpu_after_s = self._gpu_seconds(timed)
         head_s, cpu_after_s = self._head_and_cpu_after()
-        self.times.add(self._cpu_busy, gpu_s, head_s, gpu_after_s, cpu_after_s)
+        cpu_s = self._cpu_end - self._cpu_first
+        self.times.add(cpu_s, gpu_s, head_s, gpu_after_s, cpu_after_s)
         if not self._fixed and self._on_gpu:
             new = refined(self._plan, self._sizes(), self.times, gpu_begins=self.stream is None)
             if new is not None:
@@ -513,11 +515,11 @@ class ModelOffload:
         step() (0 where it began at step()), and the CPU side's seconds after step()."""
         if not self._device_clock:
             head = self._step_called - self._began_at if self._from_backward else 0.0
-            after = self._cpu_end - self._step_called if self._cpu_busy else 0.0
+            after = self._cpu_end - self._step_called if self._cpu_first else 0.0
             return head, max(0.0, after)
         self._at_step.synchronize()
         head = self._at_step.ms_since(self._began) / 1e3 if self._from_backward else 0.0
-        if not self._cpu_busy:
+        if not self._cpu_first:
             return head, 0.0
         self._cpu_done.synchronize()
         return head, max(0.0, self._cpu_done.ms_since(self._at_step) / 1e3)
@@ -546,7 +548,7 @@ class ModelOffload:
             self._settle()
             self._step_settings = self._settings(groups)
             self._steps += 1
-            self._cpu_busy = self._cpu_end = 0.0
+            self._cpu_first = self._cpu_end = 0.0
             self._began_at = time.perf_counter()
             if self._device_clock:  # where autograd (or the loop) has got to
                 torch = import_torch()
@@ -829,8 +831,8 @@ class ModelOffload:
         if resident_gpu:
             eng.record(B.updated, eng.copy_in_stream)
             eng.record(self._cpu_done, eng.copy_in_stream)
+        self._cpu_first = self._cpu_first or began
         self._cpu_end = time.perf_counter()
-        self._cpu_busy += self._cpu_end - began
 
     def _cpu_step(
         self, B: Block, p: ParamSlot, grad: Any, step: int, settings: AdamSettings, weight: Any

@@ -170,8 +170,8 @@ def plan_split(
 
 @dataclass
 class StepTimes:
-    """The update of the last step: each side's seconds at work on its blocks (the
-    rates come from these), how long the backward pass ran from the first block's
+    """The update of the last step: each side's seconds on its blocks (the rates come
+    from these), how long the backward pass ran from the first block's
     gradients to ``step()`` (where the update begins in it), and how long each side ran
     on after ``step()``; ``history``: the last few steps' seconds after ``step()``,
     CPU side and GPU side."""
@@ -192,7 +192,7 @@ class StepTimes:
         gpu_after_s: float | None = None,
         cpu_after_s: float | None = None,
     ) -> None:
-        """One more step's update: each side's seconds at work, the backward pass's
+        """One more step's update: each side's seconds on its blocks, the backward pass's
         seconds before ``step()``, and each side's seconds after ``step()`` (where not
         given, all of them: nothing began before)."""
         self.cpu_s, self.gpu_s, self.head_s = cpu_s, gpu_s, head_s
