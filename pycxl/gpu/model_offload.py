@@ -189,8 +189,9 @@ class ModelOffload:
         self._cpu = CpuAdam(cpus)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pycxl-cpu-adam")
         self.times = StepTimes()
-        # the CPU side's first block's start and last block's end this step: the waits
-        # for gradients to land between are in its rate (the link's traffic slows them)
+        # the CPU side's first block's start and last block's end this step: its rate
+        # counts the waits between (for gradients to land behind the link's other traffic;
+        # in a backward pass slower than the CPU side, for them to be made, too)
         self._cpu_first = self._cpu_end = 0.0
         self._began_at = 0.0  # when this step's update began (in the backward pass: the
         self._from_backward = False  # first block's gradients), and whether it did there
@@ -503,8 +504,10 @@ class ModelOffload:
             return
         gpu_s, gpu_after_s = self._gpu_seconds(timed)
         head_s, cpu_after_s = self._head_and_cpu_after()
-        cpu_s = self._cpu_end - self._cpu_first
-        self.times.add(cpu_s, gpu_s, head_s, gpu_after_s, cpu_after_s)
+        self.times.add(
+            cpu_s=self._cpu_end - self._cpu_first, gpu_s=gpu_s, head_s=head_s,
+            gpu_after_s=gpu_after_s, cpu_after_s=cpu_after_s,
+        )  # fmt: skip
         if not self._fixed and self._on_gpu:
             new = refined(self._plan, self._sizes(), self.times, gpu_begins=self.stream is None)
             if new is not None:

@@ -225,7 +225,7 @@ def refined(
     why = f"rates of step {t.steps}"
     head = t.head_s if plan.in_backward else None
     new = plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head, gpu_begins=gpu_begins)
-    new = replace(new, seen=True)
+    new = replace(new, seen=bool(plan.cpu and plan.gpu))  # both rates seen, or not yet
     took = max(cpu_end, gpu_end)
     sooner = new.predicted_s is not None and new.predicted_s < (1 - BALANCED) * took
     # a plan the GPU side may begin in the backward pass moves where it is sooner

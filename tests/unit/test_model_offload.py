@@ -134,6 +134,11 @@ def test_an_update_begun_in_the_backward_pass_trains_as_plain_pytorch(
     assert got == pytest.approx(want, abs=1e-4)
     for a, b in zip(ref.parameters(), model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-4)
+    # what the plan reads (the last step's times wait for the next step's beginning): the
+    # update began in the backward pass, and the CPU side ran inside it, none after step()
+    t = off.times
+    assert t.steps == 3 and t.head_s > 0 and t.cpu_s > 0 and not t.gpu_s
+    assert t.history[-1] == (0.0, 0.0)
     # begun in the backward pass, not at step(): the blocks have their new weights as
     # soon as it ends, the rest of the model (the embeddings) not before step()
     block = model.model.layers[1].mlp.up_proj.weight
@@ -345,8 +350,12 @@ def test_a_plan_that_gave_one_side_every_block_is_looked_at_again() -> None:
     times = StepTimes()
     times.add(cpu_s=0.0, gpu_s=4.0)  # with both sides' traffic it was far slower than alone
     new = refined(plan, sizes, times)
-    assert new is not None and new.cpu and new.seen  # the CPU at set-up's rate takes some
+    assert new is not None and new.cpu  # the CPU at set-up's rate takes some
+    assert not new.seen  # its rate was not one seen in a step: the next step refines it
     assert new.gpu_rate == pytest.approx(200.0) and new.cpu_rate == plan.cpu_rate
+    times.add(cpu_s=2.0, gpu_s=2.1)  # both sides ran, and ended together: both rates seen
+    again = refined(new, sizes, times)
+    assert again is not None and again.seen and (again.cpu, again.gpu) == (new.cpu, new.gpu)
 
 
 def test_the_blocks_of_a_model_are_its_largest_list_of_one_kind() -> None:
