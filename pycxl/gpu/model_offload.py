@@ -195,7 +195,7 @@ class ModelOffload:
         self._cpu_first = self._cpu_end = 0.0
         self._began_at = 0.0  # when this step's update began (in the backward pass: the
         self._from_backward = False  # first block's gradients), and whether it did there
-        self._step_called = 0.0  # when step() began the GPU side
+        self._step_called = 0.0  # when step() was called (the host's clock)
         # resident on a GPU, the update's times are taken on the device's clock (the host
         # runs ahead of it): the CPU side ends where its weights' copy in does
         self._device_clock = self._on_gpu and weights == "resident"

@@ -171,10 +171,10 @@ def plan_split(
 @dataclass
 class StepTimes:
     """The update of the last step: each side's seconds on its blocks (the rates come
-    from these), how long the backward pass ran from the first block's
-    gradients to ``step()`` (where the update begins in it), and how long each side ran
-    on after ``step()``; ``history``: the last few steps' seconds after ``step()``,
-    CPU side and GPU side."""
+    from these), how long the backward pass ran from the first block's gradients to
+    ``step()`` (where the update begins in it), and how long each side ran on after
+    ``step()``; ``history``: the last few steps' seconds after ``step()``, CPU side and
+    GPU side."""
 
     cpu_s: float = 0.0
     gpu_s: float = 0.0
