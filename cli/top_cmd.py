@@ -69,7 +69,9 @@ def top_command(delay: float, count: int | None, once: bool, pid: int | None, ba
     signal.signal(signal.SIGTERM, _stop)
     show = _shower(as_json, batch or child is not None or not sys.stdout.isatty())
     try:
-        _run(delay, count, child.pid if child else pid, show, textfile, child)
+        # a command run ends the reports: top() ends after the one that shows it ended
+        # (unreaped till child.wait() below, a zombie), never after one showing it running
+        _run(delay, count, child.pid if child else pid, show, textfile)
     except KeyboardInterrupt:
         pass  # the way to stop top (a command run had the same Ctrl-C: it is waited for)
     except BrokenPipeError:
@@ -79,7 +81,7 @@ def top_command(delay: float, count: int | None, once: bool, pid: int | None, ba
 
 
 def _run(delay: float, count: int | None, pid: int | None, show: Callable[[TopReport], None],
-         textfile: str | None, child: subprocess.Popen[bytes] | None) -> None:  # fmt: skip
+         textfile: str | None) -> None:  # fmt: skip
     from pycxl.ops.top import top
 
     for report in top(delay, count, pid):
@@ -89,8 +91,6 @@ def _run(delay: float, count: int | None, pid: int | None, show: Callable[[TopRe
 
             write_textfile(textfile, top_metrics(report))
         show(report)
-        if child is not None and child.poll() is not None:
-            break
 
 
 def _start(command: Sequence[str]) -> subprocess.Popen[bytes]:
