@@ -290,14 +290,18 @@ def _streamed_run(layers: int) -> tuple[int, int, int]:
 def test_a_streamed_models_gpu_memory_does_not_grow_with_its_blocks() -> None:
     _streamed_run(2)  # CUDA's one-time costs (kernels loaded, workspaces) are paid here
     small, small_peak, block = _streamed_run(4)
-    large, large_peak, _ = _streamed_run(12)
-    # eight more blocks (824 MB) on the tier; on the GPU, the ring, the update's buffers,
-    # a few blocks' gradients on their way home and the activations, as before
-    assert large_peak - small_peak < block, (small_peak, large_peak, block)
-    assert large - small < 2 * block, (small, large, block)
+    large, large_peak, _ = _streamed_run(16)
+    # Twelve more blocks (1.2 GB) live on the tier. On the GPU each adds its activations
+    # (about 2 MiB here) and a little more: on an H200, 10 MiB a block of 98 MiB, in the peak and
+    # in what the process holds alike (the caching allocator's segments make the latter
+    # step by tens of MiB, so a difference of two runs alone is noise). A model the GPU
+    # held whole, or whose gradients it kept, would add a block each.
+    added = 16 - 4
+    assert (large_peak - small_peak) / added < block / 4, (small_peak, large_peak, block)
+    assert (large - small) / added < block / 4, (small, large, block)
     print(
         f"GPU memory of a streamed model: 4 blocks {small / 2**20:.0f} MiB (tensors at "
-        f"most {small_peak / 2**20:.0f}), 12 blocks {large / 2**20:.0f} MiB (tensors at "
+        f"most {small_peak / 2**20:.0f}), 16 blocks {large / 2**20:.0f} MiB (tensors at "
         f"most {large_peak / 2**20:.0f}); a block: {block / 2**20:.0f} MiB"
     )
 

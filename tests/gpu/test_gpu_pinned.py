@@ -25,8 +25,10 @@ def _host_of(address: int) -> HostMemory:
     back at the tensor, not at what owns its memory)."""
     from pycxl.facade import _PinnedOwner
 
+    # type(), not isinstance(): the heap holds weak proxies, and isinstance() asks a dead
+    # one for its __class__, which raises ReferenceError
     (host,) = [o.host for o in gc.get_objects()
-               if isinstance(o, _PinnedOwner) and o.host.address == address]  # fmt: skip
+               if type(o) is _PinnedOwner and o.host.address == address]  # fmt: skip
     assert isinstance(host, HostMemory)
     return host
 
