@@ -12,10 +12,11 @@ says what could not be put back.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .errors import OperationError, PycxlError
+from .errors import NeedsRootError, OperationError, PycxlError
 from .sysfs import Sysfs
 
 Undo = Callable[[Sysfs], None]
@@ -107,9 +108,12 @@ class Plan:
     def execute(self, fs: Sysfs, *, before_step: StepHook | None = None) -> None:
         """Run every step; on failure undo the done ones and raise ``PlanFailed``.
 
-        ``before_step(index, step)`` is called before each step (progress, logging);
-        an exception it raises counts as that step's failure.
+        Refused with ``NeedsRootError`` before any step where the live kernel is written
+        by another user than root. ``before_step(index, step)`` is called before each
+        step (progress, logging); an exception it raises counts as that step's failure.
         """
+        if self.steps:
+            require_root(fs, self.title)
         done: list[tuple[Step, Undo | None]] = []
         for i, step in enumerate(self.steps):
             try:
@@ -118,6 +122,13 @@ class Plan:
                 done.append((step, step.run(fs)))
             except (PycxlError, OSError) as e:
                 raise PlanFailed(step, i, e, undo(done, fs)) from e
+
+
+def require_root(fs: Sysfs, what: str) -> None:
+    """Writes to the live kernel need root, found before the first one (a write refused
+    half-way would read as a failed step, exit 1); a recorded tree does not."""
+    if fs.root == os.sep and os.geteuid() != 0:
+        raise NeedsRootError(f"{what} writes to the kernel; run it as root (sudo)")
 
 
 def undo(done: Sequence[tuple[Step, Undo | None]], fs: Sysfs) -> list[str]:

@@ -9,7 +9,7 @@ as its bus. Each unbind is undone by a bind if a later step fails.
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError, NotFoundError, OperationError
+from ..errors import InvalidRequestError, NotAvailableError, NotFoundError, OperationError
 from ..plan import Plan, Step, write
 from ..sysfs import Sysfs
 from . import device_ops
@@ -272,9 +272,13 @@ def enable_bus(
     host, dry_run = device_ops.name(host, "host"), device_ops.flag(dry_run, "dry_run")
     fs = device_ops.host(system, sysroot)
     if not fs.exists(f"/sys/bus/platform/devices/{host}"):
-        raise NotFoundError("CXL root device", host,
-                            [d for d in fs.listdir("/sys/bus/platform/devices")
-                             if d.startswith("ACPI0017")])  # fmt: skip
+        roots = [d for d in fs.listdir("/sys/bus/platform/devices") if d.startswith("ACPI0017")]
+        if not roots:  # nothing to bind: no CXL at all, as every device command says it
+            raise NotAvailableError(
+                "no CXL root device (ACPI0017) on this system: the platform describes no CXL "
+                "host bridge, so there is no bus to enable"
+            )
+        raise NotFoundError("CXL root device", host, roots)
     bound = fs.exists(f"/sys/bus/platform/devices/{host}/driver")
     steps = () if bound else (_bind(BUS_DRIVER, host, f"bind {host} to cxl_acpi"),)
     plan = Plan(f"enable {host}", steps)

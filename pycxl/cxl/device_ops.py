@@ -10,12 +10,11 @@ earlier keyword, still opens a tree by its folder).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError
-from ..plan import Plan, StepHook
+from ..errors import InvalidRequestError, NotAvailableError
+from ..plan import Plan, StepHook, require_root
 from ..sysfs import Sysfs
 from .model import Memdev
 from .read import CXL_DEVICES, bus_present, read_cxl
@@ -92,12 +91,6 @@ def topology(fs: Sysfs) -> CxlTopology:
     if not bus_present(fs):
         raise NotAvailableError(CxlTopology.NO_BUS)
     return read_cxl(fs).require()
-
-
-def require_root(fs: Sysfs, what: str) -> None:
-    """Writes to the live kernel need root; a recorded tree (tests) does not."""
-    if fs.root == os.sep and os.geteuid() != 0:
-        raise NeedsRootError(f"{what} writes to the kernel; run it as root (sudo)")
 
 
 def mailbox_dir(fs: Sysfs) -> str:

@@ -8,7 +8,6 @@ the kernel reports it afterwards, with its NUMA node and tier name once online.
 from __future__ import annotations
 
 import errno
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -16,12 +15,11 @@ from dataclasses import dataclass, field
 from .._log import get_logger
 from ..errors import (
     InvalidRequestError,
-    NeedsRootError,
     NotAvailableError,
     OperationError,
     SysfsError,
 )
-from ..plan import Plan, PlanFailed, StepHook
+from ..plan import Plan, PlanFailed, StepHook, require_root
 from ..sysfs import Sysfs
 from ..values import PMEM, VOLATILE_MODES
 from . import region_plan
@@ -74,7 +72,7 @@ def create_region(
     if not bus_present(fs):  # no CXL at all says so, before 'needs root'
         raise NotAvailableError(CxlTopology.NO_BUS)
     if not dry_run:
-        _require_root(fs, "creating a region")
+        require_root(fs, "creating a region")
     for attempt in range(RACE_RETRIES):
         layout = layout_region(read_cxl(fs), request)
         name = region_plan.next_region_name(fs, layout)
@@ -211,7 +209,7 @@ def enable_region(
     if dry_run:
         return RegionResult(name, plan, executed=False, region=region)
     if steps:
-        _require_root(fs, "enabling a region")
+        require_root(fs, "enabling a region")
         plan.execute(fs, before_step=before_step)
     return _result(fs, name, plan)
 
@@ -233,7 +231,7 @@ def _teardown(
     if dry_run:
         return RegionResult(region.name, plan, executed=False, region=region)
     if len(plan):
-        _require_root(fs, "destroying a region" if delete else "disabling a region")
+        require_root(fs, "destroying a region" if delete else "disabling a region")
         plan.execute(fs, before_step=hook)
     if delete:
         return RegionResult(region.name, plan, executed=True, warnings=tuple(warnings))
@@ -263,11 +261,6 @@ def _result(
         warnings=tuple(warnings or ()),
         topology=topology,
     )
-
-
-def _require_root(fs: Sysfs, what: str) -> None:
-    if fs.root == os.sep and os.geteuid() != 0:
-        raise NeedsRootError(f"{what} writes to /sys/bus/cxl; run it as root (sudo)")
 
 
 def _lost_race(e: PlanFailed) -> bool:
