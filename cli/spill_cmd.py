@@ -27,10 +27,12 @@ def spill_command(module: str | None, log_spills: bool, tier: str,
 
     \b
     pycxl spill cxl0 train.py --epochs 3
-    pycxl spill --log cxl0 -m my_trainer
+    pycxl spill --log cxl0 -m my_trainer --epochs 3
     """
     import pycxl
 
+    if module is None and program and program[0].startswith("-m"):
+        module, program = _module_after_tier(program)
     if module is None and not program:
         raise click.UsageError("give the program: a script (train.py ARGS) or -m MODULE ARGS")
     if module is None and not os.path.isfile(program[0]):
@@ -49,3 +51,14 @@ def spill_command(module: str | None, log_spills: bool, tier: str,
     except BaseException:  # the program's own error: as python reports it, exit 1
         traceback.print_exc()
         raise SystemExit(1) from None
+
+
+def _module_after_tier(program: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """``-m MODULE ARGS`` (or ``-mMODULE ARGS``) where the script would be, as python reads
+    its command line: what follows TIER is the program's, so click leaves it there."""
+    first, rest = program[0], program[1:]
+    if first != "-m":
+        return first[2:], rest
+    if not rest or not rest[0] or rest[0].startswith("-"):
+        raise click.UsageError("-m needs a MODULE to run (pycxl spill TIER -m MODULE ARGS)")
+    return rest[0], rest[1:]
