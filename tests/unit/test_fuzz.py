@@ -5,18 +5,24 @@ for every public library function, good and bad values mixed.
 Each input must end as documented: no exit 70 and no traceback; a usage error (exit 2)
 says which value is wrong; the library raises only pycxl's errors. Nothing on this host
 changes: commands that write run with --dry-run, or against a copy of a recorded sysfs
-tree; this host's mounts and weighted-interleave weights are compared before and after.
+tree. What a command could leave behind in the kernel is compared before and after in
+state the test owns, so other programs on the host cannot fail it: each command runs in a
+mount namespace of its own (its mounts under /sys before and after, inside it, and its own
+tracefs instances after it), and the host's weighted-interleave weights are compared.
 The number of inputs tried is printed at the end of the run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,7 +200,8 @@ def _bounded(path: tuple[str, ...], argv: list[str], places: dict[str, str]) -> 
 
 def run_in_child(argv: list[str]) -> tuple[int, str, str]:
     """``pycxl ARGV`` in a forked child (pycxl run execs: it must not replace this test),
-    with its output captured and a time limit."""
+    in a mount namespace of its own, with its output captured and a time limit; exit
+    LEFT_BEHIND (its stderr says what) where it left a mount or trace instance behind."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
@@ -206,9 +213,15 @@ def run_in_child(argv: list[str]) -> tuple[int, str, str]:
                 sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
                 os.environ["PYCXL_BENCH_QUICK"] = "1"
                 os.environ.pop("PYCXL_SYSROOT", None)
+                owned = own_mount_namespace()
+                mounts = sys_mounts()
                 signal.alarm(CHILD_LIMIT_S)
                 code = main(argv)
                 sys.stdout.flush()
+                left = left_behind(mounts) if owned else ""
+                if left:
+                    print(left, file=sys.stderr)
+                    code = LEFT_BEHIND
                 sys.stderr.flush()
             finally:
                 os._exit(code)
@@ -218,18 +231,54 @@ def run_in_child(argv: list[str]) -> tuple[int, str, str]:
         return os.waitstatus_to_exitcode(status), out.read(), err.read()
 
 
-def host_state() -> tuple[str, ...]:
-    """What a fuzzed command must not change here: mounts under /sys (tracefs) and the
-    interleave weights."""
-    with open("/proc/self/mounts") as f:
-        mounts = "".join(line for line in f if line.split()[1].startswith("/sys"))
+def host_state() -> str:
+    """What a fuzzed command must not change on this host that it cannot own: the
+    weighted-interleave weights (the commands write them only to a tree copy)."""
     weights_dir = "/sys/kernel/mm/mempolicy/weighted_interleave"
     weights = ""
     if os.path.isdir(weights_dir):
         for name in sorted(os.listdir(weights_dir)):
             with open(f"{weights_dir}/{name}") as f:
                 weights += f"{name}={f.read()}"
-    return mounts, weights
+    return weights
+
+
+_CLONE_NEWNS, _MS_REC, _MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+LEFT_BEHIND = 97  # a child's exit status: it left mounts or a trace instance behind
+
+
+def own_mount_namespace() -> bool:
+    """Move this (child) process into a mount namespace of its own, shared with nothing
+    (root only): what it mounts stays in it, and what other programs mount on the host
+    meanwhile does not come in. False where that is not possible (not root)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return False
+    return libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0
+
+
+def sys_mounts() -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return sorted(line for line in f if line.split()[1].startswith("/sys"))
+
+
+def left_behind(mounts_before: list[str]) -> str:
+    """What this process left in the kernel: mounts under /sys it did not find, and trace
+    instances named for its PID (tracefs is one for the whole kernel: looked at through a
+    mount of this namespace's own, made for the look where none is left)."""
+    said = [f"mount left: {m.strip()}" for m in sys_mounts() if m not in mounts_before]
+    tracing = "/sys/kernel/tracing"
+    libc = ctypes.CDLL(None, use_errno=True)
+    mounted = not os.path.isdir(f"{tracing}/instances") and libc.mount(
+        b"nodev", tracing.encode(), b"tracefs", 0, None
+    ) == 0  # fmt: skip
+    if os.path.isdir(f"{tracing}/instances"):
+        mine = f"pycxl-{os.getpid()}-"
+        said += [f"trace instance left: {n}" for n in os.listdir(f"{tracing}/instances")
+                 if n.startswith(mine)]  # fmt: skip
+    if mounted:
+        libc.umount2(tracing.encode(), 0)
+    return "\n".join(said)
 
 
 @pytest.mark.parametrize("path", commands(), ids=" ".join)
@@ -341,8 +390,39 @@ def test_every_public_function(name: str, function: Callable[..., Any],
         finally:
             os.environ.pop("PYCXL_BENCH_QUICK", None)
 
-    one()
+    in_own_namespace(one)
     assert host_state() == before
+
+
+def in_own_namespace(run: Callable[[], None]) -> None:
+    """``run()`` in a forked child in a mount namespace of its own (as each command line
+    runs), failing here with its error, or with what it left in the kernel; the inputs
+    it tried are counted here."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read_end)
+        failure = ""
+        try:
+            owned = own_mount_namespace()
+            mounts = sys_mounts()
+            try:
+                run()
+            except BaseException:
+                failure = traceback.format_exc()
+            failure += left_behind(mounts) if owned else ""
+            with os.fdopen(write_end, "w") as out:
+                json.dump({"tried": TRIED["library"], "failure": failure}, out)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as answer:
+        got = answer.read()
+    os.waitpid(pid, 0)
+    assert got, "the child ended without an answer"
+    report = json.loads(got)
+    TRIED["library"] = report["tried"]
+    assert not report["failure"], report["failure"]
 
 
 def test_the_fuzzing_reached_every_command_and_function() -> None:
