@@ -245,7 +245,7 @@ def cpu_adam_rates(tier: str, params: int = 822_083_584) -> dict[str, float]:
     import torch
 
     import pycxl
-    from pycxl.gpu.adam_step import AdamSettings, CpuAdam
+    from pycxl.torch.offload.adam import AdamSettings, CpuAdam
 
     s = pycxl.snapshot(gpus=False)
     node = s.resolve(tier).node

@@ -26,15 +26,15 @@ if TYPE_CHECKING:
     from .cxl.model import Region
     from .cxl.region_layout import RegionRequest
     from .cxl.regions import RegionResult
-    from .gpu import model_offload
     from .gpu.memory import HostMemory
-    from .gpu.model_offload import ModelOffload
     from .gpu.tier_pool import TierPool
-    from .gpu.torch_offload import LayerOffload, Weights
     from .numa.longterm import PinnedPlacement
     from .numa.placement import HugePages, NumaBuffer
     from .numa.policy import Policy
     from .sysfs import Sysfs
+    from .torch.offload import model as model_offload
+    from .torch.offload.layers import LayerOffload, Weights
+    from .torch.offload.model import ModelOffload
 
 Names = str | int | Iterable[str | int]
 
@@ -215,7 +215,7 @@ def pinned_tensor(
     on ``target``, pinned and registered for ``gpu``: PyTorch treats it as pinned
     (``is_pinned()``; ``non_blocking`` copies by DMA), and it is unregistered and freed
     with the tensor. PyTorch is needed only here."""
-    from .gpu.torch_import import import_torch
+    from .torch._import import import_torch
 
     torch = import_torch("pinned_tensor")
     if not isinstance(dtype, torch.dtype):
@@ -248,7 +248,7 @@ def offload_layers(
     ``target``, streamed to ``gpu`` as they run (``weights="stream"``: the GPU holds
     ``lookahead + 1`` layers at a time), or kept on the GPU (``"resident"``); with an
     ``optimizer`` (an Adam or AdamW factory: ``functools.partial(torch.optim.Adam, lr=...,
-    fused=True)``; ``pycxl.gpu.torch_offload.default_optimizer``), the fp32 master weights
+    fused=True)``; ``pycxl.torch.offload.layers.default_optimizer``), the fp32 master weights
     and the optimizer's moments stay on ``target`` and each layer is updated on the CPU
     as soon as its gradients arrive, while the GPU goes on with the backward pass.
     ``gpu=None`` trains on the CPU with the parameters and state on ``target``.
@@ -259,8 +259,8 @@ def offload_layers(
     """
     from .gpu.cuda_engine import CudaEngine
     from .gpu.host_engine import HostEngine
-    from .gpu.torch_import import import_torch
-    from .gpu.torch_offload import LayerOffload, tier_allocator
+    from .torch._import import import_torch
+    from .torch.offload.layers import LayerOffload, tier_allocator
 
     torch = import_torch()
     s = given_or_read(system, gpus=gpu is not None)
@@ -335,9 +335,9 @@ def offload_model(
     """
     from .gpu.cuda_engine import CudaEngine
     from .gpu.host_engine import HostEngine
-    from .gpu.model_offload import ModelOffload
-    from .gpu.torch_import import import_torch
-    from .gpu.torch_offload import tier_allocator
+    from .torch._import import import_torch
+    from .torch.offload.layers import tier_allocator
+    from .torch.offload.model import ModelOffload
 
     torch = import_torch()
     if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
@@ -524,8 +524,8 @@ def on_tier(target: str | int | TierPool, *, system: System | None = None) -> An
     >>> with pycxl.on_tier("cxl0"):
     ...     kv = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")   # on cxl0
     """
-    from .gpu import torch_tier
     from .gpu.tier_pool import TierPool
+    from .torch import tier as torch_tier
 
     pool = target if isinstance(target, TierPool) else tier_pool(target, system=system)
     return torch_tier.on_tier(pool)
@@ -537,7 +537,7 @@ def spill_to(
     """From now on, CUDA allocations that the GPU's memory refuses land on ``target``
     instead of raising out-of-memory. Call it before the first CUDA allocation; ``log``
     (default: PYCXL_SPILL_LOG=1) logs each spill with its size and call site."""
-    from .gpu import torch_tier
+    from .torch import tier as torch_tier
 
     return torch_tier.spill_to(tier_pool(target, system=system), log_spills=log)
 
@@ -545,8 +545,8 @@ def spill_to(
 def move(tensor: Any, where: str | int, *, system: System | None = None) -> Any:
     """A copy of a CUDA tensor on tier ``where`` (``"cxl0"``) or in GPU ``where``'s memory
     (``"gpu0"``)."""
-    from .gpu import torch_tier
     from .tiers import is_gpu_name
+    from .torch import tier as torch_tier
 
     torch = torch_tier.require_cuda_tensor(tensor)  # before any name or driver
     if isinstance(where, str) and is_gpu_name(where):

@@ -12,7 +12,7 @@ it for host memory. ``PYCXL_TIER_MEMORY`` chooses: ``auto`` (the default), ``hos
 
 ``TierPool`` is one open pool (one per node, at most eight); ``TierMemory`` one
 allocation, with ``__cuda_array_interface__`` for CuPy, Numba or PyTorch. The PyTorch
-side (a MemPool per tier, spilling on out-of-memory) is torch_tier.py.
+side (a MemPool per tier, spilling on out-of-memory) is pycxl/torch/tier.py.
 """
 
 from __future__ import annotations

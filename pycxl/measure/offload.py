@@ -42,10 +42,10 @@ from ..errors import InvalidRequestError, OperationError
 from ..gpu.context import GpuContext
 from ..gpu.memory import HostMemory
 from ..gpu.model import GpuDevice
-from ..gpu.torch_import import import_torch
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
+from ..torch._import import import_torch
 from .conditions import default
 from .results import OffloadResult
 
@@ -389,7 +389,7 @@ class _Stack:
     def _streamed(self, ctx: GpuContext, node: int, backward: bool, lookahead: int,
                   samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
         from ..gpu.cuda_engine import CudaEngine
-        from ..gpu.torch_offload import LayerOffload, tier_allocator
+        from ..torch.offload.layers import LayerOffload, tier_allocator
 
         torch = self.torch
         linears = []
@@ -426,8 +426,8 @@ class _Stack:
         pass) with the state on ``p``'s node, waited for each time, the split as set up
         (not moved by the steps' timings): its times, the state's pages, the plan."""
         from ..gpu.cuda_engine import CudaEngine
-        from ..gpu.model_offload import ModelOffload
-        from ..gpu.torch_offload import tier_allocator
+        from ..torch.offload.layers import tier_allocator
+        from ..torch.offload.model import ModelOffload
 
         torch = self.torch
         model = torch.nn.Sequential(*[

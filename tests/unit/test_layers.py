@@ -17,7 +17,8 @@ FLOORS = {
     "pycxl.waiting": 0, "pycxl.list_kinds": 0, "pycxl._lib": 0, "pycxl.native": 0,
     "pycxl._bench": 0, "pycxl._lazy": 0, "pycxl.trace": 0, "pycxl.outfiles": 0,
     "pycxl._log": 0, "pycxl.values": 0,
-    "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.measure": 1, "pycxl.testbed": 1,
+    "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.torch": 1, "pycxl.measure": 1,
+    "pycxl.testbed": 1,
     "pycxl.pci": 1, "pycxl.pci_link": 1, "pycxl.pci_caps": 1, "pycxl.targets": 1,
     "pycxl.counters": 1,
     "pycxl.tiers": 2, "pycxl.system": 2,
@@ -165,3 +166,20 @@ def test_the_circle_check_sees_a_circle() -> None:
     assert sorted(sorted(c) for c in circles(graph)) == [["a", "b", "c"], ["e"]]
     # and the allowed pair is still there to allow (drop it from the list once it goes)
     assert ALLOWED_CIRCLES[0] in circles(import_graph())
+
+
+def test_the_gpu_driver_floor_imports_no_torch() -> None:
+    """pycxl/gpu is the driver floor (CUDA, NVML, memory, streams, the ring): no module
+    of it imports PyTorch, nor the package that knows PyTorch (pycxl/torch)."""
+    found = []
+    for module, path, _ in modules():
+        if not module.startswith("pycxl.gpu"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            found += [f"{module}: {n}" for n in names if n.split(".")[0] == "torch"]
+        found += [f"{module}: pycxl.torch" for m in imports(module, path, False)
+                  if m.startswith("pycxl.torch")]  # fmt: skip
+    assert not found, found

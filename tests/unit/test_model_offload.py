@@ -15,9 +15,11 @@ import pytest
 
 import pycxl
 from pycxl.errors import InvalidRequestError
-from pycxl.gpu.adam_step import AdamSettings, CpuAdam
-from pycxl.gpu.block_layout import chunks_of, find_blocks, layout_blocks
-from pycxl.gpu.update_plan import (
+from pycxl.numa.pages import pages_by_node
+from pycxl.system import snapshot
+from pycxl.torch.offload.adam import AdamSettings, CpuAdam
+from pycxl.torch.offload.layout import chunks_of, find_blocks, layout_blocks
+from pycxl.torch.offload.update_plan import (
     StepTimes,
     plan_split,
     refined,
@@ -25,8 +27,6 @@ from pycxl.gpu.update_plan import (
     split,
     split_from_the_end,
 )
-from pycxl.numa.pages import pages_by_node
-from pycxl.system import snapshot
 from tests.training import train as _train
 
 torch = pytest.importorskip("torch")

@@ -14,7 +14,7 @@ import pytest
 import pycxl
 from pycxl.errors import InvalidRequestError, NotFoundError
 from pycxl.gpu.host_engine import HostEngine
-from pycxl.gpu.torch_offload import LayerOffload
+from pycxl.torch.offload.layers import LayerOffload
 
 torch = pytest.importorskip("torch")
 

@@ -28,8 +28,8 @@ from typing import Any
 from .._lib import compiled
 from .._log import get_logger
 from ..errors import InvalidRequestError, NotAvailableError
-from .tier_pool import TierPool
-from .torch_import import import_torch
+from ..gpu.tier_pool import TierPool
+from ._import import import_torch
 
 log = get_logger("pycxl.spill")
 SPILL_LOG_ENV = "PYCXL_SPILL_LOG"

@@ -3,10 +3,10 @@ memory tier: the blocks' fp32 master weights and Adam moments live on the tier, 
 block's update runs where it is fastest.
 
 ``ModelOffload(model, ...)`` finds the model's repeated blocks (a Hugging Face model's
-decoder layers: the largest ``ModuleList`` of modules of one type, see block_layout) and
+decoder layers: the largest ``ModuleList`` of modules of one type, see offload/layout.py) and
 moves their optimizer state onto the tier. Their weights either stay on the GPU
 (``weights="resident"``) or live on the tier too and visit the GPU only while their
-block runs (``weights="stream"``, see block_stream: for a model larger than HBM).
+block runs (``weights="stream"``, see offload/block_weights.py: for a model larger than HBM).
 ``offload.optimizer`` is a ``torch.optim.Optimizer``: gradients accumulate in
 ``param.grad`` as in plain PyTorch (for streamed blocks, CPU tensors on the tier), so
 gradient accumulation, clipping by global norm, GradScaler, learning-rate schedulers and
@@ -52,12 +52,12 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
-from ..errors import InvalidRequestError
-from .adam_step import AdamSettings, CpuAdam, gpu_adam_step
-from .block_layout import Block, ParamSlot, chunks_of, find_blocks, layout_blocks, piece
-from .block_stream import BlockStream
-from .torch_import import import_torch
-from .torch_offload import HostAlloc
+from ...errors import InvalidRequestError
+from .._import import import_torch
+from .adam import AdamSettings, CpuAdam, gpu_adam_step
+from .block_weights import BlockStream
+from .layers import HostAlloc
+from .layout import Block, ParamSlot, chunks_of, find_blocks, layout_blocks, piece
 from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
 
 Update = Literal["auto", "cpu", "gpu"]
@@ -73,7 +73,7 @@ def _optimizer_class() -> type:
 
     class TierOptimizer(torch.optim.Optimizer):  # type: ignore[misc,name-defined]
         """Adam or AdamW over a model whose blocks' state is on a tier: ``step()``
-        updates every parameter (see pycxl.gpu.model_offload); ``param_groups`` are the
+        updates every parameter (see pycxl.torch.offload.model); ``param_groups`` are the
         ones given, so a scheduler's learning rate is the one used."""
 
         def __init__(
@@ -152,7 +152,7 @@ class ModelOffload:
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
         if self._on_gpu:
-            from .torch_tier import spilling
+            from ..tier import spilling
 
             if spilling() is not None:
                 raise InvalidRequestError(
@@ -220,8 +220,8 @@ class ModelOffload:
         self._slots: list[tuple[Any, Any]] = []
         self._chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
         if self._on_gpu:
-            from .cuda_engine import CudaEngine
-            from .streams import Event
+            from ...gpu.cuda_engine import CudaEngine
+            from ...gpu.streams import Event
 
             # the GPU side's state has copy streams of its own: the next forward pass's
             # copies (and the CPU side's weights) do not queue behind the whole update
@@ -385,7 +385,7 @@ class ModelOffload:
         a zero learning rate and zero gradients (the state is zero at set-up and stays
         so; the weights written are the ones there), and the link carrying a piece of
         state both ways at once, divided by what a parameter moves."""
-        from .streams import Event
+        from ...gpu.streams import Event
 
         torch = import_torch()
         B = max(self._blocks, key=lambda b: b.numel)
@@ -993,7 +993,7 @@ class ModelOffload:
         """Pages of the offload's host memory per NUMA node, counted now."""
         from collections import Counter
 
-        from ..numa.pages import pages_by_node
+        from ...numa.pages import pages_by_node
 
         total: Counter[int] = Counter()
         for t in self.host_tensors():
@@ -1159,6 +1159,6 @@ def _scatter_weights(master: Any, a: int, b: int, params: list[ParamSlot]) -> No
 
 
 def _stream(stream: Any) -> Any:
-    from .streams import Stream
+    from ...gpu.streams import Stream
 
     return Stream.borrow(stream)

@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .block_layout import Block, ParamSlot, piece
-from .engine import Engine
-from .prefetch import Prefetcher
-from .torch_import import import_torch
-from .torch_offload import ring_tensor
+from ...gpu.engine import Engine
+from ...gpu.prefetch import Prefetcher
+from .._import import import_torch
+from .layers import ring_tensor
+from .layout import Block, ParamSlot, piece
 
 LANDING_MAX = 2  # blocks whose gradients may be on their way home at once
 

@@ -34,11 +34,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import InvalidRequestError
-from .engine import CopyBack, Engine, copy_to_device, copy_to_host
-from .host_engine import HostEngine
-from .prefetch import Prefetcher
-from .torch_import import import_torch
+from ...errors import InvalidRequestError
+from ...gpu.engine import CopyBack, Engine, copy_to_device, copy_to_host
+from ...gpu.host_engine import HostEngine
+from ...gpu.prefetch import Prefetcher
+from .._import import import_torch
 
 Weights = Literal["stream", "resident"]
 # (bytes, pinned) -> a uint8 CPU tensor on the tier; pinned ones are registered with the GPU
@@ -55,8 +55,8 @@ def tier_allocator(
     lack the room, unless the caller checked the whole of it already (``room_checked``:
     a measurement's ``Pair.check_fits``). The allocator keeps the registrations alive as
     long as it lives (LayerOffload keeps it)."""
-    from ..numa.placement import NumaBuffer, allocate
-    from ..numa.policy import Policy
+    from ...numa.placement import NumaBuffer, allocate
+    from ...numa.policy import Policy
 
     torch = import_torch()
     owners: list[Any] = []
@@ -70,7 +70,7 @@ def tier_allocator(
         if pinned:
             if ctx is None:
                 raise InvalidRequestError("pinned host memory needs a GPU to pin it for")
-            from .memory import HostMemory
+            from ...gpu.memory import HostMemory
 
             mem = HostMemory.owning(ctx, place(nbytes))
             owners.append(mem)
@@ -200,7 +200,7 @@ class LayerOffload:
         # Adam and AdamW; PyTorch's step for what it does not run
         self._fused = None
         if cpus and optimizer is not None and self._fused_settings(self._layers[0]) is not None:
-            from .adam_step import CpuAdam
+            from .adam import CpuAdam
 
             self._fused = CpuAdam(cpus)
         self.ring: Prefetcher | None = None
@@ -382,7 +382,7 @@ class LayerOffload:
     def _fused_settings(self, L: _Layer) -> Any:
         """The layer's optimizer settings for the fused CPU step, or None where it is
         not one the fused step runs (amsgrad)."""
-        from .adam_step import AdamSettings
+        from .adam import AdamSettings
 
         opt = L.optimizer
         if opt is None or len(opt.param_groups) != 1:
@@ -504,7 +504,7 @@ class LayerOffload:
         """Pages of all its host memory per NUMA node, counted now."""
         from collections import Counter
 
-        from ..numa.pages import pages_by_node
+        from ...numa.pages import pages_by_node
 
         total: Counter[int] = Counter()
         for t in self.host_tensors():
