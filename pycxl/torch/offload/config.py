@@ -1,0 +1,93 @@
+"""How a model offload runs, declared once: ``OffloadConfig``, checked where it enters.
+What follows from it (on a GPU or not, streamed or not, whether the update runs beside
+the next forward pass, which clock times a step) is derived from it, never stored beside
+it, so the modes cannot disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ...errors import InvalidRequestError
+from ...values import count, word
+
+Update = Literal["auto", "cpu", "gpu"]
+Weights = Literal["resident", "stream"]
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{what} {value!r}: give True or False")
+    return value
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """``device``: a torch.device; ``weights``: resident on it or streamed from the
+    tier; ``update``: where blocks are updated ("auto": split by measured rates);
+    ``overlap``: step() returns while the update runs (on a GPU); ``update_in_backward``:
+    the update begins in the backward pass; ``lookahead``: blocks copied ahead, streamed."""
+
+    device: Any
+    weights: Weights = "resident"
+    update: Update = "auto"
+    overlap: bool = True
+    update_in_backward: bool = False
+    lookahead: int = 1
+
+    @classmethod
+    def checked(
+        cls,
+        device: Any,
+        *,
+        weights: object = "resident",
+        update: object = "auto",
+        overlap: object = True,
+        update_in_backward: object = False,
+        lookahead: object = 1,
+    ) -> OffloadConfig:
+        """The configuration from what a caller gave, each value checked, and the
+        combinations that cannot work refused by name."""
+        config = cls(
+            device,
+            weights=word(weights, "weights", ("resident", "stream")),  # type: ignore[arg-type]
+            update=word(update, "update", ("auto", "cpu", "gpu")),  # type: ignore[arg-type]
+            overlap=_flag(overlap, "overlap"),
+            update_in_backward=_flag(update_in_backward, "update_in_backward"),
+            lookahead=count(lookahead, "lookahead"),
+        )
+        if config.update == "gpu" and not config.on_gpu:
+            raise InvalidRequestError("update='gpu' needs a GPU: name one, or use 'cpu'")
+        return config
+
+    @property
+    def on_gpu(self) -> bool:
+        """Trained on a GPU (else on the CPU, the update all on the CPU)."""
+        return bool(self.device.type == "cuda")
+
+    @property
+    def streamed(self) -> bool:
+        """The blocks' weights live on the tier and visit the device as they run."""
+        return self.weights == "stream"
+
+    @property
+    def overlaps(self) -> bool:
+        """step() returns while the update runs beside the next forward pass."""
+        return self.overlap and self.on_gpu
+
+    @property
+    def fixed(self) -> bool:
+        """The split was chosen, not measured: step timings do not move it."""
+        return self.update != "auto"
+
+    @property
+    def device_clock(self) -> bool:
+        """Resident on a GPU, a step's times are taken on the device's clock (the host
+        runs ahead of it); elsewhere on the host's."""
+        return self.on_gpu and not self.streamed
+
+    @property
+    def gpu_begins_in_backward(self) -> bool:
+        """Whether the GPU side may begin blocks in the backward pass too (resident
+        weights; streamed ones are still on their way home then)."""
+        return self.update_in_backward and not self.streamed
