@@ -23,8 +23,8 @@ from .read import CXL_DEVICES, bus_present, read_cxl
 from .topology import CxlTopology
 
 __all__ = [
-    "CXL_DEVICES", "DeviceResult", "Host", "flag", "host", "mailbox", "memdev_after", "name",
-    "require_device", "require_root", "run", "topology",
+    "CXL_DEVICES", "DeviceResult", "Host", "device_numbers", "flag", "host", "mailbox",
+    "memdev_after", "name", "require_device", "require_root", "run", "topology",
 ]  # fmt: skip
 
 DEV_CXL = "/dev/cxl"  # the memdevs' character devices (their mailboxes)
@@ -117,12 +117,17 @@ def mailbox(fs: Sysfs, memdev: str, what: str) -> Mailbox:
     character device (its sysfs ``dev``); a recorded tree is refused (``require_device``);
     ``what`` names what needed it."""
     require_device(fs, memdev, what)
-    text = fs.read(f"{CXL_DEVICES}/{memdev}/dev")
+    return Mailbox(memdev, DEV_CXL, device_numbers(fs, memdev))
+
+
+def device_numbers(fs: Sysfs, memdev: str) -> tuple[int, int]:
+    """``memdev``'s character device numbers (major, minor), as its sysfs ``dev`` says."""
+    rel = f"{CXL_DEVICES}/{memdev}/dev"
+    text = fs.read(rel)
     major, _, minor = (text or "").strip().partition(":")
     if not (major.isdigit() and minor.isdigit()):
-        raise SysfsError(f"{CXL_DEVICES}/{memdev}/dev",
-                         f"expected the device numbers MAJOR:MINOR, found {text!r}")  # fmt: skip
-    return Mailbox(memdev, DEV_CXL, (int(major), int(minor)))
+        raise SysfsError(rel, f"expected the device numbers MAJOR:MINOR, found {text!r}")
+    return int(major), int(minor)
 
 
 def run(
