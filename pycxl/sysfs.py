@@ -16,9 +16,12 @@ import signal
 import stat
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 from .errors import NeedsRootError, SysfsError
 from .values import SYSROOT_ENV, parse_ranges, sysroot
+
+Want = Literal["read", "write", "list"]  # what a recorded tree's path is checked for
 
 
 class Sysfs:
@@ -121,7 +124,7 @@ class Sysfs:
         except OSError as e:
             raise SysfsError(rel, f"cannot read ({e.strerror})") from e
 
-    def _require_in_tree(self, rel: str, *, want: str = "read") -> None:
+    def _require_in_tree(self, rel: str, *, want: Want = "read") -> None:
         """A recorded tree's attribute is a plain file inside it: a link out of the tree
         would reach this machine's /sys, a FIFO block the read, a device node never end
         it (the kernel's own attributes are all regular). ``want``: 'read' (a file or a
