@@ -25,6 +25,7 @@ from .params import (
     OutputFileType,
     SizeType,
     flatten,
+    sysroot_option,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +59,11 @@ class AddressType(IntParam):
         return n
 
 
+# what asks a memdev's mailbox: a recorded tree has no device to ask
+MAILBOX_SYSROOT = sysroot_option(
+    "Plan on a recorded sysfs tree instead of this machine (with --dry-run, where the plan "
+    "needs no answer from the device; anything else is refused: a tree has no device to ask)"
+)
 ADDRESS = click.option("-a", "--address", type=AddressType(), required=True,
                        help="Device physical address (DPA), 64-byte aligned: 0x1000.")  # fmt: skip
 
@@ -99,7 +105,7 @@ def _run(names: tuple[tuple[str, ...], ...], fs: Sysfs, as_json: bool, key: str,
               help="File to write the label data to ('-' or none: standard output).")  # fmt: skip
 @LABEL_SIZE
 @LABEL_OFFSET
-@WRITES_SYSROOT
+@MAILBOX_SYSROOT
 def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None,
                         size: int | None, offset: int, sysroot: str | None) -> None:  # fmt: skip
     """Read memdevs' label storage areas (binary, one after another), as cxl read-labels."""
@@ -126,7 +132,7 @@ def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None
 @LABEL_OFFSET
 @DRY_RUN
 @AS_JSON
-@WRITES_SYSROOT
+@MAILBOX_SYSROOT
 def write_labels_command(memdev: str, infile: str, size: int | None, offset: int,
                          dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Write a file into one memdev's label area (the bytes it replaces are restored if
@@ -151,7 +157,7 @@ def write_labels_command(memdev: str, infile: str, size: int | None, offset: int
 @LABEL_OFFSET
 @DRY_RUN
 @AS_JSON
-@WRITES_SYSROOT
+@MAILBOX_SYSROOT
 def zero_labels_command(memdevs: tuple[tuple[str, ...], ...], size: int | None, offset: int,
                         dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Zero memdevs' label areas."""
@@ -264,7 +270,7 @@ def free_dpa_command(memdevs: tuple[tuple[str, ...], ...], mode: str | None,
 @click.option("-a", "--align", is_flag=True, help="Round --size to the partition alignment.")
 @DRY_RUN
 @AS_JSON
-@WRITES_SYSROOT
+@MAILBOX_SYSROOT
 def set_partition_command(memdevs: tuple[tuple[str, ...], ...], mode: str, size: int | None,
                           align: bool, dry_run: bool, as_json: bool,
                           sysroot: str | None) -> None:  # fmt: skip
@@ -286,7 +292,7 @@ def set_partition_command(memdevs: tuple[tuple[str, ...], ...], mode: str, size:
 @click.option("-w", "--wait", is_flag=True, help="Return once the device has taken it.")
 @DRY_RUN
 @AS_JSON
-@WRITES_SYSROOT
+@MAILBOX_SYSROOT
 def update_firmware_command(memdevs: tuple[tuple[str, ...], ...], image: str | None,
                             cancel: bool, wait: bool, dry_run: bool, as_json: bool,
                             sysroot: str | None) -> None:  # fmt: skip
@@ -333,7 +339,7 @@ ALERT_FLAGS = (
 @_alert_options
 @DRY_RUN
 @AS_JSON
-@WRITES_SYSROOT
+@MAILBOX_SYSROOT
 def set_alert_config_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool,
                              as_json: bool, sysroot: str | None,
                              **alerts: Any) -> None:  # fmt: skip

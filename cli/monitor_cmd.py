@@ -22,7 +22,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 @click.option("-c", "--count", type=COUNT, help="Stop after this many events.")
 @click.option("--duration", type=SECONDS,
               help="Stop after this long.")  # fmt: skip
-@click.option("-l", "--log", "log", type=OutputFileType(), metavar="FILE",
+@click.option("-l", "--log", "log", type=OutputFileType(appends=True), metavar="FILE",
               help="Also append each event to FILE (what pycxl check --events reads).")  # fmt: skip
 def monitor_command(count: int | None, duration: float | None, log: str | None) -> None:
     """Stream CXL events as JSON lines until interrupted.

@@ -235,22 +235,25 @@ class InputFileType(StrParam):
 class OutputFileType(StrParam):
     """A file pycxl writes (pycxl.outfiles.check_output_path decides), checked before any
     work starts; ``suffixes`` gives the allowed endings, asked only when the option is
-    used (the plotting library is slow to import); ``stdout``: '-' is standard output."""
+    used (the plotting library is slow to import); ``stdout``: '-' is standard output;
+    ``appends``: lines are added to the file in place (else it is rewritten)."""
 
     name = "file"
 
     def __init__(
-        self, suffixes: Callable[[], tuple[str, ...]] | None = None, *, stdout: bool = False
-    ) -> None:
+        self, suffixes: Callable[[], tuple[str, ...]] | None = None, *, stdout: bool = False,
+        appends: bool = False,
+    ) -> None:  # fmt: skip
         self.suffixes = suffixes
         self.stdout = stdout
+        self.appends = appends
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from pycxl.outfiles import check_output_path
 
         try:
             check_output_path(str(value), "file", self.suffixes() if self.suffixes else (),
-                              stdout=self.stdout)  # fmt: skip
+                              stdout=self.stdout, appends=self.appends)  # fmt: skip
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
         return str(value)

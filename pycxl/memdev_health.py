@@ -61,6 +61,7 @@ def read_device_info(
     device that refuses a command is reported, the rest go on."""
     if not req.device_info or not memdevs:
         return {}
+    from .cxl.device_ops import device_numbers
     from .cxl.health import read_health
     from .cxl.poison import read_poison
 
@@ -79,7 +80,7 @@ def read_device_info(
         why: str | None = None
         if req.health or req.alert_config:
             try:
-                health = read_health(m.name)
+                health = read_health(m.name, device=device_numbers(system.sysfs(), m.name))
             except PycxlError as e:  # this device's mailbox; the others go on
                 why = str(e)
         out[m.name] = DeviceInfo(health, why, poison.get(m.name))

@@ -1,15 +1,28 @@
 """Files pycxl writes for others to read (Prometheus textfiles, the event log, plots,
-scheduler and node-label files): checked before any work starts, written so that a
-reader never sees half a file, and never through a symbolic link (pycxl often runs as
-root, in folders other users can write to).
+scheduler and node-label files, label areas read out): checked before any work starts,
+written so that a reader never sees half a file, and never through a symbolic link
+(pycxl often runs as root, in folders other users can write to). Every file pycxl
+writes at a user's request goes through this module.
+
+Rewriting a file keeps its mode, owner and group, as ``sed -i`` does (node_exporter
+setups give the textfile folder's files a group and mode its reader relies on): the new
+contents are written beside it, given the old file's metadata, then renamed over it.
+Where that metadata cannot be kept (not root, and the file is another user's or of a
+group this user is not in), the path is refused before any work. The file's POSIX
+access ACL is kept too; other extended attributes (an SELinux label, ``user.*``) are
+not copied: the new file has those its folder gives new files. A new file is created
+0644 less the umask, as open(2) creates files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import grp
 import os
+import pwd
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterable
 
 from .errors import InvalidRequestError, OperationError
@@ -41,12 +54,15 @@ def not_a_regular_file(path: str) -> str | None:
 
 
 def check_output_path(
-    path: str, what: str, suffixes: Iterable[str] = (), *, stdout: bool = False
-) -> None:
+    path: str, what: str, suffixes: Iterable[str] = (), *, stdout: bool = False,
+    appends: bool = False,
+) -> None:  # fmt: skip
     """Refuse, before anything runs, a path pycxl could not write or should not:
     empty, anything that exists and is not a regular file (a directory, a device node
     such as /dev/null, a FIFO, a socket, a symbolic link), in a folder that does not
-    exist or is not writable, or (where ``suffixes`` are given) without one of them.
+    exist or is not writable, or (where ``suffixes`` are given) without one of them; an
+    existing file whose owner and group the rewritten one could not keep, or (with
+    ``appends``: lines are added to it in place) that this user cannot write.
     ``stdout``: '-' means standard output. ``what`` names the option or file in the
     message ('--plot', 'textfile')."""
     if not path:
@@ -76,23 +92,72 @@ def check_output_path(
         raise InvalidRequestError(
             f"{what} {path}: directory {directory} is not writable by this user"
         )
+    if appends:
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise InvalidRequestError(
+                f"{what} {path} is not writable by this user; run as its owner or as root, "
+                "or give another file"
+            )
+    else:
+        _check_keepable(path, what)
+
+
+def _check_keepable(path: str, what: str) -> None:
+    """Refuse an existing file whose owner or group the new file could not be given:
+    only root gives a file to another user, or to a group the caller is not in."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # absent: a new file, this user's
+    if os.geteuid() == 0 or not stat.S_ISREG(st.st_mode):
+        return
+    fix = f"run as {_user(st.st_uid)} or as root, or remove {path} first"
+    if st.st_uid != os.geteuid():
+        raise InvalidRequestError(
+            f"{what} {path} belongs to {_user(st.st_uid)}: pycxl rewrites a file keeping its "
+            f"owner, which only root can give it; {fix}"
+        )
+    if st.st_gid != os.getegid() and st.st_gid not in os.getgroups():
+        raise InvalidRequestError(
+            f"{what} {path} has group {_group(st.st_gid)}, which this user is not in: pycxl "
+            f"rewrites a file keeping its group; run as a member of it or as root, or "
+            f"remove {path} first"
+        )
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
 
 
 def write_atomically(path: str, data: str | bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: written to a temporary file in the same folder,
-    synced, then renamed over it, so a reader sees the old file or the new one. A
-    symbolic link at ``path`` is replaced, never followed; anything else that is not a
-    regular file (a device node, a FIFO: it may have appeared since the path was
-    checked) is refused, never replaced."""
+    given the old file's mode, owner, group and access ACL (a new file: ``mode`` less
+    the umask), synced, then renamed over it, so a reader sees the old file or the new
+    one. A symbolic link at ``path`` is replaced, never followed (nor its metadata
+    copied); anything else that is not a regular file (a device node, a FIFO: it may have
+    appeared since the path was checked) is refused, never replaced."""
     _refuse_special(path, "write")
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pycxl-", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = _create_beside(directory, mode)
+    except OSError as e:
+        raise OperationError(f"cannot write {path}: {e.strerror}") from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
+            _keep_metadata(f.fileno(), path)
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
         _refuse_special(path, "write")
         os.replace(tmp, path)
     except (OSError, OperationError) as e:
@@ -101,6 +166,56 @@ def write_atomically(path: str, data: str | bytes, mode: int = 0o644) -> None:
         if isinstance(e, OperationError):
             raise
         raise OperationError(f"cannot write {path}: {e.strerror}") from e
+
+
+def _create_beside(directory: str, mode: int) -> tuple[int, str]:
+    """A new file in ``directory`` with a name no one else holds (created by this call),
+    ``mode`` less the umask as open(2) applies it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = os.path.join(directory, f".pycxl-{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, "no free temporary file name")
+
+
+_ACL = "system.posix_acl_access"
+
+
+def _keep_metadata(fd: int, path: str) -> None:
+    """Give the new file (``fd``) the mode, owner, group and access ACL of the regular
+    file at ``path``, if there is one. The owner first: chown clears set-id bits."""
+    try:
+        old = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(old.st_mode):
+        return  # a link being replaced: its target's metadata is not the file's
+    new = os.fstat(fd)
+    try:
+        if (new.st_uid, new.st_gid) != (old.st_uid, old.st_gid):
+            os.fchown(fd, old.st_uid, old.st_gid)
+        os.fchmod(fd, stat.S_IMODE(old.st_mode))
+    except OSError as e:
+        raise OperationError(
+            f"cannot write {path}: the new file cannot be given the old one's owner "
+            f"{_user(old.st_uid)}:{_group(old.st_gid)} and mode "
+            f"{stat.S_IMODE(old.st_mode):04o} ({e.strerror}); run as root, or remove {path} "
+            "first"
+        ) from e
+    try:
+        acl = os.getxattr(path, _ACL, follow_symlinks=False)
+    except OSError:
+        return  # none, or a file system without ACLs
+    try:
+        os.setxattr(fd, _ACL, acl)
+    except OSError as e:
+        raise OperationError(
+            f"cannot write {path}: the new file cannot be given the old one's ACL "
+            f"({e.strerror}); remove {path} first, or its ACL (setfacl -b {path})"
+        ) from e
 
 
 def append_line(path: str, line: str, mode: int = 0o644) -> None:

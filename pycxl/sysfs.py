@@ -2,7 +2,10 @@
 
 Every path is relative to a *sysroot*: '/' on a live system, a recorded tree in tests.
 The sysroot comes from the argument, else ``PYCXL_SYSROOT``, else '/'; one that does not
-exist is an error (``pycxl.values.sysroot``), never an empty system.
+exist, or holds no sysfs tree, is an error (``pycxl.values.sysroot``), never an empty
+system. A recorded tree never reaches outside itself: an attribute or folder that is a
+link out of it, or an attribute that is not a plain file, is an error, never read,
+listed or written through.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import signal
 import stat
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 from .errors import NeedsRootError, SysfsError
 from .values import SYSROOT_ENV, parse_ranges, sysroot
+
+Want = Literal["read", "write", "list"]  # what a recorded tree's path is checked for
 
 
 class Sysfs:
@@ -27,6 +33,7 @@ class Sysfs:
             self.root = sysroot(env, SYSROOT_ENV) if env else "/"
         else:
             self.root = sysroot(root)
+        self._top = os.path.realpath(self.root)  # the tree's own folder, links resolved
 
     def __repr__(self) -> str:
         return f"Sysfs({self.root!r})"
@@ -52,6 +59,8 @@ class Sysfs:
     def listdir(self, rel: str) -> list[str]:
         """Entries of a directory, sorted; [] when it does not exist."""
         try:
+            if self.root != "/":
+                self._require_in_tree(rel, want="list")
             return sorted(os.listdir(self.path(rel)))
         except FileNotFoundError:
             return []
@@ -78,7 +87,7 @@ class Sysfs:
         None, not an error, for anyone else."""
         try:
             if self.root != "/":
-                self._require_regular(rel)
+                self._require_in_tree(rel)
             with open(self.path(rel), encoding="utf-8", errors="replace") as f:
                 return f.read().rstrip("\n")
         except FileNotFoundError:
@@ -103,7 +112,7 @@ class Sysfs:
         all of it to root, its first 64 bytes to anyone else); None when absent."""
         try:
             if self.root != "/":
-                self._require_regular(rel)
+                self._require_in_tree(rel)
             with open(self.path(rel), "rb") as f:
                 return f.read()
         except FileNotFoundError:
@@ -115,21 +124,31 @@ class Sysfs:
         except OSError as e:
             raise SysfsError(rel, f"cannot read ({e.strerror})") from e
 
-    def _require_regular(self, rel: str) -> None:
-        """A recorded tree's attribute is a plain file: a FIFO would block the read, a
-        device node never end it (the kernel's own attributes are all regular)."""
-        mode = os.stat(self.path(rel)).st_mode  # FileNotFoundError: absent, as ever
-        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+    def _require_in_tree(self, rel: str, *, want: Want = "read") -> None:
+        """A recorded tree's attribute is a plain file inside it: a link out of the tree
+        would reach this machine's /sys, a FIFO block the read, a device node never end
+        it (the kernel's own attributes are all regular). ``want``: 'read' (a file or a
+        folder; FileNotFoundError where absent), 'write' (a file, or absent: the write
+        creates it), 'list' (only inside the tree)."""
+        real = os.path.realpath(self.path(rel))
+        if os.path.commonpath([real, self._top]) != self._top:
+            raise SysfsError(rel, f"leads out of the recorded tree {self.root} (to {real})")
+        if want == "list":
+            return
+        try:
+            mode = os.stat(real).st_mode
+        except FileNotFoundError:
+            if want == "write":
+                return
+            raise
+        if not stat.S_ISREG(mode) and (want == "write" or not stat.S_ISDIR(mode)):
             raise SysfsError(rel, "is not a regular file in this recorded tree")
 
-    def _require_inside(self, rel: str) -> None:
-        """A write into a recorded tree stays in it: an attribute that is a link out of
-        the tree (to this machine's /sys, say) or not a plain file is refused."""
-        real, top = os.path.realpath(self.path(rel)), os.path.realpath(self.root)
-        if os.path.commonpath([real, top]) != top:
-            raise SysfsError(rel, f"leads out of the recorded tree {self.root} (to {real})")
-        if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
-            raise SysfsError(rel, "is not a regular file in this recorded tree")
+    def check_in_tree(self, rel: str) -> None:
+        """Raise ``SysfsError`` where ``rel``, under a recorded tree, leads out of it or
+        is there and not a plain file (this machine's own tree is never refused)."""
+        if self.root != "/":
+            self._require_in_tree(rel, want="write")
 
     def read_int(self, rel: str, *, root_only: bool = False) -> int | None:
         """An integer attribute in decimal or 0x-hex; None when absent or empty (and,
@@ -184,7 +203,7 @@ class Sysfs:
         signal (offlining memory whose pages cannot move retries forever), and only a
         fatal signal makes the kernel give up, leaving the attribute as it was."""
         if self.root != "/":
-            self._require_inside(rel)
+            self._require_in_tree(rel, want="write")
         if timeout is not None:
             self._write_bounded(rel, value, timeout)
             return
@@ -202,7 +221,7 @@ class Sysfs:
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a binary attribute (a firmware loader's ``data``) in one go."""
         if self.root != "/":
-            self._require_inside(rel)
+            self._require_in_tree(rel, want="write")
         try:
             with open(self.path(rel), "wb") as f:
                 f.write(data)

@@ -234,9 +234,13 @@ def read_text(path: str, what: str) -> str:
         ) from None
 
 
+SYSFS_TOP = ("devices", "bus")  # what every sysfs has at its top, one of them at least
+
+
 def sysroot(path: object, source: str = "sysroot") -> str:
-    """The folder a recorded sysfs tree lies in (or '/'): it must exist. A missing one
-    is an error, never read as a system without CXL. ``source`` names where the path
+    """The folder a recorded sysfs tree lies in (or '/'): it must exist and hold sys/
+    with sys/devices or sys/bus. Anything else is an error, never read as a system
+    without CXL. ``source`` names where the path
     came from ('--sysroot', 'PYCXL_SYSROOT')."""
     if not isinstance(path, str | os.PathLike):
         raise InvalidRequestError(f"{source} {path!r}: give the folder of a sysfs tree")
@@ -249,4 +253,13 @@ def sysroot(path: object, source: str = "sysroot") -> str:
             f"{source} {text} {problem}: it names the folder of a recorded sysfs tree "
             "(leave it unset for this machine)"
         )
-    return os.path.abspath(str(text))
+    root = os.path.abspath(text)
+    # a tree holds sys/devices or sys/bus, as /sys does: an empty folder, /proc or a
+    # mistyped path is not read as a machine without CXL
+    if root != "/" and not any(os.path.isdir(os.path.join(root, "sys", d)) for d in SYSFS_TOP):
+        raise InvalidRequestError(
+            f"{source} {text} is not a sysfs tree: it has no sys/devices or sys/bus; give "
+            "the folder a tree was recorded into (the one holding sys/), or leave it unset "
+            "for this machine"
+        )
+    return root

@@ -19,7 +19,7 @@ from ..sysfs import Sysfs
 from . import device_ops
 from .device_ops import DeviceResult
 from .health import ALERT_KINDS, AlertConfig, decode_alert_config
-from .mailbox import GET_ALERT_CONFIG, SET_ALERT_CONFIG, Mailbox
+from .mailbox import GET_ALERT_CONFIG, SET_ALERT_CONFIG
 
 # valid actions, enable actions, life used (%), reserved, over and under temperature
 # (s16, C), corrected volatile and persistent error counts (CXL 3.1 8.2.9.9.3.3)
@@ -133,20 +133,20 @@ def set_alert_config(
         )
     fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
-    dev_dir = device_ops.mailbox_dir(fs)
+    what = "setting alert thresholds"
     if not dry_run:
         device_ops.require_root(fs, "setting alert thresholds (a mailbox command)")
-        with Mailbox(m.name, dev_dir) as mbox:
+        with device_ops.mailbox(fs, m.name, what) as mbox:
             for cmd in (GET_ALERT_CONFIG, SET_ALERT_CONFIG):  # both, before any change
                 mbox.check_allowed(cmd)
 
     def apply(_: Sysfs) -> Undo:
-        with Mailbox(m.name, dev_dir) as mbox:
+        with device_ops.mailbox(fs, m.name, what) as mbox:
             before = decode_alert_config(mbox.call(GET_ALERT_CONFIG, out_size=0x10))
             mbox.call(SET_ALERT_CONFIG, alert_payload(changes, before))
 
         def restore(_: Sysfs) -> None:
-            with Mailbox(m.name, dev_dir) as mb:
+            with device_ops.mailbox(fs, m.name, what) as mb:
                 mb.call(SET_ALERT_CONFIG, _restore_payload(changes, before))
 
         return restore
@@ -159,7 +159,7 @@ def set_alert_config(
     done = device_ops.run(fs, m.name, plan, dry_run=dry_run, what="setting alert thresholds")
     details = {}
     if done:
-        with Mailbox(m.name, dev_dir) as mbox:
+        with device_ops.mailbox(fs, m.name, what) as mbox:
             details["alert_config"] = decode_alert_config(mbox.call(GET_ALERT_CONFIG,
                                                                     out_size=0x10))  # fmt: skip
     return DeviceResult(m.name, plan, done, memdev=m, details=details)

@@ -10,19 +10,21 @@ earlier keyword, still opens a tree by its folder).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from ..errors import InvalidRequestError, NotAvailableError
+from ..errors import InvalidRequestError, NotAvailableError, SysfsError
 from ..plan import Plan, StepHook, require_root
 from ..sysfs import Sysfs
+from .mailbox import Mailbox
 from .model import Memdev
 from .read import CXL_DEVICES, bus_present, read_cxl
 from .topology import CxlTopology
 
 __all__ = [
-    "CXL_DEVICES", "DeviceResult", "Host", "flag", "host", "memdev_after", "name",
-    "require_root", "run", "topology",
+    "CXL_DEVICES", "DeviceResult", "Host", "device_numbers", "flag", "host", "mailbox",
+    "memdev_after", "name", "require_device", "require_root", "run", "topology",
 ]  # fmt: skip
 
 DEV_CXL = "/dev/cxl"  # the memdevs' character devices (their mailboxes)
@@ -93,9 +95,33 @@ def topology(fs: Sysfs) -> CxlTopology:
     return read_cxl(fs).require()
 
 
-def mailbox_dir(fs: Sysfs) -> str:
-    """Where the memdevs' character devices are, under the sysroot."""
-    return fs.path(DEV_CXL)
+def require_device(fs: Sysfs, memdev: str, what: str) -> None:
+    """Refuse a recorded tree where ``what`` must ask ``memdev`` itself (its mailbox): a
+    tree has no device to ask. Nothing under it is opened or sent an ioctl (its memdevs
+    are not this machine's, and its dev/ holds whatever the tree's maker put there)."""
+    if fs.root != os.sep:
+        raise InvalidRequestError(
+            f"{what} asks {memdev}'s mailbox, and a recorded tree ({fs.root}) has no device "
+            "to ask; leave --sysroot (and PYCXL_SYSROOT) unset to ask this machine's"
+        )
+
+
+def mailbox(fs: Sysfs, memdev: str, what: str) -> Mailbox:
+    """``memdev``'s mailbox: this machine's /dev/cxl/memN, opened once it is that memdev's
+    character device (its sysfs ``dev``); a recorded tree is refused (``require_device``);
+    ``what`` names what needed it."""
+    require_device(fs, memdev, what)
+    return Mailbox(memdev, DEV_CXL, device_numbers(fs, memdev))
+
+
+def device_numbers(fs: Sysfs, memdev: str) -> tuple[int, int]:
+    """``memdev``'s character device numbers (major, minor), as its sysfs ``dev`` says."""
+    rel = f"{CXL_DEVICES}/{memdev}/dev"
+    text = fs.read(rel)
+    major, _, minor = (text or "").strip().partition(":")
+    if not (major.isdigit() and minor.isdigit()):
+        raise SysfsError(rel, f"expected the device numbers MAJOR:MINOR, found {text!r}")
+    return int(major), int(minor)
 
 
 def run(

@@ -21,7 +21,7 @@ from ..waiting import wait_until
 from . import device_ops
 from .device_ops import DeviceResult
 from .health import FirmwareInfo, decode_fw_info
-from .mailbox import GET_FW_INFO, Mailbox
+from .mailbox import GET_FW_INFO
 
 LOADER = "/sys/class/firmware"
 TRANSFER_UNIT = 128  # CXL 3.0 8.2.9.3.2: packages and each piece in 128-byte units
@@ -79,7 +79,7 @@ def check_image(path: str) -> int:
 
 def firmware_info(fs: Sysfs, memdev: str) -> FirmwareInfo:
     """Get FW Info: slots, the active one, each slot's revision."""
-    with Mailbox(memdev, device_ops.mailbox_dir(fs)) as mbox:
+    with device_ops.mailbox(fs, memdev, "reading the firmware slots") as mbox:
         return decode_fw_info(mbox.call(GET_FW_INFO, out_size=0x50))
 
 
@@ -123,6 +123,8 @@ def update_firmware(
         steps.append(action(f"wait until {m.name} has taken the image (at most {limit:.0f} s)",
                             lambda f: _wait_idle(f, m.name, limit)))  # fmt: skip
     plan = Plan(f"update-firmware {m.name}", tuple(steps))
+    if not dry_run:  # the slots are read from the device once done: refused before, in a tree
+        device_ops.require_device(fs, m.name, "updating firmware")
     done = device_ops.run(fs, m.name, plan, dry_run=dry_run, what="updating firmware")
     return DeviceResult(m.name, plan, done, memdev=m, details=_report(fs, m.name, done))
 
@@ -152,6 +154,8 @@ def cancel_firmware_update(
         raise InvalidRequestError(f"{m.name} has no firmware update under way to cancel")
     step = action(f"cancel {m.name}'s firmware update", lambda f: f.write(f"{path}/cancel", "1"))
     plan = Plan(f"cancel firmware update {m.name}", (step,))
+    if not dry_run:
+        device_ops.require_device(fs, m.name, "cancelling a firmware update")
     done = device_ops.run(fs, m.name, plan, dry_run=dry_run, what="cancelling an update")
     return DeviceResult(m.name, plan, done, memdev=m, details=_report(fs, m.name, done))
 

@@ -198,10 +198,13 @@ class DeviceHealth:
     firmware: FirmwareInfo | Unsupported
 
 
-def read_health(memdev: str, dev_dir: str = "/dev/cxl") -> DeviceHealth:
+def read_health(
+    memdev: str, dev_dir: str = "/dev/cxl", device: tuple[int, int] | None = None
+) -> DeviceHealth:
     """Health, alert configuration and firmware information of ``memdev``. A command the
-    device or kernel does not support is an ``Unsupported`` in its place."""
-    with Mailbox(memdev, dev_dir) as mbox:
+    device or kernel does not support is an ``Unsupported`` in its place. ``device``: the
+    memdev's (major, minor), which its node must be (``Mailbox``)."""
+    with Mailbox(memdev, dev_dir, device) as mbox:
         health = mbox.send(GET_HEALTH_INFO)
         alert = mbox.send(GET_ALERT_CONFIG)
         fw = mbox.send(GET_FW_INFO)

@@ -96,7 +96,7 @@ def read_labels(
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)
     device_ops.require_root(fs, "reading the label area (a mailbox command)")
-    with Mailbox(m.name, device_ops.mailbox_dir(fs)) as mbox:
+    with device_ops.mailbox(fs, m.name, "reading the label area") as mbox:
         return _read(mbox, m, offset, size)
 
 
@@ -143,8 +143,9 @@ def _store(memdev: str, data: bytes, offset: int, fs: Sysfs, dry_run: bool,
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, len(data), offset)
     pieces = -(-size // _chunk(m))
-    dev_dir = device_ops.mailbox_dir(fs)
+    asking = f"{'zeroing' if verb == 'zero' else 'writing'} the label area"
     if not dry_run:
+        device_ops.require_device(fs, m.name, asking)  # a tree: said before anything else
         device_ops.require_root(fs, f"{verb} of the label area")
         holder = nvdimm_holder(fs, m.name)
         if holder is not None:  # the kernel would refuse Set LSA (EBUSY): say why first
@@ -154,11 +155,11 @@ def _store(memdev: str, data: bytes, offset: int, fs: Sysfs, dry_run: bool,
                 f"disable {m.name}: its nvdimm goes with it), then bring it back (pycxl "
                 f"memdev enable {m.name}: the labels are read afresh)"
             )
-        with Mailbox(m.name, dev_dir) as mbox:  # refused before anything is read
+        with device_ops.mailbox(fs, m.name, asking) as mbox:  # refused before anything is read
             mbox.check_allowed(SET_LSA)
 
     def store(_: Sysfs) -> Undo:
-        with Mailbox(m.name, dev_dir) as mbox:
+        with device_ops.mailbox(fs, m.name, asking) as mbox:
             old = _read(mbox, m, offset, size)
             try:
                 _write(mbox, m, offset, data)
@@ -167,7 +168,7 @@ def _store(memdev: str, data: bytes, offset: int, fs: Sysfs, dry_run: bool,
                 raise
 
         def restore(_: Sysfs) -> None:
-            with Mailbox(m.name, dev_dir) as mb:
+            with device_ops.mailbox(fs, m.name, asking) as mb:
                 _write(mb, m, offset, old)
 
         return restore

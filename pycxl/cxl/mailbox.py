@@ -16,6 +16,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import stat
 import struct
 from dataclasses import dataclass
 
@@ -73,19 +74,41 @@ class Unsupported:
 
 
 class Mailbox:
-    """One memdev's mailbox; ``close()`` (or ``with``) releases the device."""
+    """One memdev's mailbox; ``close()`` (or ``with``) releases the device.
 
-    def __init__(self, memdev: str, dev_dir: str = "/dev/cxl") -> None:
+    The path is opened only once it is a character device (not a link, a FIFO, a file,
+    a folder) and, where ``device`` gives the memdev's (major, minor) as sysfs says it,
+    that very device: an ioctl sent to anything else would reach a device that is not
+    this memdev's."""
+
+    def __init__(
+        self, memdev: str, dev_dir: str = "/dev/cxl", device: tuple[int, int] | None = None
+    ) -> None:
         self.memdev = memdev
         path = os.path.join(dev_dir, memdev)
+        self._fd = -1
         try:
-            self._fd = os.open(path, os.O_RDWR)
+            _check_node(path, memdev, device, os.lstat(path))
+        except FileNotFoundError:
+            raise OperationError(f"{path} does not exist (no devtmpfs or udev?)") from None
+        except OSError as e:
+            raise OperationError(f"cannot look at {path}, {memdev}'s mailbox: {e.strerror}") from e
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except PermissionError:
             raise NeedsRootError(
                 f"the mailbox of {memdev} ({path}) needs root: device health comes from it"
             ) from None
         except FileNotFoundError:
             raise OperationError(f"{path} does not exist (no devtmpfs or udev?)") from None
+        except OSError as e:
+            raise OperationError(f"cannot open {path}, {memdev}'s mailbox: {e.strerror}") from e
+        try:  # what was opened is what was checked (the node may have been swapped)
+            _check_node(path, memdev, device, os.fstat(fd))
+        except OperationError:
+            os.close(fd)
+            raise
+        self._fd = fd
         self._commands: dict[int, tuple[int, int]] | None = None
         self._flags: dict[int, int] = {}
 
@@ -188,6 +211,28 @@ class Mailbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_node(path: str, memdev: str, device: tuple[int, int] | None,
+                st: os.stat_result) -> None:  # fmt: skip
+    """Raise ``OperationError`` unless ``st`` (of ``path``) is a character device, and
+    ``device``'s where it is given."""
+    numbers = f"{device[0]} {device[1]}" if device else "MAJOR MINOR"
+    fix = (f"replace it with the device node (mknod {path} c {numbers}: the numbers in "
+           f"/sys/bus/cxl/devices/{memdev}/dev)")  # fmt: skip
+    if not stat.S_ISCHR(st.st_mode):
+        kind = next((w for test, w in _KINDS if test(st.st_mode)), "not a device node")
+        raise OperationError(f"{path} is {kind}, not {memdev}'s character device: {fix}")
+    if device is not None and (os.major(st.st_rdev), os.minor(st.st_rdev)) != device:
+        raise OperationError(
+            f"{path} is device {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}, but {memdev} is "
+            f"{device[0]}:{device[1]} (its sysfs dev): {fix}"
+        )
+
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file"))  # fmt: skip
 
 
 # Mailbox return codes (CXL 3.1 table 8-34) a person can act on

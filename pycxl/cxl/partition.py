@@ -92,8 +92,8 @@ def set_partition(
     fs = device_ops.host(system, sysroot)
     m = device_ops.topology(fs).find_memdev(memdev)
     device_ops.require_root(fs, "reading the device's partitioning (a mailbox command)")
-    dev_dir = device_ops.mailbox_dir(fs)
-    with Mailbox(m.name, dev_dir) as mbox:
+    what = "setting the partition"
+    with device_ops.mailbox(fs, m.name, what) as mbox:
         p = read_partitioning(mbox)
         vol = volatile_size(m.name, p, mode, size, align)
         if not dry_run:
@@ -101,7 +101,7 @@ def set_partition(
     payload = SET_PARTITION.pack(vol // CAPACITY_UNIT, 0)
 
     def send(_: Sysfs) -> None:
-        with Mailbox(m.name, dev_dir) as mb:
+        with device_ops.mailbox(fs, m.name, what) as mb:
             mb.call(SET_PARTITION_INFO, payload)
 
     step = action(f"Set Partition Info on {m.name}: {vol >> 20} MiB volatile, "

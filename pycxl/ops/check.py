@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, SysfsError
 from ..pci_link import Link
 from ..sysfs import Sysfs
 from ..system import System
@@ -128,8 +128,9 @@ def run_check(
         events: list[dict[str, Any]] | Finding = read_event_log(event_log)
     elif event_log is None and os.path.exists(fs.path(DEFAULT_EVENT_LOG)):
         try:
+            fs.check_in_tree(DEFAULT_EVENT_LOG)  # a tree's log is its own, never this host's
             events = read_event_log(fs.path(DEFAULT_EVENT_LOG))
-        except InvalidRequestError as e:
+        except (InvalidRequestError, SysfsError) as e:
             events = Finding("warning", "events", "host", str(e),
                              "check what writes there (pycxl monitor --log)")  # fmt: skip
     else:  # '' turns the log off

@@ -42,6 +42,7 @@ def device_findings(
             ],
         )
     # the mailbox and poison code load only where they can be asked (root)
+    from ..cxl.device_ops import device_numbers
     from ..cxl.health import read_health
     from ..cxl.mailbox import Unsupported
     from ..cxl.poison import read_poison
@@ -51,7 +52,7 @@ def device_findings(
     for m in memdevs:
         labels = memdev_labels(m)
         try:
-            h = read_health(m.name, dev_dir)
+            h = read_health(m.name, dev_dir, device_numbers(fs, m.name))
         except (OperationError, NeedsRootError) as e:  # this device; the others go on
             out.append(
                 Finding(

@@ -91,5 +91,6 @@ def test_find_memdev_by_name_serial_host(trees: Path) -> None:
 
 
 def test_no_cxl_bus(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "devices").mkdir(parents=True)  # a sysfs tree without /sys/bus/cxl
     t = read_topology(Sysfs(tmp_path))
     assert not t.present and t.memdevs == ()

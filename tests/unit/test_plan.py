@@ -12,6 +12,7 @@ from pycxl.sysfs import Sysfs
 
 
 def _tree(tmp_path: Path) -> Sysfs:
+    (tmp_path / "sys" / "devices").mkdir(parents=True)  # what makes it a sysfs tree
     for name in ("a", "b", "c"):
         (tmp_path / name).write_text("0")
     return Sysfs(tmp_path)

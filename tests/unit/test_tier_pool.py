@@ -73,7 +73,7 @@ def test_how_pools_make_memory_is_checked_before_any_driver(
 
 
 def test_a_recorded_tree_gets_no_pool(trees: object) -> None:
-    tree = snapshot(sysroot=f"{trees}/two-dev", gpus=False)
+    tree = snapshot(sysroot=f"{trees}/two-dev/fresh", gpus=False)
     with pytest.raises(InvalidRequestError, match="recorded tree"):
         pycxl.tier_pool("cxl0", system=tree)
 
