@@ -11,6 +11,7 @@
  * (torch.optim.Adam's single-tensor step) in fp32; the loop is compiled for several
  * instruction sets and the widest one the CPU has runs. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pinned_thread.h"
+#include "thread_team.h"
 
 /* No contraction into fused multiply-adds: each operation rounds as PyTorch's do. */
 #pragma GCC push_options
@@ -46,14 +47,8 @@ struct adam_job {
 };
 
 struct adam_team {
-    int nthreads;
-    pthread_t *tids;
-    pthread_mutex_t lock;
-    pthread_cond_t go, done;
-    unsigned long generation;
-    int remaining;
-    int stop;
-    struct adam_job *job;
+    struct thread_team team;
+    struct adam_job *job; /* the step running, set before the team starts it */
     atomic_size_t next;
 };
 
@@ -180,8 +175,11 @@ static void adam_run(const struct adam_job *j, size_t lo, size_t hi)
         adam_range_any(j, lo, hi);
 }
 
-static void adam_chunks(struct adam_team *t, const struct adam_job *j)
+static void adam_chunks(void *arg, int index)
 {
+    struct adam_team *t = arg;
+    const struct adam_job *j = t->job;
+    (void)index; /* threads are told apart by the chunks they claim */
     for (;;) {
         size_t lo = atomic_fetch_add(&t->next, ADAM_CHUNK);
         if (lo >= j->n)
@@ -191,31 +189,6 @@ static void adam_chunks(struct adam_team *t, const struct adam_job *j)
     }
 }
 
-static void *adam_worker(void *arg)
-{
-    struct adam_team *t = arg;
-    unsigned long seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&t->lock);
-        while (t->generation == seen && !t->stop)
-            pthread_cond_wait(&t->go, &t->lock);
-        if (t->stop) {
-            pthread_mutex_unlock(&t->lock);
-            return NULL;
-        }
-        seen = t->generation;
-        struct adam_job *j = t->job;
-        pthread_mutex_unlock(&t->lock);
-        adam_chunks(t, j);
-        pthread_mutex_lock(&t->lock);
-        if (--t->remaining == 0)
-            pthread_cond_signal(&t->done);
-        pthread_mutex_unlock(&t->lock);
-    }
-}
-
-void adam_team_end(void *team);
-
 /* A team of nthreads threads, one pinned to each of cpus; NULL with *err set (an errno
  * value) when a thread cannot start. */
 void *adam_team_start(int nthreads, const int *cpus, int *err)
@@ -223,45 +196,21 @@ void *adam_team_start(int nthreads, const int *cpus, int *err)
     struct adam_team *t = calloc(1, sizeof(*t));
     if (t == NULL || nthreads < 1) {
         free(t);
-        *err = 12; /* ENOMEM */
+        *err = ENOMEM;
         return NULL;
     }
-    t->tids = calloc((size_t)nthreads, sizeof(pthread_t));
-    if (t->tids == NULL) {
+    *err = team_start(&t->team, nthreads, cpus);
+    if (*err) {
         free(t);
-        *err = 12;
         return NULL;
     }
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->go, NULL);
-    pthread_cond_init(&t->done, NULL);
-    for (int i = 0; i < nthreads; i++) {
-        int rc = start_pinned_thread(&t->tids[i], cpus[i], adam_worker, t);
-        if (rc) {
-            t->nthreads = i;
-            adam_team_end(t);
-            *err = rc;
-            return NULL;
-        }
-        t->nthreads = i + 1;
-    }
-    *err = 0;
     return t;
 }
 
 void adam_team_end(void *team)
 {
     struct adam_team *t = team;
-    pthread_mutex_lock(&t->lock);
-    t->stop = 1;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->lock);
-    for (int i = 0; i < t->nthreads; i++)
-        pthread_join(t->tids[i], NULL);
-    pthread_mutex_destroy(&t->lock);
-    pthread_cond_destroy(&t->go);
-    pthread_cond_destroy(&t->done);
-    free(t->tids);
+    team_end(&t->team);
     free(t);
 }
 
@@ -287,16 +236,10 @@ int adam_step(void *team, size_t n, float *master, float *m, float *v, float *vm
     /* The bias corrections in double, as PyTorch computes them in Python floats */
     j.step_size = (float)(lr / (1.0 - pow(beta1, (double)step)));
     j.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
-    pthread_mutex_lock(&t->lock);
     atomic_store(&t->next, 0);
     t->job = &j;
-    t->remaining = t->nthreads;
-    t->generation++;
-    pthread_cond_broadcast(&t->go);
-    while (t->remaining > 0)
-        pthread_cond_wait(&t->done, &t->lock);
+    team_run(&t->team, adam_chunks, t);
     t->job = NULL;
-    pthread_mutex_unlock(&t->lock);
     return 0;
 }
 

@@ -15,6 +15,7 @@
  * caller cuts a long chase into calls of fewer loads.)
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -22,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pinned_thread.h"
+#include "thread_team.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define PYCXL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -240,16 +241,9 @@ int stream_has_nt(void)
 
 /* A team of pinned threads that runs STREAM kernels in batches of steps (stream_steps)
  * and sleeps between batches: the same threads for a whole run, however many calls it
- * takes. Everything but the kernel loop is under `lock`. */
+ * takes. */
 struct stream_team {
-    int nthreads, started;
-    pthread_t *tids;
-    struct stream_worker *workers;
-    pthread_mutex_t lock;
-    pthread_cond_t go, idle;
-    unsigned long generation; /* bumped for each batch */
-    int busy;                 /* threads still in the current batch */
-    int quit;
+    struct thread_team team;
     pthread_barrier_t barrier; /* around each kernel */
     /* the batch */
     const int *kernels;
@@ -265,15 +259,11 @@ struct stream_team {
     int stop;
 };
 
-struct stream_worker {
-    struct stream_team *team;
-    int index;
-};
-
-static void stream_batch(struct stream_team *j, int index)
+static void stream_batch(void *arg, int index)
 {
-    size_t lo = j->n * (size_t)index / (size_t)j->nthreads;
-    size_t hi = j->n * (size_t)(index + 1) / (size_t)j->nthreads;
+    struct stream_team *j = arg;
+    size_t lo = j->n * (size_t)index / (size_t)j->team.nthreads;
+    size_t hi = j->n * (size_t)(index + 1) / (size_t)j->team.nthreads;
     for (size_t k = j->first; k < j->first + j->nsteps; k++) {
         int kernel = j->kernels[k % (size_t)j->nkernels];
         pthread_barrier_wait(&j->barrier);
@@ -293,7 +283,7 @@ static void stream_batch(struct stream_team *j, int index)
         if (index == 0) {
             /* the kernel lasts from the first thread's start to the last one's end */
             uint64_t first = j->t_start[0], last = j->t_end[0];
-            for (int t = 1; t < j->nthreads; t++) {
+            for (int t = 1; t < j->team.nthreads; t++) {
                 if (j->t_start[t] < first) first = j->t_start[t];
                 if (j->t_end[t] > last) last = j->t_end[t];
             }
@@ -305,82 +295,26 @@ static void stream_batch(struct stream_team *j, int index)
     }
 }
 
-static void *stream_thread(void *arg)
-{
-    struct stream_worker *w = arg;
-    struct stream_team *j = w->team;
-    unsigned long seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&j->lock);
-        while (j->generation == seen && !j->quit)
-            pthread_cond_wait(&j->go, &j->lock);
-        if (j->quit) {
-            pthread_mutex_unlock(&j->lock);
-            return NULL;
-        }
-        seen = j->generation;
-        pthread_mutex_unlock(&j->lock);
-        stream_batch(j, w->index);
-        pthread_mutex_lock(&j->lock);
-        if (--j->busy == 0)
-            pthread_cond_signal(&j->idle);
-        pthread_mutex_unlock(&j->lock);
-    }
-}
-
-static void stream_team_free(struct stream_team *j)
-{
-    pthread_mutex_lock(&j->lock);
-    j->quit = 1;
-    pthread_cond_broadcast(&j->go);
-    pthread_mutex_unlock(&j->lock);
-    for (int i = 0; i < j->started; i++)
-        pthread_join(j->tids[i], NULL);
-    pthread_barrier_destroy(&j->barrier);
-    pthread_mutex_destroy(&j->lock);
-    pthread_cond_destroy(&j->go);
-    pthread_cond_destroy(&j->idle);
-    free(j->tids);
-    free(j->workers);
-    free(j->t_start);
-    free(j->t_end);
-    free(j);
-}
-
 /* nthreads threads, thread i pinned to cpus[i], asleep until stream_steps; NULL with an
  * errno value in *err when they cannot all start (none is left running). */
 void *stream_start(int nthreads, const int *cpus, int *err)
 {
     struct stream_team *j = calloc(1, sizeof *j);
     if (!j) {
-        *err = 12; /* ENOMEM */
+        *err = ENOMEM;
         return NULL;
     }
-    j->nthreads = nthreads;
-    j->tids = calloc((size_t)nthreads, sizeof(pthread_t));
-    j->workers = calloc((size_t)nthreads, sizeof(struct stream_worker));
     j->t_start = calloc((size_t)nthreads, sizeof(uint64_t));
     j->t_end = calloc((size_t)nthreads, sizeof(uint64_t));
-    pthread_mutex_init(&j->lock, NULL);
-    pthread_cond_init(&j->go, NULL);
-    pthread_cond_init(&j->idle, NULL);
-    pthread_barrier_init(&j->barrier, NULL, (unsigned)nthreads);
-    if (!j->tids || !j->workers || !j->t_start || !j->t_end) {
-        stream_team_free(j);
-        *err = 12;
+    int rc = j->t_start && j->t_end ? team_start(&j->team, nthreads, cpus) : ENOMEM;
+    if (rc) {
+        free(j->t_start);
+        free(j->t_end);
+        free(j);
+        *err = rc;
         return NULL;
     }
-    for (int i = 0; i < nthreads; i++) {
-        j->workers[i].team = j;
-        j->workers[i].index = i;
-        int rc = start_pinned_thread(&j->tids[i], cpus[i], stream_thread, &j->workers[i]);
-        if (rc) {
-            stream_team_free(j); /* the started threads are asleep: they wake to quit */
-            *err = rc;
-            return NULL;
-        }
-        j->started++;
-    }
+    pthread_barrier_init(&j->barrier, NULL, (unsigned)nthreads);
     *err = 0;
     return j;
 }
@@ -395,7 +329,7 @@ size_t stream_steps(void *team, const int *kernels, int nkernels, double *a, dou
                     uint64_t budget_ns, uint64_t *times)
 {
     struct stream_team *j = team;
-    pthread_mutex_lock(&j->lock);
+    /* the threads are asleep: team_go's lock hands them the batch */
     j->kernels = kernels;
     j->nkernels = nkernels;
     j->nt = nt;
@@ -410,20 +344,19 @@ size_t stream_steps(void *team, const int *kernels, int nkernels, double *a, dou
     j->deadline = now_ns() + budget_ns;
     j->done = 0;
     j->stop = 0;
-    j->busy = j->nthreads;
-    j->generation++;
-    pthread_cond_broadcast(&j->go);
-    while (j->busy)
-        pthread_cond_wait(&j->idle, &j->lock);
-    size_t done = j->done;
-    pthread_mutex_unlock(&j->lock);
-    return done;
+    team_run(&j->team, stream_batch, j);
+    return j->done;
 }
 
 /* Stop the threads, wait for them, free the team. */
 void stream_end(void *team)
 {
-    stream_team_free(team);
+    struct stream_team *j = team;
+    team_end(&j->team);
+    pthread_barrier_destroy(&j->barrier);
+    free(j->t_start);
+    free(j->t_end);
+    free(j);
 }
 
 /* --- first touch ---------------------------------------------------------------------- */

@@ -74,7 +74,7 @@ ffibuilder.set_source(
     "\n".join(
         (HERE / name).read_text() for name in ("bench.c", "copy.c", "loaded.c", "tier.c", "adam.c")
     ),
-    include_dirs=[str(HERE)],  # pinned_thread.h
+    include_dirs=[str(HERE)],  # pinned_thread.h, thread_team.h
     extra_compile_args=["-O3", "-fno-strict-aliasing", "-fno-math-errno", "-pthread"],
     extra_link_args=["-pthread", "-ldl"],
 )

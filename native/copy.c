@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pinned_thread.h"
+#include "thread_team.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -49,13 +49,7 @@ static void copy_nt(char *dst, const char *src, size_t n)
 #endif
 
 struct copy_pool {
-    int nthreads;
-    pthread_t *tids;
-    pthread_mutex_t lock;
-    pthread_cond_t go, done;
-    unsigned long generation; /* bumped for each stream */
-    int remaining;            /* workers still in the current stream */
-    int stop;
+    struct thread_team team; /* runs one stream at a time */
     struct copy_stream *stream; /* set while a stream runs, else NULL */
 };
 
@@ -77,7 +71,8 @@ struct copy_stream {
     atomic_size_t opened; /* chunks below this may be copied */
     atomic_int aborted;
     atomic_size_t *done;  /* slices finished, per chunk */
-    int sleepers;         /* threads asleep on `gate`, under the pool's lock */
+    pthread_mutex_t lock; /* over the sleeps on `gate` and `chunk_done` */
+    int sleepers;         /* threads asleep on `gate` */
     pthread_cond_t gate, chunk_done;
 };
 
@@ -90,32 +85,34 @@ static void copy_span(char *dst, const char *src, size_t n, int nt)
 }
 
 /* Until chunk c is open (or the stream is aborted). */
-static void stream_gate(struct copy_pool *p, struct copy_stream *s, size_t c)
+static void stream_gate(struct copy_stream *s, size_t c)
 {
     for (int i = 0; i < SPINS; i++) {
         if (c < atomic_load(&s->opened) || atomic_load(&s->aborted))
             return;
         cpu_relax();
     }
-    pthread_mutex_lock(&p->lock);
+    pthread_mutex_lock(&s->lock);
     s->sleepers++;
     while (c >= atomic_load(&s->opened) && !atomic_load(&s->aborted))
-        pthread_cond_wait(&s->gate, &p->lock);
+        pthread_cond_wait(&s->gate, &s->lock);
     s->sleepers--;
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* One thread's share of a stream: slices in order until none is left. Slices are
  * claimed in order, so every slice of chunk c is claimed before any of chunk c+1 and a
  * thread waiting at a closed chunk never holds back an open one. */
-static void stream_work(struct copy_pool *p, struct copy_stream *s)
+static void stream_work(void *arg, int index)
 {
+    struct copy_stream *s = arg;
+    (void)index; /* threads are told apart by the slices they claim */
     for (;;) {
         size_t k = atomic_fetch_add(&s->next_slice, 1);
         if (k >= s->slices)
             return;
         size_t c = k / s->slices_per_chunk;
-        stream_gate(p, s, c);
+        stream_gate(s, c);
         size_t base = c * s->chunk;
         size_t len = s->size - base < s->chunk ? s->size - base : s->chunk;
         size_t lo = (k % s->slices_per_chunk) * SLICE;
@@ -129,71 +126,20 @@ static void stream_work(struct copy_pool *p, struct copy_stream *s)
                 copy_span(stage, host, n, s->nt);
         }
         if (atomic_fetch_add(&s->done[c], 1) + 1 == s->slices_per_chunk) {
-            pthread_mutex_lock(&p->lock);
+            pthread_mutex_lock(&s->lock);
             pthread_cond_broadcast(&s->chunk_done);
-            pthread_mutex_unlock(&p->lock);
+            pthread_mutex_unlock(&s->lock);
         }
     }
-}
-
-static void *copy_worker_main(void *arg)
-{
-    struct copy_pool *p = arg;
-    unsigned long seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&p->lock);
-        while (p->generation == seen && !p->stop)
-            pthread_cond_wait(&p->go, &p->lock);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->lock);
-            return NULL;
-        }
-        seen = p->generation;
-        struct copy_stream *stream = p->stream;
-        pthread_mutex_unlock(&p->lock);
-        stream_work(p, stream);
-        pthread_mutex_lock(&p->lock);
-        if (--p->remaining == 0)
-            pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->lock);
-    }
-}
-
-static void copy_pool_stop(struct copy_pool *p, int started)
-{
-    pthread_mutex_lock(&p->lock);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < started; i++)
-        pthread_join(p->tids[i], NULL);
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->go);
-    pthread_cond_destroy(&p->done);
-    free(p->tids);
-    free(p);
 }
 
 /* nthreads threads, thread i pinned to cpus[i]; NULL when threads cannot be made. */
 void *copy_pool_create(int nthreads, const int *cpus)
 {
     struct copy_pool *p = calloc(1, sizeof *p);
-    if (!p)
+    if (p && team_start(&p->team, nthreads, cpus)) {
+        free(p);
         return NULL;
-    p->nthreads = nthreads;
-    p->tids = calloc((size_t)nthreads, sizeof(pthread_t));
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->go, NULL);
-    pthread_cond_init(&p->done, NULL);
-    if (!p->tids) {
-        copy_pool_stop(p, 0);
-        return NULL;
-    }
-    for (int i = 0; i < nthreads; i++) {
-        if (start_pinned_thread(&p->tids[i], cpus[i], copy_worker_main, p)) {
-            copy_pool_stop(p, i);
-            return NULL;
-        }
     }
     return p;
 }
@@ -201,7 +147,8 @@ void *copy_pool_create(int nthreads, const int *cpus)
 void copy_pool_destroy(void *pool)
 {
     struct copy_pool *p = pool;
-    copy_pool_stop(p, p->nthreads);
+    team_end(&p->team);
+    free(p);
 }
 
 /* Start a stream of `size` bytes between `host` and `depth` staging buffers of `chunk`
@@ -237,14 +184,11 @@ int copy_stream_start(void *pool, char *host, char *const *bufs, int depth, size
     atomic_init(&s->next_slice, 0);
     atomic_init(&s->opened, open);
     atomic_init(&s->aborted, 0);
+    pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->gate, NULL);
     pthread_cond_init(&s->chunk_done, NULL);
-    pthread_mutex_lock(&p->lock);
     p->stream = s;
-    p->remaining = p->nthreads;
-    p->generation++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->lock);
+    team_go(&p->team, stream_work, s);
     return 0;
 }
 
@@ -254,10 +198,10 @@ void copy_stream_open(void *pool, size_t chunks)
     struct copy_pool *p = pool;
     struct copy_stream *s = p->stream;
     atomic_store(&s->opened, chunks);
-    pthread_mutex_lock(&p->lock);
+    pthread_mutex_lock(&s->lock);
     if (s->sleepers)
         pthread_cond_broadcast(&s->gate);
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Until every slice of chunk c is copied. */
@@ -270,10 +214,10 @@ void copy_stream_wait(void *pool, size_t c)
             return;
         cpu_relax();
     }
-    pthread_mutex_lock(&p->lock);
+    pthread_mutex_lock(&s->lock);
     while (atomic_load(&s->done[c]) != s->slices_per_chunk)
-        pthread_cond_wait(&s->chunk_done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+        pthread_cond_wait(&s->chunk_done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* End the stream: after every chunk was opened, wait for the threads to finish them;
@@ -282,15 +226,15 @@ void copy_stream_end(void *pool, int abort)
 {
     struct copy_pool *p = pool;
     struct copy_stream *s = p->stream;
-    pthread_mutex_lock(&p->lock);
     if (abort) {
         atomic_store(&s->aborted, 1);
+        pthread_mutex_lock(&s->lock);
         pthread_cond_broadcast(&s->gate);
+        pthread_mutex_unlock(&s->lock);
     }
-    while (p->remaining)
-        pthread_cond_wait(&p->done, &p->lock);
+    team_wait(&p->team);
     p->stream = NULL;
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->gate);
     pthread_cond_destroy(&s->chunk_done);
     free((void *)s->bufs);

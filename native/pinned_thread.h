@@ -1,6 +1,6 @@
 /* Threads pinned to one CPU from their first instruction (the affinity is set in the
- * attributes, not after the start), shared by the STREAM workers, the copy pool and
- * the load threads; and the pause they spin with. */
+ * attributes, not after the start), shared by the thread team (thread_team.h) and the
+ * load threads; and the pause they spin with. */
 #ifndef PYCXL_PINNED_THREAD_H
 #define PYCXL_PINNED_THREAD_H
 #ifndef _GNU_SOURCE
