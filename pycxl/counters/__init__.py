@@ -1,5 +1,5 @@
 """Live counters of memory traffic, one module per source, each behind the same few
-names (as psutil's per-platform backends): ``open_readers`` in a source's module returns
+names (as psutil's per-platform backends): ``open_reader`` in a source's module returns
 ``Reader`` objects, whose ``read()`` gives a ``Reading``: counts that only grow
 (differences of two readings are the traffic between them), figures a source can only
 give as rates, and, for each figure a host lacks, ``Missing``: the reason in words,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..cxl.sanitize import SANITIZING, security_state
 from ..pci import nvidia_gpus
 from ..sysfs import Sysfs
 from ..system import System
@@ -49,8 +50,7 @@ def operation_findings(fs: Sysfs, m: Memdev) -> list[Finding]:
     """What device operations left running on ``m``: a sanitize, a firmware update."""
     labels = memdev_labels(m)
     out = []
-    state = fs.read(f"/sys/bus/cxl/devices/{m.name}/security/state")
-    if state == "sanitize":
+    if security_state(fs, m.name) == SANITIZING:
         out.append(Finding("warning", "sanitize", m.name,
                            f"{m.name} is being sanitized: its media is unusable until it ends",
                            f"pycxl memdev wait-sanitize {m.name}", labels))  # fmt: skip
