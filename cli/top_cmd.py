@@ -3,15 +3,15 @@ and logs, a refreshing table on a terminal, or JSON."""
 
 from __future__ import annotations
 
-import signal
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
+from . import signals
 from .params import COUNT, SECONDS, OutputFileType, PidType
 from .render import emit_json_line, table
 
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 
 MB = 1e6  # dmon and pcm-memory print MB/s of 10^6 bytes
 HEADER_EVERY = 20  # reports between repeated headers in the line format, as dmon does
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 @click.command("top", context_settings={"allow_interspersed_args": False})
@@ -66,18 +62,19 @@ def top_command(delay: float, count: int | None, once: bool, pid: int | None, ba
             raise InvalidRequestError(f"--once is one report; -c {count} asks for {count}")
         count = 1
     child = _start(command) if command else None
-    signal.signal(signal.SIGTERM, _stop)
-    show = _shower(as_json, batch or child is not None or not sys.stdout.isatty())
-    try:
-        # a command run ends the reports: top() ends after the one that shows it ended
-        # (unreaped till child.wait() below, a zombie), never after one showing it running
-        _run(delay, count, child.pid if child else pid, show, textfile)
-    except KeyboardInterrupt:
-        pass  # the way to stop top (a command run had the same Ctrl-C: it is waited for)
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (| head): stop quietly
-    if child is not None:
-        raise click.exceptions.Exit(_status(child.wait()))
+    show = _shower(as_json, batch or child is not None or not _can_redraw())
+    if child is None:
+        _run(delay, count, pid, show, textfile)  # a signal ends it (cli/signals.py)
+        return
+    # the signals that would end top go to the command, which top watches till it ends
+    with signals.forwarded(lambda signum: _send(child, signum)):
+        try:
+            # a command run ends the reports: top() ends after the one that shows it
+            # ended (unreaped till child.wait() below, a zombie)
+            _run(delay, count, child.pid, show, textfile)
+        finally:  # whatever ended the reports (an error, a reader gone), the command ends first
+            returncode = child.wait()
+    raise click.exceptions.Exit(_status(returncode))
 
 
 def _run(delay: float, count: int | None, pid: int | None, show: Callable[[TopReport], None],
@@ -100,9 +97,37 @@ def _start(command: Sequence[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(list(command))
 
 
+def _send(child: subprocess.Popen[bytes], signum: int) -> None:
+    """A signal for top, sent on to its command; not the keyboard's, which the terminal
+    gave the command too (it is in top's process group). The command is reaped only by
+    child.wait(), so its PID is still its own."""
+    if not signals.from_keyboard(signum):
+        os.kill(child.pid, signum)
+
+
 def _status(returncode: int) -> int:
-    """The command's exit status as a shell reports it (128 + the signal that ended it)."""
-    return 128 - returncode if returncode < 0 else returncode
+    """The command's exit status; one a signal ended ends top by that signal too (a shell
+    reports 128 + the signal either way)."""
+    return signals.end_by(-returncode) if returncode < 0 else returncode
+
+
+def _can_redraw() -> bool:
+    """Whether standard output is a terminal that can be cleared and redrawn: not a dumb
+    one, nor one TERM does not name (top and watch print report after report there)."""
+    if not sys.stdout.isatty():
+        return False
+    term = os.environ.get("TERM", "")
+    if term in ("", "dumb"):
+        return False
+    try:
+        import curses
+    except ImportError:  # no terminal database to ask: a terminal TERM names redraws
+        return True
+    try:
+        curses.setupterm(term, sys.stdout.fileno())
+    except curses.error:  # a terminal the database does not know
+        return False
+    return curses.tigetstr("clear") is not None
 
 
 def _shower(as_json: bool, lines: bool) -> Callable[[TopReport], None]:
