@@ -19,7 +19,7 @@ from pycxl import __version__
 from pycxl.errors import PycxlError
 
 from . import signals
-from .exit_codes import FAILED, INTERNAL, INTERRUPTED, USAGE, exit_code_for
+from .exit_codes import FAILED, INTERNAL, USAGE, exit_code_for
 from .signals import Terminated
 
 _verbose = False
@@ -151,12 +151,8 @@ def _dispatch(args: list[str]) -> int:
         if e.ctx is not None:
             click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
         return USAGE
-    except click.exceptions.Abort:
-        click.echo("pycxl: interrupted", err=True)
-        return INTERRUPTED
-    except KeyboardInterrupt:
-        click.echo("pycxl: interrupted", err=True)
-        return INTERRUPTED
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Python's own Ctrl-C (spill's program)
+        return _signalled(signal.SIGINT)
     except click.ClickException as e:
         click.echo(f"pycxl: error: {e.format_message()}", err=True)
         return e.exit_code or FAILED
