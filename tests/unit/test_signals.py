@@ -5,6 +5,7 @@ as SIGPIPE ends ndctl's cxl list (141, nothing said)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -150,6 +151,57 @@ def test_top_without_a_command_ends_by_the_signal() -> None:
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)
     assert p.returncode == -signal.SIGTERM and err == b"", err
+
+
+COUNTS_SIGINT = """
+import pathlib, signal, sys, time
+got = []
+signal.signal(signal.SIGINT, lambda *_: got.append(1))
+out = pathlib.Path(sys.argv[1])
+out.write_text("ready")
+while not got:
+    time.sleep(0.01)
+time.sleep(0.5)  # a SIGINT sent again would come within this
+out.write_text(str(len(got)))
+"""
+
+
+def test_ctrl_c_at_the_terminal_reaches_the_command_once(tmp_path: Path) -> None:
+    """The terminal gives Ctrl-C to its whole foreground process group, top and its
+    command: top does not send it again."""
+    import fcntl
+    import termios
+
+    def own_terminal() -> None:  # after setsid: the pseudo-terminal on stdin becomes ours
+        _default_signals()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    count = tmp_path / "count"
+    master, slave = pty.openpty()
+    p = subprocess.Popen([*PYCXL, "top", "-b", "-d", "0.2", "--", sys.executable, "-c",
+                          COUNTS_SIGINT, str(count)], cwd=ROOT, stdin=slave, stdout=slave,
+                         stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=own_terminal)  # fmt: skip
+    os.close(slave)
+    try:
+        began = time.monotonic()
+        while not count.exists() and time.monotonic() - began < 60:
+            _drain(master)
+        os.write(master, b"\x03")  # Ctrl-C
+        while p.poll() is None and time.monotonic() - began < 60:
+            _drain(master)
+        _, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    assert (p.returncode, count.read_text()) == (0, "1"), err
+
+
+def _drain(master: int) -> None:
+    if select.select([master], [], [], 0.05)[0]:
+        with contextlib.suppress(OSError):
+            os.read(master, 65536)
 
 
 # --- a reader that goes away ---------------------------------------------------------------
