@@ -98,6 +98,47 @@ def test_monitor_ended_by_a_signal_leaves_tracing_as_it_was(sig: signal.Signals)
     assert (said == "pycxl: interrupted") == (sig == signal.SIGINT), r["err"]
 
 
+TRACE_SETUP_SIGNALLED = """
+import os, signal, subprocess
+from pycxl import trace
+def tracefs():
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f if line.split()[2] == "tracefs"]
+for path in tracefs():
+    subprocess.run(["umount", path], check=True)
+class Stop(BaseException):
+    pass
+def stop(signum, frame):
+    raise Stop
+signal.signal(signal.SIGTERM, stop)
+mount = trace._mount_tracefs
+def mount_then_signalled(fs):
+    path = mount(fs)
+    os.kill(os.getpid(), signal.SIGTERM)  # the moment after the mount
+    return path
+trace._mount_tracefs = mount_then_signalled
+try:
+    trace.TraceInstance(["cxl/cxl_poison"])
+    print("no signal")
+except Stop:
+    print("signalled", tracefs())
+trace._mount_tracefs = mount
+trace.TraceInstance(["cxl/cxl_poison"])  # dropped unclosed
+print("dropped", tracefs())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="mounts tracefs: needs root and unshare")  # fmt: skip
+def test_a_signal_while_the_trace_instance_is_made_leaves_nothing_mounted() -> None:
+    if not Path("/sys/kernel/tracing").is_dir():
+        pytest.skip("this kernel has no tracefs mount point")
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
+                        TRACE_SETUP_SIGNALLED], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, check=False)  # fmt: skip
+    assert p.stdout == "signalled []\ndropped []\n", p.stderr
+
+
 # --- top -- COMMAND: the signal goes to the command, top ends with it --------------------
 def _top_with(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
     """pycxl top running ``command``, once it runs: top and the command's PID."""
