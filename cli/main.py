@@ -231,7 +231,8 @@ def run() -> NoReturn:
     object the imports made (about 6 ms of ``pycxl list`` on a small machine, 15 ms on a GPU
     host whose site-packages load at start; docs/benchmarks.md). atexit
     handlers, the wait for threads and the flushing of streams still happen, and the
-    process's memory goes back to the system as ever."""
+    process's memory goes back to the system as ever. A signal, or a reader gone, ends
+    it by that signal instead, once main() has cleaned up (cli/signals.py)."""
     if _command(sys.argv[1:]) not in _SIGNALS_NOT_OURS:
         signals.install()  # for the process's life: a signal after main() is kept, ended by below
     rc = main()
