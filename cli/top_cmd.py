@@ -61,13 +61,14 @@ def top_command(delay: float, count: int | None, once: bool, pid: int | None, ba
         if count not in (None, 1):
             raise InvalidRequestError(f"--once is one report; -c {count} asks for {count}")
         count = 1
-    child = _start(command) if command else None
-    show = _shower(as_json, batch or child is not None or not _can_redraw())
-    if child is None:
+    show = _shower(as_json, batch or bool(command) or not _can_redraw())
+    if not command:
         _run(delay, count, pid, show, textfile)  # a signal ends it (cli/signals.py)
         return
     # the signals that would end top go to the command, which top watches till it ends
-    with signals.forwarded(lambda signum: _send(child, signum)):
+    forward = _Forward()
+    with signals.forwarded(forward):
+        child = forward.start(command)
         try:
             # a command run ends the reports: top() ends after the one that shows it
             # ended (unreaped till child.wait() below, a zombie)
@@ -90,19 +91,32 @@ def _run(delay: float, count: int | None, pid: int | None, show: Callable[[TopRe
         show(report)
 
 
-def _start(command: Sequence[str]) -> subprocess.Popen[bytes]:
-    from pycxl.numa.launch import find_command
+class _Forward:
+    """Signals for top, sent on to its command (one that comes while it starts, once it
+    runs); not the keyboard's, which the terminal gave the command too (it is in top's
+    process group). The command is reaped only by child.wait(), so its PID is its own."""
 
-    find_command(command)  # a typo is an error before anything runs
-    return subprocess.Popen(list(command))
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.held: list[int] = []
 
+    def __call__(self, signum: int) -> None:
+        if signals.from_keyboard(signum):
+            return
+        if self.pid is None:
+            self.held.append(signum)
+        else:
+            os.kill(self.pid, signum)
 
-def _send(child: subprocess.Popen[bytes], signum: int) -> None:
-    """A signal for top, sent on to its command; not the keyboard's, which the terminal
-    gave the command too (it is in top's process group). The command is reaped only by
-    child.wait(), so its PID is still its own."""
-    if not signals.from_keyboard(signum):
-        os.kill(child.pid, signum)
+    def start(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
+        from pycxl.numa.launch import find_command
+
+        find_command(command)  # a typo is an error before anything runs
+        child = subprocess.Popen(list(command))
+        self.pid = child.pid
+        for signum in self.held:
+            os.kill(child.pid, signum)
+        return child
 
 
 def _status(returncode: int) -> int:
