@@ -21,7 +21,6 @@ NOT_FOUND = 5  # a named target or object does not exist
 CHECK_WARNING = 6  # pycxl check: warnings, no failure
 CHECK_FAILURE = 7  # pycxl check: at least one failure
 INTERNAL = 70  # a bug in pycxl (sysexits' EX_SOFTWARE)
-INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 NOT_EXECUTABLE = 126  # pycxl run: the command cannot be executed (as a shell says)
 COMMAND_NOT_FOUND = 127  # pycxl run: no such command (as a shell says)
 

@@ -1,5 +1,6 @@
 """Entry point: the click group, logging to stderr, and every error to one line and an
-exit code (usage errors, pycxl's errors, and bugs alike)."""
+exit code (usage errors, pycxl's errors, and bugs alike); a signal or a reader gone
+ends pycxl as that signal does (cli/signals.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import contextlib
 import gc
 import importlib
 import os
+import signal
 import sys
-from typing import NoReturn
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import click
 
 from pycxl import __version__
 from pycxl.errors import PycxlError
 
-from .exit_codes import FAILED, INTERNAL, INTERRUPTED, USAGE, exit_code_for
+from . import signals
+from .exit_codes import FAILED, INTERNAL, USAGE, exit_code_for
+from .signals import Terminated
 
 _verbose = False
 _stdout_failed = False
@@ -43,7 +48,38 @@ COMMANDS = {
 }
 
 
+class _PipeBroke(BaseException):
+    """A BrokenPipeError carried past click, which would end pycxl with status 1 and
+    nothing said (it takes EPIPE for itself, even outside its standalone mode)."""
+
+    def __init__(self, error: BrokenPipeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def _past_click() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError as e:
+        raise _PipeBroke(e) from e
+
+
 class LazyGroup(click.Group):
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _past_click():  # --help and --version print here
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _past_click():
+            return super().invoke(ctx)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -59,6 +95,8 @@ class LazyGroup(click.Group):
 # Commands whose own output is not pycxl's: run becomes the command it starts, which
 # meets its standard output itself (as under numactl).
 _STDOUT_NOT_OURS = frozenset({"run", "spill"})
+# spill runs a Python program in this interpreter: signals stay as Python has them for it
+_SIGNALS_NOT_OURS = frozenset({"spill"})
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,9 +116,28 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     # A closed standard output (>&-) is found before anything runs (--help and --version
     # too): click drops what it cannot write, so a command would work and say nothing.
-    command = next((a for a in args if not a.startswith("-")), None)
+    command = _command(args)
     if sys.stdout is None and command not in _STDOUT_NOT_OURS:
         return _write_error("Bad file descriptor (standard output is closed)")
+    restore = signals.install() if command not in _SIGNALS_NOT_OURS else lambda: None
+    try:
+        with signals.raising():
+            return _dispatch(args)
+    except Terminated as e:
+        return _signalled(e.signum)
+    except _PipeBroke as e:
+        return _broken_pipe(e.error)
+    except BrokenPipeError as e:  # met while saying what failed
+        return _broken_pipe(e)
+    finally:
+        restore()
+
+
+def _command(args: list[str]) -> str | None:
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _dispatch(args: list[str]) -> int:
     try:
         rc = cli.main(args=args, prog_name="pycxl", standalone_mode=False)
     except PycxlError as e:
@@ -94,19 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         if e.ctx is not None:
             click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
         return USAGE
-    except click.exceptions.Abort:
-        click.echo("pycxl: interrupted", err=True)
-        return INTERRUPTED
-    except KeyboardInterrupt:
-        click.echo("pycxl: interrupted", err=True)
-        return INTERRUPTED
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Python's own Ctrl-C (spill's program)
+        return _signalled(signal.SIGINT)
     except click.ClickException as e:
         click.echo(f"pycxl: error: {e.format_message()}", err=True)
         return e.exit_code or FAILED
     except click.exceptions.Exit as e:
         return e.exit_code
-    except BrokenPipeError:
-        return FAILED  # the reader went away (pycxl list | head): nothing to say
     except OSError as e:
         if not _writing_stdout(e):
             return _internal_error(e)
@@ -114,6 +165,22 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         return _internal_error(e)
     return rc if isinstance(rc, int) else 0
+
+
+def _signalled(signum: int) -> int:
+    """A signal ended the command, after its clean-up: pycxl ends by it (Ctrl-C says so)."""
+    if signum == signal.SIGINT:
+        with contextlib.suppress(OSError):
+            click.echo("pycxl: interrupted", err=True)
+    return signals.end_by(signum)
+
+
+def _broken_pipe(e: BrokenPipeError) -> int:
+    """The reader of standard output went away (pycxl list | head): pycxl ends as SIGPIPE
+    ends ndctl's cxl list, saying nothing; a pipe of its own that broke is a bug."""
+    if signals.reader_gone():
+        return signals.end_by(signal.SIGPIPE)
+    return _internal_error(e)
 
 
 def _internal_error(e: BaseException) -> int:
@@ -164,17 +231,28 @@ def run() -> NoReturn:
     object the imports made (about 6 ms of ``pycxl list`` on a small machine, 15 ms on a GPU
     host whose site-packages load at start; docs/benchmarks.md). atexit
     handlers, the wait for threads and the flushing of streams still happen, and the
-    process's memory goes back to the system as ever."""
+    process's memory goes back to the system as ever. A signal, or a reader gone, ends
+    it by that signal instead, once main() has cleaned up (cli/signals.py)."""
+    if _command(sys.argv[1:]) not in _SIGNALS_NOT_OURS:
+        signals.install()  # for the process's life: a signal after main() is kept, ended by below
     rc = main()
     gc.freeze()
     try:  # what is still buffered meets a full disk here, not in the interpreter's exit
-        if sys.stdout is not None:
+        if sys.stdout is not None and signals.ending() != signal.SIGPIPE:
             sys.stdout.flush()
+    except BrokenPipeError:
+        if signals.reader_gone():
+            signals.end_by(signal.SIGPIPE)
+        elif not _stdout_failed:
+            rc = _write_error("Broken pipe")
     except OSError as e:
-        if not _stdout_failed:
+        if not _stdout_failed and signals.ending() is None:
             rc = _write_error(e.strerror or str(e))
-    if _stdout_failed:
+    signum = signals.ending()
+    if _stdout_failed or signum is not None:
         _discard_stdout()
+    if signum is not None:
+        signals.die(signum)
     sys.exit(rc)
 
 

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import sys
 from collections.abc import Sequence
 from contextlib import closing
-from types import FrameType
 
 import click
 
 from .params import COUNT, SECONDS, OutputFileType
 from .render import emit_json_line
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # unwinds the stream: the trace instance is removed
 
 
 @click.command("monitor")
@@ -29,23 +22,18 @@ def monitor_command(count: int | None, duration: float | None, log: str | None) 
 
     The kernel's CXL trace events (general media, DRAM, memory module, poison, AER)
     with the memdev, region, NUMA node and tier each concerns, and hotplug of CXL
-    devices, regions, dax devices and memory blocks. Needs root (tracefs). Stops
-    cleanly on Ctrl-C or SIGTERM, leaving tracing as it was.
+    devices, regions, dax devices and memory blocks. Needs root (tracefs). Ctrl-C,
+    SIGTERM or any signal that ends a program stops it, leaving tracing as it was.
     """
     from pycxl.ops.monitor import append_log, monitor
 
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        stream = monitor(count=count, duration=duration, on_ready=_ready)
-        with closing(stream) as events:
-            for record in events:
-                if log:
-                    append_log(log, record)
-                emit_json_line(record)
-    except KeyboardInterrupt:
-        pass  # the way to stop a monitor; not an error
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (| head): stop quietly
+    # a signal (cli/signals.py) or a reader gone unwinds the stream: the trace instance
+    # is removed, and tracefs unmounted if the monitor mounted it
+    with closing(monitor(count=count, duration=duration, on_ready=_ready)) as events:
+        for record in events:
+            if log:
+                append_log(log, record)
+            emit_json_line(record)
 
 
 def _ready(missing: Sequence[str]) -> None:

@@ -3,15 +3,15 @@ and logs, a refreshing table on a terminal, or JSON."""
 
 from __future__ import annotations
 
-import signal
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
+from . import signals
 from .params import COUNT, SECONDS, OutputFileType, PidType
 from .render import emit_json_line, table
 
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 
 MB = 1e6  # dmon and pcm-memory print MB/s of 10^6 bytes
 HEADER_EVERY = 20  # reports between repeated headers in the line format, as dmon does
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 @click.command("top", context_settings={"allow_interspersed_args": False})
@@ -65,19 +61,21 @@ def top_command(delay: float, count: int | None, once: bool, pid: int | None, ba
         if count not in (None, 1):
             raise InvalidRequestError(f"--once is one report; -c {count} asks for {count}")
         count = 1
-    child = _start(command) if command else None
-    signal.signal(signal.SIGTERM, _stop)
-    show = _shower(as_json, batch or child is not None or not sys.stdout.isatty())
-    try:
-        # a command run ends the reports: top() ends after the one that shows it ended
-        # (unreaped till child.wait() below, a zombie), never after one showing it running
-        _run(delay, count, child.pid if child else pid, show, textfile)
-    except KeyboardInterrupt:
-        pass  # the way to stop top (a command run had the same Ctrl-C: it is waited for)
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (| head): stop quietly
-    if child is not None:
-        raise click.exceptions.Exit(_status(child.wait()))
+    show = _shower(as_json, batch or bool(command) or not _can_redraw())
+    if not command:
+        _run(delay, count, pid, show, textfile)  # a signal ends it (cli/signals.py)
+        return
+    # the signals that would end top go to the command, which top watches till it ends
+    forward = _Forward()
+    with signals.forwarded(forward):
+        child = forward.start(command)
+        try:
+            # a command run ends the reports: top() ends after the one that shows it
+            # ended (unreaped till child.wait() below, a zombie)
+            _run(delay, count, child.pid, show, textfile)
+        finally:  # whatever ended the reports (an error, a reader gone), the command ends first
+            returncode = child.wait()
+    raise click.exceptions.Exit(_status(returncode))
 
 
 def _run(delay: float, count: int | None, pid: int | None, show: Callable[[TopReport], None],
@@ -93,16 +91,57 @@ def _run(delay: float, count: int | None, pid: int | None, show: Callable[[TopRe
         show(report)
 
 
-def _start(command: Sequence[str]) -> subprocess.Popen[bytes]:
-    from pycxl.numa.launch import find_command
+class _Forward:
+    """Signals for top, sent on to its command (one that comes while it starts, once it
+    runs); not the keyboard's, which the terminal gave the command too (it is in top's
+    process group). The command is reaped only by child.wait(), so its PID is its own."""
 
-    find_command(command)  # a typo is an error before anything runs
-    return subprocess.Popen(list(command))
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.held: list[int] = []
+
+    def __call__(self, signum: int) -> None:
+        if signals.from_keyboard(signum):
+            return
+        if self.pid is None:
+            self.held.append(signum)
+        else:
+            os.kill(self.pid, signum)
+
+    def start(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
+        from pycxl.numa.launch import find_command
+
+        find_command(command)  # a typo is an error before anything runs
+        child = subprocess.Popen(list(command))
+        self.pid = child.pid
+        for signum in self.held:
+            os.kill(child.pid, signum)
+        return child
 
 
 def _status(returncode: int) -> int:
-    """The command's exit status as a shell reports it (128 + the signal that ended it)."""
-    return 128 - returncode if returncode < 0 else returncode
+    """The command's exit status; one a signal ended ends top by that signal too (a shell
+    reports 128 + the signal either way)."""
+    return signals.end_by(-returncode) if returncode < 0 else returncode
+
+
+def _can_redraw() -> bool:
+    """Whether standard output is a terminal that can be cleared and redrawn: not a dumb
+    one, nor one TERM does not name (top and watch print report after report there)."""
+    if not sys.stdout.isatty():
+        return False
+    term = os.environ.get("TERM", "")
+    if term in ("", "dumb"):
+        return False
+    try:
+        import curses
+    except ImportError:  # no terminal database to ask: a terminal TERM names redraws
+        return True
+    try:
+        curses.setupterm(term, sys.stdout.fileno())
+    except curses.error:  # a terminal the database does not know
+        return False
+    return curses.tigetstr("clear") is not None
 
 
 def _shower(as_json: bool, lines: bool) -> Callable[[TopReport], None]:

@@ -17,6 +17,7 @@ import itertools
 import os
 import re
 import select
+import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ _LINE = re.compile(
 )
 _FIELD = re.compile(r"(\w+)=('(?:[^']*)'|\"(?:[^\"]*)\"|\S*)")
 _counter = itertools.count()
+# signals that come from outside the process (not a fault of the code running)
+_ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV,
+                                           signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                                           signal.SIGTRAP, signal.SIGSYS}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -98,34 +103,49 @@ class TraceInstance:
 
     def __init__(self, events: Iterable[str], fs: Sysfs | None = None) -> None:
         self.fs = fs or Sysfs()
-        base = find_tracefs(self.fs)
         self.mounted: str | None = None  # the tracefs this instance mounted, if any
-        if base is None:
-            base = self.mounted = _mount_tracefs(self.fs)
-        self.path = f"{base}/instances/pycxl-{os.getpid()}-{next(_counter)}"
-        try:
-            os.mkdir(self.fs.path(self.path))
-        except OSError as e:
-            self._unmount()
-            if isinstance(e, PermissionError):
-                raise NeedsRootError("reading the kernel's trace events needs root") from None
-            raise OperationError(f"cannot make trace instance {self.path}: {e.strerror}") from e
+        self.path = ""  # the instance, once made
         self.enabled: list[str] = []
         self.missing: list[str] = []
         self._fd = -1
         self._pending = b""
+        # Signals wait while the mount and the instance are made and noted, so that one
+        # (Ctrl-C, SIGTERM) cannot leave them behind unnoted; it comes inside the try below.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         try:
-            for ev in events:
-                if self.fs.exists(f"{self.path}/events/{ev}/enable"):
-                    self.fs.write(f"{self.path}/events/{ev}/enable", "1")
-                    self.enabled.append(ev)
-                else:
-                    self.missing.append(ev)
-            self._fd = os.open(self.fs.path(f"{self.path}/trace_pipe"),
-                               os.O_RDONLY | os.O_NONBLOCK)  # fmt: skip
-        except BaseException:
-            self.close()
-            raise
+            self._make()
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                self._enable(events)
+            except BaseException:
+                self.close()
+                raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def _make(self) -> None:
+        base = find_tracefs(self.fs)
+        if base is None:
+            base = self.mounted = _mount_tracefs(self.fs)
+        path = f"{base}/instances/pycxl-{os.getpid()}-{next(_counter)}"
+        try:
+            os.mkdir(self.fs.path(path))
+        except OSError as e:
+            self._unmount()
+            if isinstance(e, PermissionError):
+                raise NeedsRootError("reading the kernel's trace events needs root") from None
+            raise OperationError(f"cannot make trace instance {path}: {e.strerror}") from e
+        self.path = path
+
+    def _enable(self, events: Iterable[str]) -> None:
+        for ev in events:
+            if self.fs.exists(f"{self.path}/events/{ev}/enable"):
+                self.fs.write(f"{self.path}/events/{ev}/enable", "1")
+                self.enabled.append(ev)
+            else:
+                self.missing.append(ev)
+        self._fd = os.open(self.fs.path(f"{self.path}/trace_pipe"),
+                           os.O_RDONLY | os.O_NONBLOCK)  # fmt: skip
 
     def fileno(self) -> int:
         """The trace_pipe's descriptor, for select()."""
@@ -175,13 +195,21 @@ class TraceInstance:
             with contextlib.suppress(OperationError):  # the instance goes anyway
                 self.fs.write(f"{self.path}/events/{ev}/enable", "0")
         self.enabled = []
+        path, self.path = self.path, ""
         try:
-            os.rmdir(self.fs.path(self.path))
+            if path:
+                os.rmdir(self.fs.path(path))
         except FileNotFoundError:
             pass
         except OSError as e:
-            raise OperationError(f"cannot remove trace instance {self.path}: {e.strerror}") from e
-        self._unmount()
+            raise OperationError(f"cannot remove trace instance {path}: {e.strerror}") from e
+        finally:
+            self._unmount()
+
+    def __del__(self) -> None:
+        # one dropped unclosed (a signal between its making and the caller's try) goes too
+        with contextlib.suppress(Exception):
+            self.close()
 
     def _unmount(self) -> None:
         if self.mounted is not None:

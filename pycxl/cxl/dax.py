@@ -177,5 +177,12 @@ class DaxMapping:
     def __enter__(self) -> DaxMapping:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        # Unwinding (Ctrl-C, a signal, an error): a numpy view made just before may be
+        # held by a frame the exception left; the error of closing under it must not
+        # replace the exception, and the mapping goes when that view does.
+        with contextlib.suppress(BufferError):
+            self._map.close()

@@ -12,6 +12,7 @@ This floor takes node ids; names (``cxl0``, ``dram0``) are resolved above it
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 from collections.abc import Sequence
@@ -140,8 +141,15 @@ class NumaBuffer:
     def __enter__(self) -> NumaBuffer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        # Unwinding (Ctrl-C, a signal, an error): a numpy view made just before may be
+        # held by a frame the exception left; the error of closing under it must not
+        # replace the exception, and the mapping goes when that view does.
+        with contextlib.suppress(BufferError):
+            self._map.close()
 
     def __len__(self) -> int:
         return self.size

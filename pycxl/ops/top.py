@@ -11,6 +11,8 @@ in words. With ``pid``, the process's resident pages per tier and how they chang
 from __future__ import annotations
 
 import datetime
+import os
+import select
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,12 +196,21 @@ def top(
     system.require_live("pycxl top")  # counters are this machine's, not a tree's
     fs = system.sysfs()
     watched = _Process(fs, pid) if pid is not None else None
-    readers = open_readers(system, fs)
+    try:
+        readers = open_readers(system, fs)
+    except BaseException:
+        if watched is not None:
+            watched.close()
+        raise
     try:
         before = [r.read() for r in readers]
         made = 0
         while count is None or made < count:
-            time.sleep(max(0.0, before[0].time + interval - time.monotonic()))
+            wait = max(0.0, before[0].time + interval - time.monotonic())
+            if watched is not None:
+                watched.sleep(wait)  # the report comes as soon as the process ends
+            else:
+                time.sleep(wait)
             now = [r.read() for r in readers]
             view = watched.view(system, now[0].time) if watched else None
             yield report(system, now, before, view)
@@ -210,6 +221,8 @@ def top(
     finally:
         for r in readers:
             r.close()
+        if watched is not None:
+            watched.close()
 
 
 def open_readers(system: System, fs: Sysfs) -> list[Reader]:
@@ -345,6 +358,22 @@ class _Process:
         self.fs, self.pid = fs, pid
         self.last = process_memory(pid, fs)  # NotFoundError now, for a PID that is not there
         self.when = time.monotonic()
+        try:  # readable once the process ends (Linux 5.3+)
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd = None
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or until the process ends if that comes first."""
+        if self._pidfd is None:
+            time.sleep(seconds)
+        else:
+            select.select([self._pidfd], [], [], seconds)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def view(self, system: System, now: float) -> ProcessView:
         from ..numa.pages import process_memory
