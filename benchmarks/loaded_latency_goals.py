@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from pycxl.bench import dispatch
-from pycxl.to_json import bench_result_json
+from pycxl.measure.results import bench_result_json
 
 
 def pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:

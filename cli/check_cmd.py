@@ -88,7 +88,7 @@ def check_command(
     if oneline:
         click.echo(one_line(report))
     elif as_json:
-        from pycxl.to_json import finding_json
+        from pycxl.ops.check_finding import finding_json
 
         emit_json({
             "status": report.status,

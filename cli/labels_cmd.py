@@ -38,11 +38,10 @@ def labels_command(
     /etc/kubernetes/node-feature-discovery/features.d.
     """
     from pycxl.errors import InvalidRequestError
-    from pycxl.ops.labels import host_labels, nfd_file, slurm_attributes
+    from pycxl.ops.labels import host_labels, host_labels_json, nfd_file, slurm_attributes
     from pycxl.outfiles import STDOUT, write_atomically
     from pycxl.sysfs import Sysfs
     from pycxl.system import snapshot
-    from pycxl.to_json import host_labels_json
 
     if output == STDOUT:
         output = None

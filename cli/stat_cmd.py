@@ -32,9 +32,8 @@ def stat_command(
     demoted, NUMA allocation misses; system-wide migrations and NUMA-balancing hint
     faults. With no INTERVAL, one report.
     """
-    from pycxl.ops.stat import stat
+    from pycxl.ops.stat import stat, stat_report_json, tiering_json
     from pycxl.system import snapshot
-    from pycxl.to_json import stat_report_json, tiering_json
 
     system = snapshot(sysroot, gpus=False)
     for i, report in enumerate(stat(system, interval, count)):

@@ -146,7 +146,7 @@ def _can_redraw() -> bool:
 
 def _shower(as_json: bool, lines: bool) -> Callable[[TopReport], None]:
     if as_json:
-        from pycxl.to_json import top_report_json
+        from pycxl.ops.top import top_report_json
 
         return lambda report: emit_json_line(top_report_json(report))
     return _Lines() if lines else _refresh

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.topology import CxlTopology
     from .gpu.model import GpuDevice
+    from .jsontype import Json
     from .system import System
     from .tiers import NodeTier
-    from .to_json import Json
 
 PORT_CLASSES = ("root", "switch", "endpoint")
 # what cxl list -v adds: every CXL object kind but memdevs (and dax devices, at -vvv)

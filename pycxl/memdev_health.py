@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from .cxl.mailbox import Unsupported
     from .cxl.model import Memdev
     from .cxl.poison import PoisonRecord
+    from .jsontype import Json
     from .system import System
-    from .to_json import Json
 
 
 class DeviceQuestions(Protocol):

@@ -14,9 +14,9 @@ classes stay plain data, and each kind's keys are written in one function.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .jsontype import Json
 from .numa.access import cpu_figures
 from .units import format_size_ndctl
 
@@ -28,20 +28,12 @@ if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list 
     from .cxl.regions import RegionResult
     from .facade import PinProbe
     from .gpu.model import GpuDevice
-    from .measure.results import BenchResult
     from .numa.access import AccessFigures
-    from .numa.vmstat import TieringState
-    from .ops.check_finding import Finding
-    from .ops.labels import HostLabels
-    from .ops.stat import NodeStat, StatReport
-    from .ops.top import ProcessNode, ProcessView, Row, TopReport
     from .pci_caps import CxlCapability, Unread
     from .pci_link import Link
     from .plan import Plan, Step
     from .tiers import NodeTier
     from .tuning import WeightTuning
-
-Json = dict[str, Any]
 
 
 def _size(n: int | None, human: bool) -> int | str | None:
@@ -441,155 +433,8 @@ def poison_record_json(r: PoisonRecord) -> Json:
     }
 
 
-# benchmark results
-
-
-def bench_result_json(r: BenchResult) -> Json:
-    """A benchmark result: field names as keys, the benchmark's name first; nested
-    results as objects (fields marked ``json: False`` hold objects and stay out)."""
-    out: Json = {"benchmark": r.benchmark}
-    for f in dataclasses.fields(r):
-        if f.metadata.get("json", True):
-            out[f.name] = _plain(getattr(r, f.name))
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
-
-
 def matrix_cell_json(c: MatrixCell) -> Json:
     """A matrix cell: its result's JSON with the cell's kind under 'matrix'."""
+    from .measure.results import bench_result_json
+
     return {"matrix": c.kind, **bench_result_json(c.result)}
-
-
-# stat, top, check and labels
-
-
-def node_stat_json(n: NodeStat) -> Json:
-    """One node's memory, counters and (after the first report) rates."""
-    return {
-        "node": n.node,
-        "name": n.name,
-        "tier": n.tier,
-        "memory_tier": n.memory_tier,
-        "total": n.total,
-        "used": n.used,
-        "free": n.free,
-        "pinned": n.pinned,
-        "totals": n.totals,
-        "rates_per_s": n.rates,
-    }
-
-
-def tiering_json(t: TieringState) -> Json:
-    """The tiering state: memory tiers, demotion, balancing, weights, CXL PMUs."""
-    from .ops.stat import CXL_PMU_ABSENT
-
-    return {
-        "memory_tiers": {str(k): list(v) for k, v in t.memory_tiers.items()},
-        "demotion_enabled": t.demotion_enabled,
-        "numa_balancing": t.numa_balancing,
-        "interleave_weights": {str(k): v for k, v in t.weights.items()},
-        "cxl_pmus": list(t.cxl_pmus) or None,
-        "cxl_pmu": "present" if t.cxl_pmus else CXL_PMU_ABSENT,
-    }
-
-
-def stat_report_json(r: StatReport) -> Json:
-    """A stat report as ``pycxl stat --json`` prints it (one line per report)."""
-    t = r.tiering
-    return {
-        "time": r.time,
-        "interval_s": r.interval_s,
-        "nodes": [node_stat_json(n) for n in r.nodes],
-        "system": {"totals": r.system_totals, "rates_per_s": r.system_rates},
-        "tiering": None if t is None else tiering_json(t),
-    }
-
-
-def top_row_json(row: Row) -> Json:
-    """A row of top (a GPU or a node) as ``pycxl top --json`` prints it."""
-    from .ops.top import GPU_FIGURES, NODE_FIGURES
-
-    names = GPU_FIGURES if row.kind == "gpu" else NODE_FIGURES
-    if row.kind == "gpu":
-        doc: Json = {"gpu": row.name, "index": row.id}
-    else:
-        doc = {"name": row.name, "node": row.id, "tier": row.tier}
-    if row.pci is not None:
-        doc["pci"] = row.pci
-        doc["pcie_lnksta"] = row.link_text
-    doc |= {key: row.figures.get(f) for f, key in names.items()
-            if f in row.figures or f in row.missing}  # fmt: skip
-    for link, c in row.ceilings.items():
-        prefix = "" if link == "memory" else f"{link}_"
-        doc[f"{prefix}max_bytes_per_s"] = c.bytes_per_s
-        doc[f"{prefix}max_basis"] = c.basis
-        doc[f"{prefix}share"] = row.share(link)
-    doc["missing"] = {names[f]: m.reason for f, m in row.missing.items() if f in names}
-    doc["methods"] = list(row.methods)
-    return doc
-
-
-def process_node_json(n: ProcessNode) -> Json:
-    """A process's resident bytes on one node and their change."""
-    return {
-        "node": n.node,
-        "name": n.name,
-        "tier": n.tier,
-        "resident_bytes": n.resident,
-        "change_bytes_per_s": n.change_per_s,
-        "anonymous_bytes": n.anonymous,
-        "anonymous_change_bytes_per_s": n.anonymous_change_per_s,
-    }
-
-
-def process_view_json(p: ProcessView) -> Json:
-    """The process, whether it ended, and its memory per node."""
-    return {"pid": p.pid, "exited": p.exited, "nodes": [process_node_json(n) for n in p.nodes]}
-
-
-def top_report_json(r: TopReport) -> Json:
-    """A top report as ``pycxl top --json`` prints it (one line per report)."""
-    return {
-        "time": r.time,
-        "interval_s": round(r.interval_s, 3),
-        "gpus": [top_row_json(g) for g in r.gpus],
-        "nodes": [top_row_json(n) for n in r.nodes],
-        "process": None if r.process is None else process_view_json(r.process),
-        "absent": list(r.absent),
-    }
-
-
-def finding_json(f: Finding) -> Json:
-    """One finding of ``pycxl check``: severity, check, subject, message, fix, labels."""
-    return {
-        "severity": f.severity,
-        "check": f.check,
-        "subject": f.subject,
-        "message": f.message,
-        "fix": f.fix or None,
-        "labels": f.labels,
-    }
-
-
-def host_labels_json(h: HostLabels) -> Json:
-    """A host's labels: the facts, with both renderings (Slurm and NFD)."""
-    from .ops.labels import nfd_labels, slurm_attributes
-
-    return {
-        "tiers": list(h.tiers),
-        "cxl_bytes": h.cxl_bytes,
-        "cxl_nodes": list(h.cxl_nodes),
-        "memdevs": h.memdevs,
-        "gpus": h.gpus,
-        "gpu_pinning": h.gpu_pinning,
-        "health": h.health,
-        "slurm": slurm_attributes(h),
-        "nfd": nfd_labels(h),
-    }

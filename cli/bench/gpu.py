@@ -69,7 +69,7 @@ def offload_command(target: str, gpu: str, layers: int | None, width: int | None
         lookahead=lookahead, backward=backward, samples=samples,
     )  # fmt: skip
     if as_json:
-        from pycxl.to_json import bench_result_json
+        from pycxl.measure.results import bench_result_json
 
         emit_json([bench_result_json(r) for r in results])
         return

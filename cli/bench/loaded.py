@@ -68,7 +68,7 @@ def loaded_latency_command(
         load_threads=load_threads, seconds=duration, knee=knee,
     )  # fmt: skip
     if as_json:
-        from pycxl.to_json import bench_result_json
+        from pycxl.measure.results import bench_result_json
 
         emit_json([bench_result_json(r) for r in results])
     else:

@@ -84,7 +84,7 @@ def emit_results(results: Sequence[BenchResult], as_json: bool) -> None:
     from pycxl.units import format_size
 
     if as_json:
-        from pycxl.to_json import bench_result_json
+        from pycxl.measure.results import bench_result_json
 
         emit_json([bench_result_json(r) for r in results])
         return

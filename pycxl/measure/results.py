@@ -9,8 +9,11 @@ the tier it names.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..jsontype import Json
 
 if TYPE_CHECKING:
     from ..gpu.model import GpuDevice
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 # called out: firmware figures are often wrong, and so is a misplaced measurement.
 ADVERTISED_FACTOR = 2.0
 # a field that carries resolved objects, not figures: the JSON has their names already
-# (to_json.bench_result_json leaves such fields out)
+# (bench_result_json, below, leaves such fields out)
 _OBJECTS = {"json": False}
 
 
@@ -223,3 +226,22 @@ class OffloadResult(BenchResult):
     update_gpu_blocks: tuple[int, ...] | None = None
     update_cpu_rate: float | None = None
     update_gpu_rate: float | None = None
+
+
+# the JSON of a result: one shape for all (pycxl bench --json, the library's users)
+def bench_result_json(r: BenchResult) -> Json:
+    """A benchmark result: field names as keys, the benchmark's name first; nested
+    results as objects (fields marked ``json: False`` hold objects and stay out)."""
+    out: Json = {"benchmark": r.benchmark}
+    for f in dataclasses.fields(r):
+        if f.metadata.get("json", True):
+            out[f.name] = _plain(getattr(r, f.name))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value

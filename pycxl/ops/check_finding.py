@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..jsontype import Json
+
 if TYPE_CHECKING:
     from ..cxl.model import Memdev
 
@@ -28,3 +30,15 @@ def memdev_labels(m: Memdev) -> dict[str, str]:
     """The labels of a finding about a memdev: its name and serial (names can change
     across boots)."""
     return {"memdev": m.name, "serial": "" if m.serial is None else hex(m.serial)}
+
+
+def finding_json(f: Finding) -> Json:
+    """One finding of ``pycxl check``: severity, check, subject, message, fix, labels."""
+    return {
+        "severity": f.severity,
+        "check": f.check,
+        "subject": f.subject,
+        "message": f.message,
+        "fix": f.fix or None,
+        "labels": f.labels,
+    }

@@ -11,6 +11,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Literal
 
+from ..jsontype import Json
 from ..pci import nvidia_gpus
 from ..sysfs import Sysfs
 from ..system import System
@@ -128,3 +129,18 @@ def nfd_file(
         lines.append(f"# +expiry-time={expiry.strftime('%Y-%m-%dT%H:%M:%SZ')}")
     lines += [f"{k}={v}" for k, v in nfd_labels(labels).items()]
     return "\n".join(lines) + "\n"
+
+
+def host_labels_json(h: HostLabels) -> Json:
+    """A host's labels: the facts, with both renderings (Slurm and NFD)."""
+    return {
+        "tiers": list(h.tiers),
+        "cxl_bytes": h.cxl_bytes,
+        "cxl_nodes": list(h.cxl_nodes),
+        "memdevs": h.memdevs,
+        "gpus": h.gpus,
+        "gpu_pinning": h.gpu_pinning,
+        "health": h.health,
+        "slurm": slurm_attributes(h),
+        "nfd": nfd_labels(h),
+    }

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..jsontype import Json
 from ..numa.vmstat import Sample, TieringState, read_tiering, sample
 from ..sysfs import Sysfs
 from ..system import System
@@ -114,3 +115,44 @@ def stat(
         yield _report(system, now, before, read_tiering(fs))
         before = now
         made += 1
+
+
+# the JSON of a report (pycxl stat --json)
+def node_stat_json(n: NodeStat) -> Json:
+    """One node's memory, counters and (after the first report) rates."""
+    return {
+        "node": n.node,
+        "name": n.name,
+        "tier": n.tier,
+        "memory_tier": n.memory_tier,
+        "total": n.total,
+        "used": n.used,
+        "free": n.free,
+        "pinned": n.pinned,
+        "totals": n.totals,
+        "rates_per_s": n.rates,
+    }
+
+
+def tiering_json(t: TieringState) -> Json:
+    """The tiering state: memory tiers, demotion, balancing, weights, CXL PMUs."""
+    return {
+        "memory_tiers": {str(k): list(v) for k, v in t.memory_tiers.items()},
+        "demotion_enabled": t.demotion_enabled,
+        "numa_balancing": t.numa_balancing,
+        "interleave_weights": {str(k): v for k, v in t.weights.items()},
+        "cxl_pmus": list(t.cxl_pmus) or None,
+        "cxl_pmu": "present" if t.cxl_pmus else CXL_PMU_ABSENT,
+    }
+
+
+def stat_report_json(r: StatReport) -> Json:
+    """A stat report as ``pycxl stat --json`` prints it (one line per report)."""
+    t = r.tiering
+    return {
+        "time": r.time,
+        "interval_s": r.interval_s,
+        "nodes": [node_stat_json(n) for n in r.nodes],
+        "system": {"totals": r.system_totals, "rates_per_s": r.system_rates},
+        "tiering": None if t is None else tiering_json(t),
+    }

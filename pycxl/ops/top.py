@@ -45,6 +45,7 @@ from ..counters.base import (
 )
 from ..errors import NotFoundError
 from ..gpu.model import GpuDevice
+from ..jsontype import Json
 from ..pci_link import read_link
 from ..sysfs import Sysfs
 from ..system import System, snapshot
@@ -398,3 +399,56 @@ class _Process:
         """Gone, or a zombie (ended, not yet reaped: its numa_maps is empty)."""
         stat = self.fs.read(f"/proc/{self.pid}/stat")
         return stat is None or stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+# the JSON of a report (pycxl top --json)
+def top_row_json(row: Row) -> Json:
+    """A row of top (a GPU or a node) as ``pycxl top --json`` prints it."""
+    names = GPU_FIGURES if row.kind == "gpu" else NODE_FIGURES
+    if row.kind == "gpu":
+        doc: Json = {"gpu": row.name, "index": row.id}
+    else:
+        doc = {"name": row.name, "node": row.id, "tier": row.tier}
+    if row.pci is not None:
+        doc["pci"] = row.pci
+        doc["pcie_lnksta"] = row.link_text
+    doc |= {key: row.figures.get(f) for f, key in names.items()
+            if f in row.figures or f in row.missing}  # fmt: skip
+    for link, c in row.ceilings.items():
+        prefix = "" if link == "memory" else f"{link}_"
+        doc[f"{prefix}max_bytes_per_s"] = c.bytes_per_s
+        doc[f"{prefix}max_basis"] = c.basis
+        doc[f"{prefix}share"] = row.share(link)
+    doc["missing"] = {names[f]: m.reason for f, m in row.missing.items() if f in names}
+    doc["methods"] = list(row.methods)
+    return doc
+
+
+def process_node_json(n: ProcessNode) -> Json:
+    """A process's resident bytes on one node and their change."""
+    return {
+        "node": n.node,
+        "name": n.name,
+        "tier": n.tier,
+        "resident_bytes": n.resident,
+        "change_bytes_per_s": n.change_per_s,
+        "anonymous_bytes": n.anonymous,
+        "anonymous_change_bytes_per_s": n.anonymous_change_per_s,
+    }
+
+
+def process_view_json(p: ProcessView) -> Json:
+    """The process, whether it ended, and its memory per node."""
+    return {"pid": p.pid, "exited": p.exited, "nodes": [process_node_json(n) for n in p.nodes]}
+
+
+def top_report_json(r: TopReport) -> Json:
+    """A top report as ``pycxl top --json`` prints it (one line per report)."""
+    return {
+        "time": r.time,
+        "interval_s": round(r.interval_s, 3),
+        "gpus": [top_row_json(g) for g in r.gpus],
+        "nodes": [top_row_json(n) for n in r.nodes],
+        "process": None if r.process is None else process_view_json(r.process),
+        "absent": list(r.absent),
+    }

@@ -13,9 +13,8 @@ import pytest
 from pycxl import bench
 from pycxl.errors import InvalidRequestError, NotFoundError
 from pycxl.measure.conditions import last_level_cache
-from pycxl.measure.results import BandwidthResult, LatencyResult
+from pycxl.measure.results import BandwidthResult, LatencyResult, bench_result_json
 from pycxl.sysfs import Sysfs
-from pycxl.to_json import bench_result_json
 from tests.kernel.kernel_helpers import pycxl_cli
 
 MiB = 1 << 20

@@ -16,7 +16,7 @@ FLOORS = {
     "pycxl.errors": 0, "pycxl.units": 0, "pycxl.sysfs": 0, "pycxl.plan": 0,
     "pycxl.waiting": 0, "pycxl.list_kinds": 0, "pycxl._lib": 0, "pycxl.native": 0,
     "pycxl._bench": 0, "pycxl._lazy": 0, "pycxl.trace": 0, "pycxl.outfiles": 0,
-    "pycxl._log": 0, "pycxl.values": 0,
+    "pycxl._log": 0, "pycxl.values": 0, "pycxl.jsontype": 0,
     "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.torch": 1, "pycxl.measure": 1,
     "pycxl.testbed": 1,
     "pycxl.pci": 1, "pycxl.pci_link": 1, "pycxl.pci_caps": 1, "pycxl.targets": 1,

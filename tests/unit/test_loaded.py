@@ -13,8 +13,7 @@ import pytest
 from pycxl.bench import dispatch
 from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from pycxl.measure import loaded
-from pycxl.measure.results import LoadedPoint
-from pycxl.to_json import bench_result_json
+from pycxl.measure.results import LoadedPoint, bench_result_json
 
 QUICK = dict(size="1M", load_size="8M", seconds=0.1, steps=3)
 

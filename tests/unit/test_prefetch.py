@@ -23,7 +23,7 @@ from pycxl.errors import InvalidRequestError, OperationError
 from pycxl.gpu.host_engine import HostEngine
 from pycxl.gpu.prefetch import Prefetcher
 from pycxl.gpu.spans import host_span
-from pycxl.to_json import bench_result_json
+from pycxl.measure.results import bench_result_json
 
 
 class _Record:
