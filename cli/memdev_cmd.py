@@ -17,6 +17,8 @@ from .device_output import each_object, emit_results
 from .params import (
     AS_JSON,
     DRY_RUN,
+    INTEGER,
+    MILLISECONDS,
     OBJECT_NAMES,
     SIZE,
     WRITES_SYSROOT,
@@ -47,16 +49,15 @@ class AddressType(IntParam):
     name = "address"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pycxl.errors import InvalidRequestError
+        from pycxl.values import address_text
+
         if isinstance(value, int):
             return value
-        text = str(value).strip()
         try:
-            n = int(text, 0)
-        except ValueError:
-            self.fail(f"{value!r} is not an address such as 0x1000", param, ctx)
-        if n < 0:
-            self.fail(f"{value!r}: an address is not negative", param, ctx)
-        return n
+            return address_text(str(value), "address")
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
 
 
 # what asks a memdev's mailbox: a recorded tree has no device to ask
@@ -320,7 +321,7 @@ def _alert_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for flag, short, what in reversed(ALERT_FLAGS):
         f = click.option(f"--{flag}-alert", type=click.Choice(["on", "off"]), default=None,
                          help=f"Turn the {what} warning alert on or off.")(f)  # fmt: skip
-        f = click.option(f"-{short}", f"--{flag}-threshold", type=int, default=None,
+        f = click.option(f"-{short}", f"--{flag}-threshold", type=INTEGER, default=None,
                          metavar="N", help=f"The {what} warning threshold.")(f)  # fmt: skip
     return f
 
@@ -364,7 +365,7 @@ def set_alert_config_command(memdevs: tuple[tuple[str, ...], ...], dry_run: bool
               help="Required for a device with persistent capacity (its data is "
                    "lost).")  # fmt: skip
 @click.option("-w", "--wait", is_flag=True, help="Return once it has finished.")
-@click.option("-t", "--timeout", type=click.IntRange(min=1), default=None, metavar="MS",
+@click.option("-t", "--timeout", type=MILLISECONDS, default=None, metavar="MS",
               help="With --wait: milliseconds to wait at most (default: as long as it "
                    "takes).")  # fmt: skip
 @DRY_RUN
@@ -385,7 +386,7 @@ def sanitize_command(memdevs: tuple[tuple[str, ...], ...], erase: bool, force: b
 
 @memdev_group.command("wait-sanitize")
 @MEMDEVS
-@click.option("-t", "--timeout", type=click.IntRange(min=1), default=None, metavar="MS",
+@click.option("-t", "--timeout", type=MILLISECONDS, default=None, metavar="MS",
               help="Milliseconds to wait at most (default: as long as it takes).")  # fmt: skip
 @WRITES_SYSROOT
 def wait_sanitize_command(memdevs: tuple[tuple[str, ...], ...], timeout: int | None,

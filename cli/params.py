@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.errors import InvalidRequestError
-from pycxl.values import CHASE_MIN_SIZE, PAGE_BYTES, SYSROOT_ENV
+from pycxl.errors import InvalidRequestError, PycxlError
+from pycxl.values import CHASE_MIN_SIZE, MAX_SAMPLES, MAX_SECONDS, PAGE_BYTES, SYSROOT_ENV
 
 if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older is plain
     IntParam = click.ParamType[int]
@@ -60,14 +60,16 @@ class IntListType(IntsParam):
     ) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
+        from pycxl.values import count, integer_text
+
         items = [v.strip() for v in str(value).split(",")]
-        if not all(v.lstrip("-").isdecimal() for v in items):
-            self.fail(f"{value!r}: expected whole numbers such as 1,2,4", param, ctx)
-        numbers = tuple(int(v) for v in items)
-        low = [n for n in numbers if n < self.minimum]
-        if low:
-            self.fail(f"{value!r}: {low[0]} is below {self.minimum}", param, ctx)
-        return numbers
+        if not all(items):
+            self.fail(f"{value!r} has an empty item: give whole numbers such as 1,2,4", param, ctx)
+        try:
+            numbers = [count(integer_text(v, "item"), "each", self.minimum) for v in items]
+        except InvalidRequestError as e:
+            self.fail(f"{value!r}: {e}", param, ctx)
+        return tuple(dict.fromkeys(numbers))  # one given twice is one
 
 
 class NamesType(NamesParam):
@@ -76,8 +78,9 @@ class NamesType(NamesParam):
 
     name = "names"
 
-    def __init__(self, metavar: str = "NODES") -> None:
+    def __init__(self, metavar: str = "NODES", what: str = "node") -> None:
         self.metavar = metavar
+        self.what = what
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return self.metavar
@@ -87,20 +90,20 @@ class NamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.tiers import token
+        from pycxl.tiers import parse_names
         from pycxl.values import parse_spans
 
-        items = [v.strip() for v in str(value).replace(" ", ",").split(",") if v.strip()]
-        if not items:
-            self.fail("expected at least one name, such as dram0 or 0-1", param, ctx)
-        for item in items:  # ids and ranges are checked here; names against the system
-            ids = token(item.lower(), item).id_list
-            if ids is not None:
+        try:  # the library's grammar: empty items refused, repeated names folded
+            tokens = parse_names(str(value), self.what)
+        except PycxlError as e:
+            self.fail(str(e), param, ctx)
+        for tok in tokens:  # ids and ranges are checked here; names against the system
+            if tok.id_list is not None:
                 try:
-                    parse_spans(ids)  # its syntax; never expanded here
+                    parse_spans(tok.id_list)  # its syntax; never expanded here
                 except ValueError as e:
                     self.fail(str(e), param, ctx)
-        return tuple(items)
+        return tuple(t.text for t in tokens)
 
 
 class ObjectNamesType(NamesParam):
@@ -120,7 +123,7 @@ class ObjectNamesType(NamesParam):
             self.fail(f"{value!r} names nothing: give a name such as mem0 or region0", param, ctx)
         if not all(items):
             self.fail(f"{value!r} has an empty name between its commas", param, ctx)
-        return tuple(items)
+        return tuple(dict.fromkeys(items))  # one named twice is one
 
 
 class WeightsType(StrParam):
@@ -138,9 +141,11 @@ class WeightsType(StrParam):
         if not any(items):
             self.fail(f"{value!r} sets no weight: give NODE=WEIGHT such as dram0=3,cxl0=1, or "
                       "auto", param, ctx)  # fmt: skip
+        from pycxl.values import is_digits
+
         for item in items:
             name, sep, weight = item.partition("=")
-            if not item or not sep or not name.strip() or not weight.strip().isdecimal():
+            if not item or not sep or not name.strip() or not is_digits(weight.strip()):
                 self.fail(f"{item!r} in {value!r}: expected NODE=WEIGHT such as cxl0=1, or auto",
                           param, ctx)  # fmt: skip
         return text
@@ -159,12 +164,31 @@ class CountType(IntParam):
         return "N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pycxl.values import count
+        from pycxl.values import count, integer_text
 
-        text = str(value).strip()
-        number: object = int(text) if text.lstrip("-").isdecimal() else value
         try:
+            number = value if isinstance(value, int) else integer_text(str(value), "the value")
             return count(number, "the value", self.minimum, self.maximum)
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+
+
+class IntegerType(IntParam):
+    """A whole number of any sign, in ASCII digits (its range is the library's to say:
+    an alert threshold)."""
+
+    name = "integer"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pycxl.values import integer_text
+
+        if isinstance(value, int):
+            return value
+        try:
+            return integer_text(str(value), "the value")
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
 
@@ -183,13 +207,10 @@ class FiniteType(FloatParam):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:  # fmt: skip
-        from pycxl.values import finite
+        from pycxl.values import finite, real_text
 
         try:
-            number = value if isinstance(value, float) else float(str(value).strip())
-        except ValueError:
-            self.fail(f"{value!r} is not a number", param, ctx)
-        try:
+            number = value if isinstance(value, float) else real_text(str(value), "the value")
             return finite(number, "the value", self.above)
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
@@ -306,20 +327,25 @@ DRY_RUN = click.option(
 )
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
+INTEGER = IntegerType()
+MILLISECONDS = CountType(maximum=int(MAX_SECONDS * 1000))
+WHOLE_SECONDS = CountType(maximum=int(MAX_SECONDS))
 SIZE = SizeType()
 PAGE_SIZE = SizeType(minimum=PAGE_BYTES)  # buffers of at least one page
 CHASE_SIZE = SizeType(minimum=CHASE_MIN_SIZE)
 COUNT = CountType()
+SAMPLES = CountType(maximum=MAX_SAMPLES)  # -n/--samples: timed repeats
 INT_LIST = IntListType()
 NODES = NamesType("NODES")
 OBJECT_NAMES = ObjectNamesType()
 WEIGHTS = WeightsType()
-CPUS = NamesType("CPUS")
+CPUS = NamesType("CPUS", "CPUs")
 
 
 def flatten(values: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
-    """A repeated NamesType option's values, as one tuple."""
-    return tuple(v for group in values for v in group)
+    """A repeated names option's (or argument's) values, as one tuple: a name given
+    twice is one, as in one list."""
+    return tuple(dict.fromkeys(v for group in values for v in group))
 
 
 class RatesType(FloatsParam):
@@ -331,16 +357,16 @@ class RatesType(FloatsParam):
                 ctx: click.Context | None) -> tuple[float, ...]:  # fmt: skip
         if isinstance(value, tuple):
             return value
-        from pycxl.values import finite
+        from pycxl.values import MAX_RATE_GBS, finite, real_text
 
-        out = []
-        for part in str(value).split(","):
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(parts):
+            self.fail(f"{value!r} has an empty item: give GB/s such as 5,10,20.5", param, ctx)
+        out: list[float] = []
+        for p in parts:  # in GB/s, as typed (the library takes bytes/s)
             try:
-                gbs = float(part)
-            except ValueError:
-                self.fail(f"{part!r} is not a bandwidth in GB/s", param, ctx)
-            try:
-                out.append(finite(gbs * 1e9, f"{part!r} GB/s:", at_most=1e15))
-            except InvalidRequestError as e:
-                self.fail(str(e), param, ctx)
-        return tuple(out)
+                out.append(finite(real_text(p, "rate"), "rate", at_most=MAX_RATE_GBS) * 1e9)
+            except InvalidRequestError:
+                self.fail(f"rate {p!r} GB/s: give a number of GB/s above 0 and at most "
+                          f"{MAX_RATE_GBS:.0f}", param, ctx)  # fmt: skip
+        return tuple(dict.fromkeys(out))  # one given twice is one point

@@ -11,6 +11,8 @@ from pycxl.testbed.inject import KINDS as INJECT_KINDS
 from pycxl.testbed.progress import STALL_TIMEOUT_S
 from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
 
+from .params import WHOLE_SECONDS
+
 
 @click.command("testbed", context_settings={"allow_interspersed_args": False})
 @click.option("-t", "--topology", default=DEFAULT_TOPOLOGY, show_default=True,
@@ -18,7 +20,7 @@ from pycxl.testbed.topologies import DEFAULT_TOPOLOGY, TOPOLOGIES
 @click.option("--list-topologies", is_flag=True, help="Describe the topologies and exit.")
 @click.option("--setup", "setup_only", is_flag=True,
               help="Check requirements and fetch the kernel, then exit.")  # fmt: skip
-@click.option("--timeout", type=click.IntRange(min=1), default=int(STALL_TIMEOUT_S),
+@click.option("--timeout", type=WHOLE_SECONDS, default=int(STALL_TIMEOUT_S),
               show_default=True,
               help="Emulator CPU seconds COMMAND may run without new output (or three times "
                    "as many wall seconds) before the boot is ended and COMMAND runs again in "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import InvalidRequestError, NotFoundError
 from .list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
+from .values import is_digits, is_hex
 
 if TYPE_CHECKING:
     # the CXL model loads only where there is CXL, the JSON builders only for --json,
@@ -142,7 +143,7 @@ class Selection(NamedTuple):
 # --- one filter per kind: does this object match one of the idents? ---------------------
 def _number(ident: str, prefix: str) -> int | None:
     text = ident.removeprefix(prefix)
-    return int(text) if text.isdecimal() else None
+    return int(text) if is_digits(text) else None
 
 
 def bus_matches(b: Bus, ident: str) -> bool:
@@ -171,15 +172,14 @@ def memdev_matches(m: Memdev, ident: str) -> bool:
     num = _number(ident, "mem")
     if num is not None and num == _number(m.name, "mem"):
         return True
-    return serial_matches(m, ident) and not ident.isdecimal()  # '1' is mem1, '0x1' a serial
+    return serial_matches(m, ident) and not is_digits(ident)  # '1' is mem1, '0x1' a serial
 
 
 def serial_matches(m: Memdev, ident: str) -> bool:
-    """Filter for memdevs by serial number (decimal or 0x hex)."""
-    try:
-        return m.serial is not None and int(ident, 0) == m.serial
-    except ValueError:
+    """Filter for memdevs by serial number (ASCII decimal or 0x hex)."""
+    if m.serial is None or not (is_digits(ident) or is_hex(ident)):
         return False
+    return int(ident, 16 if is_hex(ident) else 10) == m.serial
 
 
 def decoder_matches(d: Decoder, ident: str) -> bool:

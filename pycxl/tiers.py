@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from .errors import InvalidRequestError, NotFoundError
 from .gpu.model import GpuDevice
 from .numa.nodes import NumaNode
+from .values import is_digits
 
 if TYPE_CHECKING:
     from .targets import Target
@@ -66,7 +67,7 @@ class Token:
     ``dram0`` is ('dram', '0'), ``cpu0-3`` ('cpu', '0-3'), ``0-2`` ('', '0-2'), ``all``
     ('all', ''); ``kind`` says what it names."""
 
-    text: str  # lower case, without surrounding blanks
+    text: str  # without surrounding blanks (names are case-sensitive, as numactl's)
     prefix: str
     ids: str
     typed: str = field(default="", compare=False)  # as given, for messages
@@ -81,12 +82,12 @@ class Token:
         ``other`` (resolves to nothing)."""
         if self.text == "all":
             return "all"
-        if self.ids.isdecimal():
+        if is_digits(self.ids):
             if self.prefix in NAME_KINDS:
                 return self.prefix
             if not self.prefix:
                 return "id"
-        if not self.prefix and "-" in self.ids and self.ids[:1].isdecimal():
+        if not self.prefix and "-" in self.ids and is_digits(self.ids[:1]):
             return "range"
         return "other"
 
@@ -102,34 +103,42 @@ class Token:
 
     @property
     def cpu_list(self) -> str:
-        """A CPU list, lower case, after its optional ``cpu`` prefix (cpu0-3 -> 0-3)."""
+        """A CPU list, after its optional ``cpu`` prefix (cpu0-3 -> 0-3)."""
         return self.text[3:] if self.text.startswith("cpu") else self.text
 
     @property
     def id_list(self) -> str | None:
         """The ids of a node or CPU list where it is one (``0-2``, ``3``, ``cpu0-3``
         -> '0-2', '3', '0-3'); None for names."""
-        if self.prefix in ("", "cpu") and self.ids[:1].isdecimal():
+        if self.prefix in ("", "cpu") and is_digits(self.ids[:1]):
             return self.ids
         return None
 
 
+# an example of a kind of name, for a message about an empty one (else dram0)
+_EXAMPLES = {"GPU": "gpu0", "CPUs": "0-3 or cpu2", "initiator": "dram0 or cpu2"}
+
+
 def name_text(name: object, what: str = "target") -> str:
     """A name as typed, checked: a string ('cxl0', 'node1', '0-2') or a node id (int),
-    lower case, without surrounding blanks."""
+    without surrounding blanks. Names are case-sensitive, as numactl's and ndctl's: 'DRAM0'
+    names nothing, and is refused (as any unknown name) with the name it resembles."""
     if isinstance(name, bool) or not isinstance(name, str | int):
         raise InvalidRequestError(
             f"{what} {name!r}: give a name such as dram0, cxl0, node1 or gpu0, or a node id"
         )
-    text = str(name).strip().lower()
+    text = str(name).strip()
     if not text:
-        raise InvalidRequestError(f"{what}: the name is empty; give one such as dram0")
+        example = _EXAMPLES.get(what, "dram0")
+        raise InvalidRequestError(f"{what}: the name is empty; give one such as {example}")
+    if text != text.lower():  # every name of this grammar is lower case
+        raise NotFoundError(what, text, [text.lower()])
     return text
 
 
 def token(text: str, typed: str = "") -> Token:
-    """The grammar: ``text`` (already checked, lower case) as a token; ``typed``: as
-    given, whose ids (after the letters) messages show as typed."""
+    """The grammar: ``text`` (already checked) as a token; ``typed``: as given, whose ids
+    (after the letters) messages show as typed."""
     m = _TOKEN_RE.match(text)
     assert m is not None  # the pattern matches any string
     given = typed.strip()
@@ -145,10 +154,10 @@ def parse_name(name: object, what: str = "target") -> Token:
 
 
 def is_gpu_name(name: object) -> bool:
-    """Whether ``name`` names a GPU (gpu0, GPU1), without asking the driver."""
+    """Whether ``name`` names a GPU (gpu0, gpu1), without asking the driver."""
     if isinstance(name, Token):
         return name.is_gpu
-    return isinstance(name, str) and token(name.strip().lower()).is_gpu
+    return isinstance(name, str) and token(name.strip()).is_gpu
 
 
 def gpu_token(name: object, *, every: bool = True) -> Token:
@@ -158,26 +167,32 @@ def gpu_token(name: object, *, every: bool = True) -> Token:
     if not tok.is_gpu and not (every and tok.kind == "all"):
         also = ", or all" if every else ""
         raise InvalidRequestError(f"'{name}' is not a GPU; name one: gpu0, gpu1...{also}")
-    return replace(tok, typed=tok.text)  # messages after this check name it in lower case
+    return replace(tok, typed=tok.text)  # messages after this check name it without blanks
 
 
 def gpu_name(name: object, *, every: bool = True) -> str:
-    """``gpu_token``'s name, lower case (gpu0, all)."""
+    """``gpu_token``'s name (gpu0, all)."""
     return gpu_token(name, every=every).text
 
 
-def parse_names(spec: str | int | Iterable[str | int]) -> list[Token]:
-    """'dram0,cxl0' or ['0-2', 3] -> their tokens, in order."""
+def parse_names(spec: str | int | Iterable[str | int], what: str = "target") -> list[Token]:
+    """'dram0,cxl0' or ['0-2', 3] -> their tokens, in order: the one grammar of a list of
+    names. An empty item ('dram0,,cxl0', an unset shell variable) is refused, as numactl
+    refuses '0,,1'; a name given twice is one name."""
     if isinstance(spec, str | int) or not isinstance(spec, Iterable):
         items: list[object] = [spec]
     else:
         items = list(spec)
-    texts = [name_text(i) for i in items] if items else []
-    out = [p.strip() for t in texts for p in t.split(",")]
-    if not out or any(not p for p in out):
-        shown = ",".join(map(str, items))
+    shown = ",".join(map(str, items))
+    if not items:
+        raise InvalidRequestError(f"no {what} named: give names such as dram0,cxl0")
+    for i in items:
+        if isinstance(i, bool) or not isinstance(i, str | int):
+            name_text(i, what)  # refuses it, saying what a name is
+    out = [p.strip() for i in items for p in str(i).split(",")]
+    if any(not p for p in out):
         raise InvalidRequestError(f"empty name in '{shown}': give names such as dram0,cxl0")
-    return [token(p) for p in out]
+    return [token(name_text(p, what)) for p in dict.fromkeys(out)]
 
 
 def split_names(spec: str | int | Iterable[str | int]) -> list[str]:

@@ -15,7 +15,9 @@ _SUFFIX = {
     "g": 1 << 30,
     "t": 1 << 40,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+# ASCII digits only (re.ASCII): \d would also take other scripts' digits (fullwidth 64K)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE | re.ASCII)
+_HEX_RE = re.compile(r"^0x[0-9a-f]+$", re.IGNORECASE | re.ASCII)
 
 
 def parse_size(text: str | int) -> int:
@@ -30,11 +32,8 @@ def parse_size(text: str | int) -> int:
             raise InvalidRequestError(f"size {text} is negative")
         return int(text)
     s = text.strip()
-    if s.lower().startswith("0x"):
-        try:
-            return int(s, 16)
-        except ValueError:
-            pass
+    if _HEX_RE.match(s):
+        return int(s, 16)
     m = _SIZE_RE.match(s)
     if not m:
         raise InvalidRequestError(

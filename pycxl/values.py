@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterable
 from typing import Literal
 
@@ -41,6 +42,55 @@ PAGE_SIZES = ("4k", "2m")
 # the modes whose regions become memory the host runs on (dax device -> NUMA node); the
 # others keep data, so destroying them needs --force
 VOLATILE_MODES: frozenset[PartitionMode] = frozenset({RAM})
+
+
+# Numbers are typed in ASCII digits, as numactl, head and the kernel read them: Python's
+# int() and float() (and str.isdecimal) also take Arabic-Indic, fullwidth or Devanagari
+# digits, underscores, '+' and blanks, which no other tool here does
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
+_REAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+_HEX = re.compile(r"0[xX][0-9a-fA-F]+", re.ASCII)
+ASCII_HINT = "digits 0-9"
+
+
+def is_digits(text: object) -> bool:
+    """Whether ``text`` is one or more ASCII digits, and nothing else (no sign, blank,
+    underscore or other script's digit): an id, a node, a CPU, a threshold."""
+    return isinstance(text, str) and _DIGITS.fullmatch(text) is not None
+
+
+def is_hex(text: object) -> bool:
+    """Whether ``text`` is 0x and ASCII hex digits (a serial, an address)."""
+    return isinstance(text, str) and _HEX.fullmatch(text) is not None
+
+
+def integer_text(text: str, what: str) -> int:
+    """A whole number as typed: ASCII digits, a leading '-' allowed (its range is the
+    caller's to say)."""
+    if _INTEGER.fullmatch(text) is None:
+        raise InvalidRequestError(f"{what} {text!r}: give a whole number in {ASCII_HINT}")
+    return int(text)
+
+
+def address_text(text: str, what: str) -> int:
+    """An address or offset as typed: ASCII decimal digits, or 0x and hex digits."""
+    if is_digits(text):
+        return int(text)
+    if is_hex(text):
+        return int(text, 16)
+    raise InvalidRequestError(f"{what} {text!r} is not a number: give {ASCII_HINT}, or 0x and "
+                              "hex digits, such as 0x1000")  # fmt: skip
+
+
+def real_text(text: str, what: str) -> float:
+    """A number as typed: ASCII digits with an optional fraction and exponent ('0.5',
+    '2e-3'), a leading '-' allowed; 'nan' and 'inf' are read, for ``finite`` to refuse."""
+    if text.lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+        return float(text)
+    if _REAL.fullmatch(text) is None:
+        raise InvalidRequestError(f"{what} {text!r}: give a number in {ASCII_HINT}, such as 0.5")
+    return float(text)
 
 
 def count(value: object, what: str, minimum: int = 1, maximum: int | None = None) -> int:
@@ -78,9 +128,15 @@ def optional_size(value: object, what: str = "size", minimum: int = 1) -> int | 
     return None if value is None else size(value, what, minimum)
 
 
+# The most timed repeats of one measurement (-n/--samples): each repeat is a whole pass
+# over the arena, and STREAM and MLC take ten or so
+MAX_SAMPLES = 1000
+
+
 def samples(value: object) -> int | None:
-    """Timed samples, passes or copies: None (the measurement's default) or a count."""
-    return None if value is None else count(value, "samples")
+    """Timed samples, passes or copies: None (the measurement's default) or a count of
+    at most ``MAX_SAMPLES``."""
+    return None if value is None else count(value, "samples", 1, MAX_SAMPLES)
 
 
 def page_size(value: object) -> str:
@@ -102,6 +158,12 @@ def ways(value: object) -> int:
 
 
 MAX_STEPS = 1000  # points of one loaded-latency sweep
+# the offload benchmark's stack (bench offload): its weights are layers x width^2 bf16
+# values on the GPU and on each tier; these keep every buffer's size a 64-bit count
+MAX_LAYERS = 4096
+MAX_WIDTH = 1 << 17
+MAX_TOKENS = 1 << 24
+MAX_RATE_GBS = 1e6  # a paced load's bandwidth, GB/s: a thousand times any memory's today
 TEN_YEARS_S = 10 * 365 * 86_400  # the longest expiry of a node-feature-discovery file
 
 # A day's seconds times a thousand: longer than any run, short enough for every clock,
@@ -146,7 +208,7 @@ def parse_spans(text: str) -> tuple[tuple[int, int], ...]:
         if not part:
             raise ValueError(f"'{text}' has an empty item: give ids or ranges such as 0-3,8")
         lo, sep, hi = part.partition("-")
-        if not lo.isdecimal() or (sep and not hi.isdecimal()):
+        if not is_digits(lo) or (sep and not is_digits(hi)):
             raise ValueError(f"'{part}' is not an id or a range of ids such as 0-3")
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
@@ -189,7 +251,7 @@ def format_ranges(ids: Iterable[int]) -> str:
 
 def pid(value: object) -> int:
     """A process id: a whole number from 1."""
-    if isinstance(value, str) and value.strip().isdecimal():
+    if isinstance(value, str) and is_digits(value):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
         raise InvalidRequestError(f"process id {value!r}: give a number from 1, such as $$")

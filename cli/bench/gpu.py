@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
-from ..params import COUNT, PAGE_SIZE, CountType
+from pycxl.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH
+
+from ..params import PAGE_SIZE, CountType
 from ..render import emit_json, emit_table
 from .options import AS_JSON, samples_option
 from .tables import emit_results, rate
@@ -43,12 +45,14 @@ def transfer_command(gpu: str, target: str, direction: str, pageable: bool, stag
 @click.option("--target", "-t", default="all", show_default=True, metavar="TARGETS",
               help="Host tiers the weights live on: dram0, cxl0, or all.")  # fmt: skip
 @click.option("--gpu", "-g", default="gpu0", show_default=True, metavar="GPU")
-@click.option("--layers", type=COUNT, default=None, help="Layers in the stack (default: 16).")
-@click.option("--width", type=CountType(minimum=8), default=None,
+@click.option("--layers", type=CountType(maximum=MAX_LAYERS), default=None,
+              help="Layers in the stack (default: 16).")  # fmt: skip
+@click.option("--width", type=CountType(minimum=8, maximum=MAX_WIDTH), default=None,
               help="Each layer is Linear(WIDTH, WIDTH) in bf16 (default: 8192).")  # fmt: skip
-@click.option("--tokens", type=COUNT, default=None,
+@click.option("--tokens", type=CountType(maximum=MAX_TOKENS), default=None,
               help="Rows of activations: the compute per layer (default: 1024).")  # fmt: skip
-@click.option("--lookahead", type=CountType(minimum=0), default=1, show_default=True,
+@click.option("--lookahead", type=CountType(minimum=0, maximum=MAX_LAYERS), default=1,
+              show_default=True,
               help="Layers pycxl copies ahead of the one computing.")  # fmt: skip
 @click.option("--backward", is_flag=True, help="Forward and backward (gradients to the tier).")
 @click.option("--mode", "modes", default=None, metavar="MODES",

@@ -9,7 +9,7 @@ import click
 
 from pycxl.values import PAGE_SIZES
 
-from ..params import COUNT, OutputFileType, plot_suffixes
+from ..params import SAMPLES, OutputFileType, plot_suffixes
 
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="A list of result objects.")
 FROM = click.option(
@@ -31,5 +31,5 @@ PLOT = click.option("--plot", type=OutputFileType(plot_suffixes), default=None,
 
 
 def samples_option(default: int | None, what: str) -> Callable[[Any], Any]:
-    return click.option("-n", "--samples", type=COUNT, default=default,
+    return click.option("-n", "--samples", type=SAMPLES, default=default,
                         show_default=default is not None, help=what)  # fmt: skip

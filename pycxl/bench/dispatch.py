@@ -18,7 +18,6 @@ to iterate (a progress bar).
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from ..targets import Pair
 from ..tiers import gpu_name, name_text, split_names
 from ..values import (
     CHASE_MIN_SIZE,
+    MAX_RATE_GBS,
     MAX_STEPS,
     count,
     finite,
@@ -434,10 +434,9 @@ def measure_loaded_latency(
     mixes = loaded.mix_names(mix)
     paced = [what for what, v in (("rates", rates), ("fractions", fractions), ("steps", steps))
              if v is not None]  # fmt: skip
-    if len(paced) > 1:
+    if len(paced) > 1:  # names only those given (the command line has no fractions)
         raise InvalidRequestError(
-            f"give one of rates, fractions and steps, not {' and '.join(paced)}: each says "
-            "which load points are measured"
+            f"{' and '.join(paced)} each say which load points are measured: give one of them"
         )
     if steps is not None:
         count(steps, "steps (a sweep needs at least 2)", 2, MAX_STEPS)
@@ -448,8 +447,8 @@ def measure_loaded_latency(
     if rates is not None:
         if isinstance(rates, str) or not rates:
             raise InvalidRequestError(f"rates {rates!r}: give bandwidths in bytes/s, above 0")
-        for r in rates:  # finite; how high a load can go is the load's to say
-            finite(r, "rate (bytes/s)", at_most=math.inf)
+        for r in rates:  # finite, and bounded far above any memory's bandwidth
+            finite(r, "rate (bytes/s)", at_most=MAX_RATE_GBS * 1e9)
     if fractions is not None and (isinstance(fractions, str) or any(
         isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 < f <= 1
         for f in fractions

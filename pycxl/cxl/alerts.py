@@ -38,17 +38,38 @@ assert [bit for bit, _, _ in ALERTS.values()] == [bit for _, bit in ALERT_KINDS]
 
 @dataclass(frozen=True)
 class AlertChange:
-    """One alert turned on at ``threshold``, or off (``threshold`` None)."""
+    """One alert turned on at ``threshold``, or off (``threshold`` None); checked when
+    made, as the command line's options are (``alert_change``), so a plan never holds an
+    alert or a threshold the device cannot take."""
 
     alert: str
     enable: bool
     threshold: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.alert not in ALERTS:
+            raise InvalidRequestError(f"alert {self.alert!r}: use {', '.join(ALERTS)}")
+        if not isinstance(self.enable, bool):
+            raise InvalidRequestError(f"enable {self.enable!r}: give True or False")
+        flag = self.alert.replace("_", "-")
+        if not self.enable:
+            if self.threshold is not None:
+                raise InvalidRequestError(f"--{flag}-alert off takes no threshold; leave "
+                                          f"--{flag}-threshold out")  # fmt: skip
+            return
+        if self.threshold is None:
+            raise InvalidRequestError(f"--{flag}-alert on needs --{flag}-threshold N")
+        _, low, high = ALERTS[self.alert]
+        whole = isinstance(self.threshold, int) and not isinstance(self.threshold, bool)
+        if not whole or not low <= self.threshold <= high:
+            raise InvalidRequestError(f"--{flag}-threshold {self.threshold!r}: give a whole "
+                                      f"number from {low} to {high}")  # fmt: skip
+
 
 def alert_change(alert: str, state: str | None, threshold: int | None) -> AlertChange | None:
     """What ``--<alert>-alert on|off`` and ``--<alert>-threshold N`` ask for, checked as
-    ndctl checks them (None: neither was given)."""
-    if alert not in ALERTS:
+    ndctl checks them (None: neither was given); ``AlertChange`` checks the rest."""
+    if not isinstance(alert, str) or alert not in ALERTS:
         raise InvalidRequestError(f"alert {alert!r}: use {', '.join(ALERTS)}")
     flag = alert.replace("_", "-")
     if state is None:
@@ -57,19 +78,7 @@ def alert_change(alert: str, state: str | None, threshold: int | None) -> AlertC
         return None
     if state not in ("on", "off"):
         raise InvalidRequestError(f"--{flag}-alert {state!r}: use on or off")
-    if state == "off":
-        if threshold is not None:
-            raise InvalidRequestError(f"--{flag}-alert off takes no threshold; leave "
-                                      f"--{flag}-threshold out")  # fmt: skip
-        return AlertChange(alert, False)
-    if threshold is None:
-        raise InvalidRequestError(f"--{flag}-alert on needs --{flag}-threshold N")
-    _, low, high = ALERTS[alert]
-    whole = isinstance(threshold, int) and not isinstance(threshold, bool)
-    if not whole or not low <= threshold <= high:
-        raise InvalidRequestError(f"--{flag}-threshold {threshold!r}: give a whole number from "
-                                  f"{low} to {high}")  # fmt: skip
-    return AlertChange(alert, True, threshold)
+    return AlertChange(alert, state == "on", threshold)
 
 
 def alert_payload(changes: list[AlertChange], before: AlertConfig | None = None) -> bytes:

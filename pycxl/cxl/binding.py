@@ -12,14 +12,19 @@ from __future__ import annotations
 from ..errors import InvalidRequestError, NotAvailableError, NotFoundError, OperationError
 from ..plan import Plan, Step, write
 from ..sysfs import Sysfs
+from ..values import is_digits
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Memdev, Port
+from .read import bus_present
 from .topology import CxlTopology
 
 MEMDEV_DRIVER = "/sys/bus/cxl/drivers/cxl_mem"
 PORT_DRIVER = "/sys/bus/cxl/drivers/cxl_port"
 BUS_DRIVER = "/sys/bus/platform/drivers/cxl_acpi"  # a CXL root is an ACPI0017 platform device
+# where a platform device is: its bus's links, and the device itself (all a tree may hold)
+PLATFORM_DEVICES = "/sys/bus/platform/devices"
+PLATFORM = "/sys/devices/platform"
 
 
 def _unbind(driver: str, device: str, what: str) -> Step:
@@ -108,7 +113,7 @@ def find_port(topo: CxlTopology, name: str, *, endpoint: bool = False) -> Port:
     2, or the memdev it represents)."""
     pool = topo.endpoints if endpoint else topo.ports
     prefix = "endpoint" if endpoint else "port"
-    ident = f"{prefix}{name}" if name.isdecimal() else name
+    ident = f"{prefix}{name}" if is_digits(name) else name
     for p in pool:
         if ident in (p.name, p.host if endpoint else None):
             return p
@@ -268,22 +273,41 @@ def enable_bus(
     dry_run: bool = False,
 ) -> DeviceResult:
     """Bind a CXL root's platform device (``ACPI0017:00``) to cxl_acpi again: the ports
-    and memdevs under it are enumerated afresh."""
+    and memdevs under it are enumerated afresh. ``host`` may also name the bus (root0)
+    or its provider (ACPI.CXL), as ``disable_bus`` takes it; a root that is there is
+    already bound, and nothing is planned."""
     host, dry_run = device_ops.name(host, "host"), device_ops.flag(dry_run, "dry_run")
     fs = device_ops.host(system, sysroot)
-    if not fs.exists(f"/sys/bus/platform/devices/{host}"):
-        roots = [d for d in fs.listdir("/sys/bus/platform/devices") if d.startswith("ACPI0017")]
+    topo = device_ops.topology(fs) if bus_present(fs) else None
+    root = _bus_or_none(topo, host) if topo is not None else None
+    if root is not None:  # its port exists only while cxl_acpi holds the device
+        plan = Plan(f"enable {root.host}", ())
+        return DeviceResult(root.host, plan, device_ops.run(fs, root.host, plan,
+                            dry_run=dry_run, what="enabling a bus"))  # fmt: skip
+    device = next((d for d in (f"{PLATFORM_DEVICES}/{host}", f"{PLATFORM}/{host}")
+                   if fs.exists(d)), None)  # fmt: skip
+    if device is None:
+        roots = {d for base in (PLATFORM_DEVICES, PLATFORM) for d in fs.listdir(base)
+                 if d.startswith("ACPI0017")}  # fmt: skip
         if not roots:  # nothing to bind: no CXL at all, as every device command says it
             raise NotAvailableError(
                 "no CXL root device (ACPI0017) on this system: the platform describes no CXL "
                 "host bridge, so there is no bus to enable"
             )
-        raise NotFoundError("CXL root device", host, roots)
-    bound = fs.exists(f"/sys/bus/platform/devices/{host}/driver")
+        known = roots | ({b.name for b in topo.buses} if topo is not None else set())
+        raise NotFoundError("CXL root device", host, known)
+    bound = fs.exists(f"{device}/driver")
     steps = () if bound else (_bind(BUS_DRIVER, host, f"bind {host} to cxl_acpi"),)
     plan = Plan(f"enable {host}", steps)
     done = device_ops.run(fs, host, plan, dry_run=dry_run, what="enabling a bus")
     return DeviceResult(host, plan, done)
+
+
+def _bus_or_none(topo: CxlTopology, name: str) -> Port | None:
+    try:
+        return _find_bus(topo, name)
+    except NotFoundError:
+        return None
 
 
 def _find_bus(topo: CxlTopology, name: str) -> Port:

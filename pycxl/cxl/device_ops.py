@@ -74,10 +74,16 @@ def host(system: Host | None, sysroot: str | None) -> Sysfs:
     return system.sysfs()
 
 
+# how each kind of object is named, for a message about a missing or empty name
+NAMED = {"memdev": "mem0, 0 or a serial such as 0x51", "port": "port1 or 1",
+         "bus": "root0, ACPI.CXL or ACPI0017:00", "host": "ACPI0017:00 or root0",
+         "decoder": "decoder2.1 or 1", "dport": "dport0 or its PCI address"}  # fmt: skip
+
+
 def name(value: object, what: str) -> str:
     """A device name as typed (mem0, 0x51, port1, root0, 0000:0c:00.0): non-empty text."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidRequestError(f"{what} {value!r}: give a name such as mem0 or 0x51")
+        raise InvalidRequestError(f"{what} {value!r}: give a name such as {NAMED[what]}")
     return value.strip()
 
 

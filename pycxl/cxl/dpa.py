@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import InvalidRequestError, NotFoundError, OperationError
 from ..plan import Plan, Step, write
 from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, RAM, PartitionMode, count, word
+from ..values import PARTITION_MODES, RAM, PartitionMode, count, is_digits, word
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Decoder, Memdev
@@ -27,16 +27,18 @@ def _available(m: Memdev, mode: PartitionMode) -> int:
     return free
 
 
-def _pick(m: Memdev, ident: str | None, auto: Decoder | None, force: bool) -> Decoder:
+def _pick(m: Memdev, ident: str | None, auto: Decoder | None, force: bool,
+          none: str) -> Decoder:  # fmt: skip
     """The decoder asked for (decoder2.1, or 1 on the memdev's port), else the next in
-    sequence; one out of sequence only with ``force``, as ndctl."""
+    sequence; one out of sequence only with ``force``, as ndctl. ``none``: why there is
+    no next one, where there is none."""
     if ident is None:
         if auto is None:
-            raise InvalidRequestError(f"{m.name}: no endpoint decoder is free for this")
+            raise InvalidRequestError(f"{m.name}: {none}")
         return auto
     ep = m.endpoint
     assert ep is not None
-    name = f"decoder{ep.name.removeprefix('endpoint')}.{ident}" if ident.isdecimal() else ident
+    name = f"decoder{ep.name.removeprefix('endpoint')}.{ident}" if is_digits(ident) else ident
     target = next((d for d in m.decoders if d.name == name), None)
     if target is None:
         raise NotFoundError("decoder", ident, [d.name for d in m.decoders],
@@ -49,6 +51,22 @@ def _pick(m: Memdev, ident: str | None, auto: Decoder | None, force: bool) -> De
             "try anyway"
         )
     return target
+
+
+def _newest_reservation(m: Memdev, part: str | None) -> tuple[Decoder | None, str]:
+    """The reservation free-dpa frees (the newest, of ``part`` where given, that no
+    region decodes), or None and why there is none."""
+    newest = next((d for d in reversed(m.decoders) if d.dpa_size), None)
+    if newest is None:
+        return None, "no DPA is reserved on it: there is nothing to free"
+    if newest.size or newest.region:
+        region = newest.region or "a region"
+        return None, f"its newest reservation ({newest.name}) is decoded by {region}: destroy " \
+                     "that region first"  # fmt: skip
+    if part is not None and newest.mode != part:
+        return None, f"its newest reservation ({newest.name}) is {newest.mode}, not {part}: " \
+                     "DPA is freed newest first"  # fmt: skip
+    return newest, ""
 
 
 def _memdev_with_endpoint(fs: Sysfs, memdev: str) -> Memdev:
@@ -92,7 +110,13 @@ def reserve_dpa(
         raise InvalidRequestError(f"{size >> 20} MiB exceeds {m.name}'s free {part} capacity "
                                   f"({free >> 20} MiB)")  # fmt: skip
     auto = next((d for d in m.decoders if not d.dpa_size), None)
-    target = _pick(m, decoder, auto, force)
+    target = _pick(
+        m,
+        decoder,
+        auto,
+        force,
+        "every endpoint decoder holds DPA already; free one first (pycxl memdev free-dpa)",
+    )
     if target.region:
         raise InvalidRequestError(f"{target.name} belongs to {target.region}; pick another")
     dev = f"{CXL_DEVICES}/{target.name}"
@@ -117,17 +141,8 @@ def free_dpa(
     part = None if mode is None else word(mode, "type", PARTITION_MODES)
     fs = device_ops.host(system, sysroot)
     m = _memdev_with_endpoint(fs, memdev)
-    auto = None
-    for d in reversed(m.decoders):  # the newest reservation, if no region decodes it
-        if not d.dpa_size:
-            continue
-        if d.size or d.region:
-            break
-        auto = d
-        break
-    if auto is not None and part is not None and auto.mode != part:
-        auto = None
-    target = _pick(m, decoder, auto, force)
+    auto, none = _newest_reservation(m, part)
+    target = _pick(m, decoder, auto, force, none)
     if not target.dpa_size:
         raise InvalidRequestError(f"{target.name} holds no DPA: nothing to free")
     if target.region:

@@ -46,6 +46,7 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
 from ..torch._import import import_torch
+from ..values import MAX_LAYERS, MAX_SAMPLES, MAX_TOKENS, MAX_WIDTH, count
 from .conditions import default
 from .results import OffloadResult
 
@@ -82,10 +83,12 @@ def check_offload(
             "mode update times the optimizer step that follows a backward pass: add "
             "--backward (backward=True)"
         )
-    for name, value, least in (("layers", layers, 1), ("width", width, 8), ("tokens", tokens, 1),
-                               ("lookahead", lookahead, 0), ("samples", samples, 1)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise InvalidRequestError(f"{name} {value!r}: give a whole number >= {least}")
+    for name, value, least, most in (
+        ("layers", layers, 1, MAX_LAYERS), ("width", width, 8, MAX_WIDTH),
+        ("tokens", tokens, 1, MAX_TOKENS), ("lookahead", lookahead, 0, MAX_LAYERS),
+        ("samples", samples, 1, MAX_SAMPLES),
+    ):  # fmt: skip
+        count(value, name, least, most)
     if width % 8:
         raise InvalidRequestError(f"width {width}: give a multiple of 8 (bf16 matrices)")
     return ("hbm", *[m for m in MODES[1:] if m in modes])

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..errors import InvalidRequestError
 from ..tiers import token
 from ..units import parse_size
-from ..values import read_text
+from ..values import is_digits, read_text
 
 _EXPECT = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*(\S+)\s*$")
 _COUNTS = ("regions", "memdevs")
@@ -41,7 +41,7 @@ def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expect
             )
         key, value = m.group(1), m.group(2)
         if key in _COUNTS:
-            if not value.isdecimal():
+            if not is_digits(value):
                 raise InvalidRequestError(f"{source} {item!r}: {key} takes a whole number")
             counts[key] = int(value)
             continue

@@ -29,14 +29,16 @@ def test_token_kinds(text: str, kind: str) -> None:
 
 
 def test_tokens_keep_numbers_and_lists() -> None:
-    assert parse_name(" GPU1 ").number == 1 and parse_name("GPU1").is_gpu
-    assert str(parse_name(" CXL0 ")) == " CXL0 " and parse_name(" CXL0 ").text == "cxl0"
+    assert parse_name(" gpu1 ").number == 1 and parse_name("gpu1").is_gpu
+    assert str(parse_name(" cxl0 ")) == " cxl0 " and parse_name(" cxl0 ").text == "cxl0"
+    with pytest.raises(NotFoundError, match="did you mean 'cxl0'"):  # case-sensitive
+        parse_name(" CXL0 ")
     assert parse_name(2).kind == "id"
     assert token("cpu0-3").id_list == "0-3" and token("cpu0-3").cpu_list == "0-3"
     assert token("0-2").id_list == "0-2" and token("dram0").id_list is None
     assert token("cpux1").id_list is None
     assert token("0-3x", "0-3X").id_list == "0-3X"  # shown as typed in messages
-    assert [t.text for t in parse_names(["dram0,CXL0", 3])] == ["dram0", "cxl0", "3"]
+    assert [t.text for t in parse_names(["dram0,cxl0", 3, "dram0"])] == ["dram0", "cxl0", "3"]
     assert is_gpu_name("gpu0") and not is_gpu_name("node0") and not is_gpu_name(0)
     with pytest.raises(InvalidRequestError, match="empty name"):
         parse_names("dram0,,cxl0")
@@ -98,7 +100,7 @@ def test_results_carry_their_pair_outside_the_json(trees: Path) -> None:
 def test_gpu_names_are_checked_before_the_driver(trees: Path) -> None:
     from pycxl.tiers import gpu_token
 
-    assert str(gpu_token(" GPU1 ")) == "gpu1" and gpu_token("all").kind == "all"
+    assert str(gpu_token(" gpu1 ")) == "gpu1" and gpu_token("all").kind == "all"
     with pytest.raises(InvalidRequestError, match="'dram0' is not a GPU"):
         gpu_token("dram0")
     with pytest.raises(InvalidRequestError, match="or all"):
