@@ -123,7 +123,12 @@ class ObjectNamesType(NamesParam):
             self.fail(f"{value!r} names nothing: give a name such as mem0 or region0", param, ctx)
         if not all(items):
             self.fail(f"{value!r} has an empty name between its commas", param, ctx)
-        return tuple(dict.fromkeys(items))  # one named twice is one
+        from pycxl.values import ascii_digits
+
+        try:
+            return tuple(dict.fromkeys(ascii_digits(i, "name") for i in items))  # twice is once
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)  # one named twice is one
 
 
 class WeightsType(StrParam):

@@ -49,7 +49,7 @@ class NotFoundError(PycxlError):
         self.kind = kind
         self.name = name
         self.known = sorted(set(known), key=_natural_key)
-        near = [k for k in self.known if k.lower() == name.lower() and k != name]
+        near = [k for k in self.known if k.lower() == str(name).lower() and k != name]
         if near:  # names are case-sensitive, as ndctl's and numactl's
             hint = f"did you mean '{near[0]}'? (names are case-sensitive)"
         elif hint:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .cxl import regions as _regions
 from .errors import InvalidRequestError
 from .system import System, given_or_read, snapshot
-from .values import size as checked_size
+from .values import ascii_digits, instance, size as checked_size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -390,9 +390,11 @@ def _with_tier(result: RegionResult, system: System) -> RegionResult:
 
 def _region(system: System, region: str | Region) -> Region:
     """A region of the one topology read: by name, or as given."""
+    from .cxl.model import Region
+
     if isinstance(region, str):
-        return system.cxl.require().region(region)
-    return region
+        return system.cxl.require().region(ascii_digits(region.strip(), "region"))
+    return instance(region, Region, "region", "a region's name (region0) or a Region")
 
 
 def create_region(
@@ -405,6 +407,9 @@ def create_region(
     """Create, commit, bind and (by default) online a region; the result names its NUMA
     node and tier (``cxl0``...). See ``RegionRequest`` for what can be asked.
     ``system``: the host to change (``pycxl.snapshot()``; default: this machine)."""
+    from .cxl.region_layout import RegionRequest
+
+    instance(request, RegionRequest, "request", "a RegionRequest, such as RegionRequest(ways=2)")
     host = _host(system, sysroot)
     result = _regions.create_region(request, fs=host.sysfs(), dry_run=dry_run)
     return result if dry_run else _with_tier(result, host)

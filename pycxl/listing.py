@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import InvalidRequestError, NotFoundError
 from .list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
-from .values import is_digits, is_hex
+from .values import ascii_digits, instance, is_digits, is_hex, serial
 
 if TYPE_CHECKING:
     # the CXL model loads only where there is CXL, the JSON builders only for --json,
@@ -74,6 +74,11 @@ class ListRequest:
                     f"filter {kind} {tuple(idents)!r} names nothing: give names such as "
                     "('mem0',), or leave the filter out"
                 )
+        for kind, idents in self.filters.items():
+            for i in idents:
+                ascii_digits(i, f"filter {kind}")
+        for s in self.serials:
+            serial(s)
         unknown = [k for k in [*self.kinds, *self.filters] if k not in KIND_NAMES]
         if unknown:
             raise NotFoundError("object kind", unknown[0], KIND_NAMES)
@@ -387,7 +392,10 @@ def list_json(system: System, req: ListRequest) -> Any:
     'memdevs', 'regions', 'numa_nodes', 'gpus' and 'absent' (what this host lacks).
     """
     from . import to_json as js  # the JSON builders load for --json only
+    from .system import System
 
+    instance(system, System, "system", "a System (pycxl.snapshot())")
+    instance(req, ListRequest, "request", "a ListRequest, such as ListRequest.showing('memdevs')")
     sel = select(system, req)
     extras: dict[str, Json] = {}
     for name, (link, cxl) in device_links(system, sel).items():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from .errors import InvalidRequestError, NotFoundError
 from .gpu.model import GpuDevice
 from .numa.nodes import NumaNode
-from .values import is_digits
+from .values import ascii_digits, is_digits
 
 if TYPE_CHECKING:
     from .targets import Target
@@ -131,6 +131,7 @@ def name_text(name: object, what: str = "target") -> str:
     if not text:
         example = _EXAMPLES.get(what, "dram0")
         raise InvalidRequestError(f"{what}: the name is empty; give one such as {example}")
+    ascii_digits(text, what)
     if text != text.lower():  # every name of this grammar is lower case
         raise NotFoundError(what, text, [text.lower()])
     return text

@@ -17,11 +17,12 @@ import numbers
 import os
 import re
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, TypeVar
 
 from .errors import InvalidRequestError
 from .units import format_size, parse_size
 
+T = TypeVar("T")
 SYSROOT_ENV = "PYCXL_SYSROOT"
 # A device's capacity, and a region made of it (``region create --type``): volatile (ram:
 # it becomes a NUMA node) or persistent (pmem: it keeps its data and labels)
@@ -63,6 +64,24 @@ def is_digits(text: object) -> bool:
 def is_hex(text: object) -> bool:
     """Whether ``text`` is 0x and ASCII hex digits (a serial, an address)."""
     return isinstance(text, str) and _HEX.fullmatch(text) is not None
+
+
+def ascii_digits(text: str, what: str) -> str:
+    """A name or id whose digits are all ASCII: one with an Arabic-Indic or fullwidth
+    digit names nothing, and is refused as mistyped rather than looked up."""
+    bad = next((c for c in text if c.isnumeric() and not c.isascii()), None)
+    if bad is not None:
+        raise InvalidRequestError(f"{what} {text!r}: {bad!r} is not one of the {ASCII_HINT}; "
+                                  "write numbers and ids in ASCII digits")  # fmt: skip
+    return text
+
+
+def serial(text: object, what: str = "serial") -> str:
+    """A memdev serial number as typed: ASCII decimal, or 0x and hex digits."""
+    if not (is_digits(text) or is_hex(text)):
+        raise InvalidRequestError(f"{what} {text!r}: give a serial number such as 0x1f or 31 "
+                                  f"({ASCII_HINT}, or 0x and hex digits)")  # fmt: skip
+    return str(text)
 
 
 def integer_text(text: str, what: str) -> int:
@@ -183,6 +202,24 @@ def finite(value: object, what: str, above: float = 0.0, at_most: float = MAX_SE
     if x > at_most:
         raise InvalidRequestError(f"{what} {value!r}: give at most {at_most:g}")
     return x
+
+
+def instance(value: object, kind: type[T], what: str, hint: str) -> T:
+    """An object a library call is handed (a request, a system, a tree): of ``kind``,
+    else an InvalidRequestError saying what to give (``hint``), never an AttributeError
+    from deep inside."""
+    if not isinstance(value, kind):
+        raise InvalidRequestError(f"{what} {value!r}: give {hint}")
+    return value
+
+
+def reals(value: object, what: str) -> tuple[float, ...]:
+    """A non-empty sequence of numbers (rates, fractions), each a real number (their
+    range is the caller's to check)."""
+    items = value if isinstance(value, list | tuple) else None
+    if not items or any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in items):
+        raise InvalidRequestError(f"{what} {value!r}: give a list of numbers, such as [0.5, 0.9]")
+    return tuple(float(v) for v in items)
 
 
 def word(value: object, what: str, choices: Iterable[str]) -> str:

@@ -45,8 +45,10 @@ from ..values import (
     MAX_STEPS,
     count,
     finite,
+    instance,
     optional_size,
     page_size,
+    reals,
     samples as checked_samples,
     size as checked_size,
 )
@@ -97,6 +99,8 @@ def _seconds(value: float | None, what: str, above: float = 0.0) -> None:
 
 
 def _each(points: Sequence[T], progress: Progress | None) -> Iterable[T]:
+    if progress is not None and not callable(progress):
+        raise InvalidRequestError(f"progress {progress!r}: give a callable (a bar) or None")
     return progress(points) if progress is not None else points
 
 
@@ -445,14 +449,10 @@ def measure_loaded_latency(
     _seconds(seconds, "seconds per point")
     _seconds(knee, "knee factor", 1.0)
     if rates is not None:
-        if isinstance(rates, str) or not rates:
-            raise InvalidRequestError(f"rates {rates!r}: give bandwidths in bytes/s, above 0")
-        for r in rates:  # finite, and bounded far above any memory's bandwidth
+        # finite, and bounded far above any memory's bandwidth
+        for r in reals(rates, "rates (bytes/s)"):
             finite(r, "rate (bytes/s)", at_most=MAX_RATE_GBS * 1e9)
-    if fractions is not None and (isinstance(fractions, str) or any(
-        isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 < f <= 1
-        for f in fractions
-    )):  # fmt: skip
+    if fractions is not None and not all(0 < f <= 1 for f in reals(fractions, "fractions")):
         raise InvalidRequestError("fractions of the peak are above 0 and at most 1")
     if load_on is not None:
         name_text(load_on, "load tier")  # an empty one is refused, not read as the target
@@ -556,6 +556,7 @@ class Matrix:
 
 def matrix_pairs(system: System) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     """(initiators, targets, the pairs that can be measured)."""
+    instance(system, System, "system", "a System (pycxl.snapshot())")
     gpus = [g.target_name for g in system.gpus.devices]
     cpu_inits = [n.name for n in system.nodes if n.node.cpus]
     host_targets = [n.name for n in system.nodes if n.node.has_memory]

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeAlias
 from ..errors import InvalidRequestError, NotAvailableError, SysfsError
 from ..plan import Plan, StepHook, require_root
 from ..sysfs import Sysfs
+from ..values import ascii_digits
 from .mailbox import Mailbox
 from .model import Memdev
 from .read import CXL_DEVICES, bus_present, read_cxl
@@ -84,7 +85,7 @@ def name(value: object, what: str) -> str:
     """A device name as typed (mem0, 0x51, port1, root0, 0000:0c:00.0): non-empty text."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequestError(f"{what} {value!r}: give a name such as {NAMED[what]}")
-    return value.strip()
+    return ascii_digits(value.strip(), what)
 
 
 def flag(value: object, what: str) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..errors import InvalidRequestError
 from ..sysfs import Sysfs
-from ..values import word
+from ..values import instance, word
 
 if TYPE_CHECKING:
     from .topology import CxlTopology
@@ -46,6 +46,8 @@ def nothing_to_read(sysfs: Sysfs) -> bool:
 def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopology:
     """The CXL objects, read through the kernel's sysfs or through ndctl's libcxl."""
     module = BACKENDS[word(backend, "backend", BACKENDS)]
+    if sysfs is not None:
+        instance(sysfs, Sysfs, "sysfs", "a pycxl.sysfs.Sysfs (Sysfs(sysroot)) or None")
     fs = sysfs or Sysfs()
     if backend == "libcxl" and fs.root != "/":
         raise InvalidRequestError(
