@@ -231,6 +231,21 @@ def word(value: object, what: str, choices: Iterable[str]) -> str:
     return value
 
 
+def word_list(spec: object, what: str, choices: Iterable[str]) -> list[str]:
+    """Comma-separated words, each one of ``choices`` ('read,3:1'): the grammar of every
+    list, so an empty item ('read,,3:1') is refused and a word given twice is one."""
+    allowed = list(choices)
+    if not isinstance(spec, str):
+        raise InvalidRequestError(f"{what} {spec!r}: use {', '.join(allowed)}")
+    items = [w.strip() for w in spec.split(",")]
+    if not all(items):
+        raise InvalidRequestError(f"{what} '{spec}' has an empty item: give words such as "
+                                  f"{','.join(allowed[:2])}")  # fmt: skip
+    for w in items:
+        word(w, what, allowed)
+    return list(dict.fromkeys(items))
+
+
 def parse_spans(text: str) -> tuple[tuple[int, int], ...]:
     """A CPU or node list as the kernel writes it and numactl reads it ('0-3,8'), as
     (first, last) spans, not expanded: a range as long as '0-99999999999999' is

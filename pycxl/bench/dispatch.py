@@ -51,6 +51,7 @@ from ..values import (
     reals,
     samples as checked_samples,
     size as checked_size,
+    word_list,
 )
 
 Size = int | str | None
@@ -378,7 +379,7 @@ def measure_offload(
     if modes is None:
         wanted = list(offload.default_modes(backward))
     elif isinstance(modes, str):
-        wanted = [m.strip() for m in modes.split(",")]
+        wanted = word_list(modes, "mode", offload.MODES)
     elif isinstance(modes, Sequence) and all(isinstance(m, str) for m in modes):
         wanted = list(modes)
     else:

@@ -211,8 +211,8 @@ def _check_uuid(value: str | None, rtype: PartitionMode) -> None:
         return
     if rtype != PMEM:
         raise InvalidRequestError("--uuid applies to pmem regions only")
-    try:
-        uuidlib.UUID(value)
+    try:  # uuid.UUID also takes other scripts' digits; a UUID is ASCII hex
+        uuidlib.UUID(value if value.isascii() else "")
     except ValueError:
         raise InvalidRequestError(f"'{value}' is not a UUID") from None
 

@@ -30,6 +30,7 @@ from ..errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
+from ..values import word_list
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size
 from .latency import STRIDE, TLB_PAGES, default_size as chase_default_size
 from .results import BandwidthResult, LoadedLatencyResult, LoadedPoint
@@ -54,12 +55,11 @@ PEAK_RUNS = 2  # unpaced runs a curve's peak is the best of
 
 def mix_names(spec: str) -> list[str]:
     """'all', one mix, or a comma-separated list -> mixes in MLC's order."""
-    if not isinstance(spec, str):
-        raise InvalidRequestError(f"mix {spec!r}: use {', '.join(MIXES)} or all")
-    names = list(MIXES) if spec.strip() == "all" else [m.strip() for m in spec.split(",")]
-    bad = [m for m in names if m not in MIXES]
-    if bad or not names:
-        raise InvalidRequestError(f"mix '{bad[0] if bad else spec}': use {', '.join(MIXES)} or all")
+    if isinstance(spec, str) and spec.strip() == "all":
+        return list(MIXES)
+    names = word_list(spec, "mix", [*MIXES, "all"])
+    if "all" in names:
+        raise InvalidRequestError(f"mix '{spec}': all stands alone; give it, or mixes")
     return [m for m in MIXES if m in names]
 
 
