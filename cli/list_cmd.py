@@ -116,9 +116,11 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     for value in values:
         names = value.replace(",", " ").split()
-        if not names or any(not part.strip() for part in value.split(",")):
-            raise click.BadParameter(f"{value!r} names nothing between its commas: give a "
-                                     "name such as mem0, or all")  # fmt: skip
+        if not names:
+            raise click.BadParameter(f"{value!r} names nothing: give a name such as mem0, or all")
+        if any(not part.strip() for part in value.split(",")):
+            raise click.BadParameter(f"{value!r} has an empty item: give names such as "
+                                     "mem0,mem1, or all")  # fmt: skip
         out += names
     return tuple(out)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.errors import InvalidRequestError, PycxlError
+from pycxl.errors import InvalidRequestError
 from pycxl.values import CHASE_MIN_SIZE, MAX_SAMPLES, MAX_SECONDS, PAGE_BYTES, SYSROOT_ENV
 
 if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older is plain
@@ -95,7 +95,7 @@ class NamesType(NamesParam):
 
         try:  # the library's grammar: empty items refused, repeated names folded
             tokens = parse_names(str(value), self.what)
-        except PycxlError as e:
+        except InvalidRequestError as e:  # an unknown name (NotFoundError) is exit 5, as later
             self.fail(str(e), param, ctx)
         for tok in tokens:  # ids and ranges are checked here; names against the system
             if tok.id_list is not None:
@@ -122,7 +122,7 @@ class ObjectNamesType(NamesParam):
         if not any(items):
             self.fail(f"{value!r} names nothing: give a name such as mem0 or region0", param, ctx)
         if not all(items):
-            self.fail(f"{value!r} has an empty name between its commas", param, ctx)
+            self.fail(f"{value!r} has an empty item: give names such as mem0,mem1", param, ctx)
         from pycxl.values import ascii_digits
 
         try:
@@ -146,6 +146,9 @@ class WeightsType(StrParam):
         if not any(items):
             self.fail(f"{value!r} sets no weight: give NODE=WEIGHT such as dram0=3,cxl0=1, or "
                       "auto", param, ctx)  # fmt: skip
+        if not all(items):
+            self.fail(f"{value!r} has an empty item: give NODE=WEIGHT such as dram0=3,cxl0=1",
+                      param, ctx)  # fmt: skip
         from pycxl.values import is_digits
 
         for item in items:

@@ -192,7 +192,7 @@ def parse_names(spec: str | int | Iterable[str | int], what: str = "target") -> 
             name_text(i, what)  # refuses it, saying what a name is
     out = [p.strip() for i in items for p in str(i).split(",")]
     if any(not p for p in out):
-        raise InvalidRequestError(f"empty name in '{shown}': give names such as dram0,cxl0")
+        raise InvalidRequestError(f"'{shown}' has an empty item: give names such as dram0,cxl0")
     return [token(name_text(p, what)) for p in dict.fromkeys(out)]
 
 

@@ -40,7 +40,7 @@ def test_tokens_keep_numbers_and_lists() -> None:
     assert token("0-3x", "0-3X").id_list == "0-3X"  # shown as typed in messages
     assert [t.text for t in parse_names(["dram0,cxl0", 3, "dram0"])] == ["dram0", "cxl0", "3"]
     assert is_gpu_name("gpu0") and not is_gpu_name("node0") and not is_gpu_name(0)
-    with pytest.raises(InvalidRequestError, match="empty name"):
+    with pytest.raises(InvalidRequestError, match="has an empty item"):
         parse_names("dram0,,cxl0")
     with pytest.raises(InvalidRequestError, match="give a name"):
         parse_name(None)
