@@ -60,15 +60,18 @@ class IntListType(IntsParam):
     ) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.values import count, integer_text
+        from pycxl.values import integer_text
 
         items = [v.strip() for v in str(value).split(",")]
         if not all(items):
             self.fail(f"{value!r} has an empty item: give whole numbers such as 1,2,4", param, ctx)
         try:
-            numbers = [count(integer_text(v, "item"), "each", self.minimum) for v in items]
-        except InvalidRequestError as e:
-            self.fail(f"{value!r}: {e}", param, ctx)
+            numbers = [integer_text(v, "item") for v in items]
+        except InvalidRequestError:
+            self.fail(f"{value!r}: expected whole numbers (digits 0-9) such as 1,2,4", param, ctx)
+        low = [n for n in numbers if n < self.minimum]
+        if low:
+            self.fail(f"{value!r}: {low[0]} is below {self.minimum}", param, ctx)
         return tuple(dict.fromkeys(numbers))  # one given twice is one
 
 

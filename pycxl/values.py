@@ -88,7 +88,7 @@ def integer_text(text: str, what: str) -> int:
     """A whole number as typed: ASCII digits, a leading '-' allowed (its range is the
     caller's to say)."""
     if _INTEGER.fullmatch(text) is None:
-        raise InvalidRequestError(f"{what} {text!r}: give a whole number in {ASCII_HINT}")
+        raise InvalidRequestError(f"{what} {text!r} is not a whole number: give {ASCII_HINT}")
     return int(text)
 
 
@@ -108,7 +108,7 @@ def real_text(text: str, what: str) -> float:
     if text.lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
         return float(text)
     if _REAL.fullmatch(text) is None:
-        raise InvalidRequestError(f"{what} {text!r}: give a number in {ASCII_HINT}, such as 0.5")
+        raise InvalidRequestError(f"{what} {text!r} is not a number: give {ASCII_HINT} (0.5)")
     return float(text)
 
 
