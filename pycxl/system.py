@@ -212,7 +212,7 @@ class System:
         CPU); each must exist."""
         online = sorted(c for t in self.nodes for c in t.node.cpus)
         out: list[int] = []
-        for tok in parse_names(spec):
+        for tok in parse_names(spec, "CPUs"):
             item = tok.text
             if tok.kind == "all":
                 ids = online
@@ -273,7 +273,7 @@ class System:
         from .targets import Pair, Target
 
         to = parse_name(target)
-        by = parse_name(initiator) if initiator is not None else None
+        by = parse_name(initiator, "initiator") if initiator is not None else None
         if to.is_gpu and by is not None and not by.is_gpu:
             raise InvalidRequestError(
                 f"{initiator} cannot load from GPU memory: measure {target} from itself "

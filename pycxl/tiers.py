@@ -115,8 +115,9 @@ class Token:
         return None
 
 
-# an example of a kind of name, for a message about an empty one (else dram0)
+# an example of a kind of name, and of a list of them, for a message about an empty one
 _EXAMPLES = {"GPU": "gpu0", "CPUs": "0-3 or cpu2", "initiator": "dram0 or cpu2"}
+_LIST_EXAMPLES = {"GPU": "gpu0,gpu1", "CPUs": "0-3,8 or cpu2", "node": "dram0,cxl0 or 0-1"}
 
 
 def name_text(name: object, what: str = "target") -> str:
@@ -185,14 +186,17 @@ def parse_names(spec: str | int | Iterable[str | int], what: str = "target") -> 
     else:
         items = list(spec)
     shown = ",".join(map(str, items))
+    example = _LIST_EXAMPLES.get(what, "dram0,cxl0")
     if not items:
-        raise InvalidRequestError(f"no {what} named: give names such as dram0,cxl0")
+        raise InvalidRequestError(f"no {what} named: give names such as {example}")
     for i in items:
         if isinstance(i, bool) or not isinstance(i, str | int):
             name_text(i, what)  # refuses it, saying what a name is
     out = [p.strip() for i in items for p in str(i).split(",")]
-    if any(not p for p in out):
-        raise InvalidRequestError(f"'{shown}' has an empty item: give names such as dram0,cxl0")
+    if not any(out):
+        raise InvalidRequestError(f"{what} '{shown}' names nothing: give {example}")
+    if not all(out):
+        raise InvalidRequestError(f"{what} '{shown}' has an empty item: give {example}")
     return [token(name_text(p, what)) for p in dict.fromkeys(out)]
 
 

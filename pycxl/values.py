@@ -150,6 +150,9 @@ def optional_size(value: object, what: str = "size", minimum: int = 1) -> int | 
 # The most timed repeats of one measurement (-n/--samples): each repeat is a whole pass
 # over the arena, and STREAM and MLC take ten or so
 MAX_SAMPLES = 1000
+# dependent loads per latency sample (the library's ``loads``): the default is 4M; a
+# billion takes minutes a sample on CXL memory
+MAX_LOADS = 1 << 30
 
 
 def samples(value: object) -> int | None:

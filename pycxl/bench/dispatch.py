@@ -41,6 +41,7 @@ from ..targets import Pair
 from ..tiers import gpu_name, name_text, split_names
 from ..values import (
     CHASE_MIN_SIZE,
+    MAX_LOADS,
     MAX_RATE_GBS,
     MAX_STEPS,
     count,
@@ -74,7 +75,7 @@ def _live(system: System | None, *, gpus: bool | Literal["lazy"] = True) -> Syst
 
 def _loads(loads: int) -> None:
     """The chase runs its loads 16 at a time: another count would be rounded unsaid."""
-    count(loads, "loads", 16)
+    count(loads, "loads", 16, MAX_LOADS)
     if loads % 16:
         raise InvalidRequestError(
             f"loads {loads}: give a multiple of 16 (the chase runs 16 loads a step), such as "

@@ -126,8 +126,9 @@ def test_library_numbers_are_ascii_digits() -> None:
                 read(bad)
     with pytest.raises(InvalidRequestError, match="\u0661\u0662"):
         pycxl.allocate("\u0661\u0662M", "dram0")
-    with pytest.raises(InvalidRequestError):
-        pycxl.bench.measure_latency("dram0", samples=1001)  # bounded before measuring
+    for many in ({"samples": 1001}, {"loads": 1 << 40}):  # bounded before measuring
+        with pytest.raises(InvalidRequestError, match="at most"):
+            pycxl.bench.measure_latency("dram0", **many)
 
 
 # --- (b) lists ------------------------------------------------------------------------------
@@ -286,6 +287,8 @@ def test_messages_name_their_own_kind(tree: str) -> None:
 
     with pytest.raises(InvalidRequestError, match="such as gpu0"):
         gpu_name(" ")
+    with pytest.raises(InvalidRequestError, match="0-3,8 or cpu2"):
+        pycxl.snapshot(gpus=False).cpus("0,,1")
     with pytest.raises(InvalidRequestError, match="port1"):
         pycxl.disable_port("", sysroot=tree, dry_run=True)
     with pytest.raises(NotFoundError, match="did you mean 'mem0'"):
