@@ -234,6 +234,7 @@ def pick_regions(cxl: CxlTopology, idents: Sequence[str],
         raise InvalidRequestError("name a region (region0), or all")
     regions = list(cxl.regions)
     if root_decoder is not None:
+        ascii_digits(root_decoder, "root decoder")
         roots = cxl.root_decoders()
         root = next((d for d in roots if d.name in (root_decoder, f"decoder{root_decoder}")),
                     None)  # fmt: skip

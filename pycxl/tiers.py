@@ -210,12 +210,12 @@ def explicit_cxl_nodes(value: str | None = None) -> tuple[int, ...]:
     text = value if value is not None else os.environ.get(EXPLICIT_CXL_ENV, "")
     if not isinstance(text, str):
         raise InvalidRequestError(f"explicit_cxl={text!r}: give NUMA node ids such as '2,3'")
-    try:
-        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
+    ids = [x for x in text.replace(" ", "").split(",") if x]
+    if not all(is_digits(x) for x in ids):
         raise InvalidRequestError(
             f"{EXPLICIT_CXL_ENV}={text!r}: expected NUMA node ids such as '2,3'"
-        ) from None
+        )
+    return tuple(dict.fromkeys(int(x) for x in ids))
 
 
 def nearest_cpu_node(

@@ -26,6 +26,7 @@ from ..values import (
     PMEM,
     RAM,
     PartitionMode,
+    ascii_digits,
     count,
     optional_size,
     word,
@@ -97,6 +98,10 @@ class RegionRequest:
         for name, value in (("decoder", decoder), ("bus", bus), ("uuid", uuid)):
             if value is not None and not isinstance(value, str):
                 raise InvalidRequestError(f"{name} {value!r}: give a name")
+            if value is not None:
+                ascii_digits(value, name)
+        for name in names:
+            ascii_digits(name, "memdev")
         fields: dict[str, object] = dict(
             memdevs=tuple(names),
             ways=None if ways is None else count(ways, "ways"),

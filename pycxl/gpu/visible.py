@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from ..values import is_digits
 from .model import GpuDevice
 
 
@@ -45,7 +46,7 @@ def select_visible(found: Sequence[GpuDevice], environ: Mapping[str, str]) -> tu
 
 
 def _named(entry: str, by_bus: Sequence[GpuDevice], pci_order: bool) -> GpuDevice:
-    if entry.isdecimal():
+    if is_digits(entry):  # as CUDA reads it: ASCII digits
         if not pci_order:
             raise Undecided(
                 "CUDA_VISIBLE_DEVICES numbers GPUs fastest first, an order only CUDA knows on "
