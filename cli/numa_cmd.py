@@ -116,7 +116,7 @@ def _tune(s: Any, fs: Any, nodes: tuple[str, ...], initiator: str | None, dry_ru
     from pycxl.tuning import apply_weights, plan_weights
     from pycxl.units import format_size
 
-    everything = [n.lower() for n in nodes] == ["all"]
+    everything = list(nodes) == ["all"]
     tuning = plan_weights(None if everything else list(nodes), initiator, system=s, fs=fs)
     if not dry_run:
         apply_weights(tuning, fs)

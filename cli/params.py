@@ -143,7 +143,7 @@ class WeightsType(StrParam):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value).strip()
-        if text.lower() == "auto":
+        if text == "auto":  # words are case-sensitive, as names are
             return "auto"
         items = [i.strip() for i in text.split(",")]
         if not any(items):

@@ -403,7 +403,7 @@ def measure_offload(
     gpus = s.gpus_named(gpu)
     tiers = [s.tier(n) for n in s.memory_nodes(target)]
     pairs = [s.pair(t.name) for t in tiers if t is not None]
-    if gpu.strip().lower() == "all":
+    if gpu_name(gpu) == "all":
         return offload.offload_together(gpus, pairs, **shape)
     return offload.offload_steps(gpus[0], pairs, modes=wanted, **shape)
 
