@@ -129,7 +129,7 @@ class ObjectNamesType(NamesParam):
         from pycxl.values import ascii_digits
 
         try:
-            return tuple(dict.fromkeys(ascii_digits(i, "name") for i in items))  # twice is once
+            return tuple(ascii_digits(i, "name") for i in items)  # repeats: see flatten
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)  # one named twice is one
 
@@ -353,10 +353,12 @@ WEIGHTS = WeightsType()
 CPUS = NamesType("CPUS", "CPUs")
 
 
-def flatten(values: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+def flatten(values: tuple[tuple[str, ...], ...], *, fold: bool = True) -> tuple[str, ...]:
     """A repeated names option's (or argument's) values, as one tuple: a name given
-    twice is one, as in one list."""
-    return tuple(dict.fromkeys(v for group in values for v in group))
+    twice is one, as in one list; ``fold`` False keeps repeats (positions, where one
+    named twice is an error to report)."""
+    names = [v for group in values for v in group]
+    return tuple(dict.fromkeys(names)) if fold else tuple(names)
 
 
 class RatesType(FloatsParam):

@@ -89,7 +89,7 @@ def create_command(
     from pycxl.system import snapshot
 
     req = RegionRequest(
-        memdevs=flatten(memdevs), ways=ways,
+        memdevs=flatten(memdevs, fold=False), ways=ways,  # positions: a repeat is refused
         granularity=granularity, size=size, type=rtype,  # type: ignore[arg-type]
         decoder=decoder, bus=bus, uuid=uuid, online=not no_online,
         zone=zone, mode=mode,  # type: ignore[arg-type]

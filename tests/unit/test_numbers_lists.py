@@ -184,7 +184,19 @@ def test_list_types_fold_repeats(path: tuple[str, ...], param: click.Parameter) 
         return  # a node given two weights is refused by the command (they may differ)
     once, twice = param.type.convert(good, param, ctx), param.type.convert(f"{good},{good}",
                                                                            param, ctx)  # fmt: skip
+    if isinstance(param.type, ObjectNamesType):  # folded with the other arguments' names
+        once, twice = flatten((once,)), flatten((twice, once))
     assert once == twice
+
+
+def test_a_region_names_each_position_once() -> None:
+    """region create's MEMDEVs are the interleave set's positions: one named twice is
+    refused, not folded into a narrower region."""
+    fresh = str(TREES / "two-dev" / "fresh")
+    for memdevs in (["mem0,mem0"], ["0x1", "0x1"], ["mem0", "mem0,mem1"]):
+        code, _, err = run_in_child(["region", "create", *memdevs, "--dry-run", "--sysroot",
+                                     fresh])  # fmt: skip
+        assert code == 2 and "named twice" in err, err
 
 
 @pytest.mark.parametrize("argv", [
