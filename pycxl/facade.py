@@ -59,9 +59,12 @@ def allocate(
     >>> buf.pages_by_node()                     # {1: 16384}
     """
     from .numa import placement
+    from .numa.policy import Policy
 
     if (target is None) == (policy is None):
         raise InvalidRequestError("give a target or a policy (one of them)")
+    if policy is not None:
+        instance(policy, Policy, "policy", "a pycxl.Policy, such as Policy.bind(0)")
     s = given_or_read(system, gpus=False)
     nodes = s.placement_nodes(target) if target is not None else None
     return placement.allocate(_bytes(size), nodes, policy=policy, huge=huge, populate=populate)

@@ -47,7 +47,7 @@ class AlertChange:
     threshold: int | None = None
 
     def __post_init__(self) -> None:
-        if self.alert not in ALERTS:
+        if not isinstance(self.alert, str) or self.alert not in ALERTS:
             raise InvalidRequestError(f"alert {self.alert!r}: use {', '.join(ALERTS)}")
         if not isinstance(self.enable, bool):
             raise InvalidRequestError(f"enable {self.enable!r}: give True or False")

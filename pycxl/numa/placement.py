@@ -22,6 +22,7 @@ from ..errors import InvalidRequestError, OperationError
 from ..numa.nodes import NumaNode, read_nodes
 from ..sysfs import Sysfs
 from ..units import format_size
+from ..values import instance, size as checked_size
 from . import pages
 from .policy import Mode, Policy, bind_range
 
@@ -65,8 +66,8 @@ class NumaBuffer:
 
     def __init__(self, size: int, policy: Policy, *, huge: HugePages = "auto",
                  populate: bool = True) -> None:  # fmt: skip
-        if size <= 0:
-            raise InvalidRequestError(f"buffer size must be positive, not {size}")
+        size = checked_size(size, "buffer size")  # a public class: its values enter here
+        instance(policy, Policy, "policy", "a pycxl.Policy, such as Policy.bind(0)")
         huge = check_huge(huge)
         align = HUGE_2M if huge in ("thp", "hugetlb") else mmap.PAGESIZE
         self.size = -(-size // align) * align

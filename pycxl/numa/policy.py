@@ -104,11 +104,13 @@ class Policy:
 
 
 def _nodes(nodes: Sequence[int], what: str) -> tuple[int, ...]:
+    """Node ids, each once: one named twice is one, as in every list (numactl's too)."""
     if not nodes:
         raise InvalidRequestError(f"a {what} policy needs at least one node")
-    if len(set(nodes)) != len(nodes):
-        raise InvalidRequestError(f"a node is named twice in the {what} policy: {list(nodes)}")
-    return tuple(nodes)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
+        raise InvalidRequestError(f"{what} policy nodes {list(nodes)!r}: give node ids, such as "
+                                  "(0, 1)")  # fmt: skip
+    return tuple(dict.fromkeys(nodes))
 
 
 def _refused(call: str, policy: Policy, err: int) -> OperationError:

@@ -237,9 +237,15 @@ def test_names_are_case_sensitive_with_a_hint(argv: list[str], near: str, tree: 
 
 # --- (c) the library ------------------------------------------------------------------------
 def public_functions() -> list[tuple[str, Callable[..., Any]]]:
-    """Every public function of pycxl and pycxl.bench (list_json and matrix_pairs too)."""
-    return [(f"{m.__name__}.{n}", getattr(m, n)) for m in (pycxl, pycxl.bench)
-            for n in m.__all__ if inspect.isfunction(getattr(m, n))]  # fmt: skip
+    """Every public function of pycxl and pycxl.bench (list_json and matrix_pairs too),
+    and the public classes a caller fills in (a policy, a buffer, requests, an alert)."""
+    from pycxl.cxl.alerts import AlertChange
+
+    out = [(f"{m.__name__}.{n}", getattr(m, n)) for m in (pycxl, pycxl.bench)
+           for n in m.__all__ if inspect.isfunction(getattr(m, n))]  # fmt: skip
+    classes = (pycxl.Policy, pycxl.NumaBuffer, pycxl.RegionRequest, pycxl.ListRequest,
+               AlertChange, pycxl.Policy.preferred)  # fmt: skip
+    return out + [(getattr(c, "__qualname__", str(c)), c) for c in classes]
 
 
 WRONG = [None, 3, "x", b"x", object()]
@@ -250,7 +256,9 @@ def good_value(name: str) -> Any:
     from pycxl.cxl.alerts import AlertChange
 
     return {"request": pycxl.RegionRequest(), "changes": [AlertChange("life_used", False)],
-            "system": None, "req": pycxl.ListRequest()}.get(name, "mem0")  # fmt: skip
+            "system": None, "req": pycxl.ListRequest(), "policy": pycxl.Policy.bind(0),
+            "alert": "life_used", "enable": False, "mode": 2, "node": 0,
+            "size": 4096}.get(name, "mem0")  # fmt: skip
 
 
 @pytest.mark.parametrize("name,function", public_functions(), ids=lambda v: str(v)[:40])
