@@ -274,19 +274,19 @@ def enable_bus(
 ) -> DeviceResult:
     """Bind a CXL root's platform device (``ACPI0017:00``) to cxl_acpi again: the ports
     and memdevs under it are enumerated afresh. ``host`` may also name the bus (root0)
-    or its provider (ACPI.CXL), as ``disable_bus`` takes it; a root that is there is
-    already bound, and nothing is planned."""
+    or its provider (ACPI.CXL), as ``disable_bus`` takes it."""
     host, dry_run = device_ops.name(host, "host"), device_ops.flag(dry_run, "dry_run")
     fs = device_ops.host(system, sysroot)
     topo = device_ops.topology(fs) if bus_present(fs) else None
     root = _bus_or_none(topo, host) if topo is not None else None
-    if root is not None:  # its port exists only while cxl_acpi holds the device
-        plan = Plan(f"enable {root.host}", ())
-        return DeviceResult(root.host, plan, device_ops.run(fs, root.host, plan,
-                            dry_run=dry_run, what="enabling a bus"))  # fmt: skip
-    device = next((d for d in (f"{PLATFORM_DEVICES}/{host}", f"{PLATFORM}/{host}")
-                   if fs.exists(d)), None)  # fmt: skip
-    if device is None:
+    name = root.host if root is not None else host
+    if fs.exists(f"{PLATFORM_DEVICES}/{name}"):  # the platform bus says who holds it
+        bound = fs.exists(f"{PLATFORM_DEVICES}/{name}/driver")
+    elif root is not None or fs.exists(f"{PLATFORM}/{name}"):
+        # a tree without the platform bus: the root port is there while cxl_acpi holds
+        # the device, and only then
+        bound = root is not None
+    else:
         roots = {d for base in (PLATFORM_DEVICES, PLATFORM) for d in fs.listdir(base)
                  if d.startswith("ACPI0017")}  # fmt: skip
         if not roots:  # nothing to bind: no CXL at all, as every device command says it
@@ -296,11 +296,10 @@ def enable_bus(
             )
         known = roots | ({b.name for b in topo.buses} if topo is not None else set())
         raise NotFoundError("CXL root device", host, known)
-    bound = fs.exists(f"{device}/driver")
-    steps = () if bound else (_bind(BUS_DRIVER, host, f"bind {host} to cxl_acpi"),)
-    plan = Plan(f"enable {host}", steps)
-    done = device_ops.run(fs, host, plan, dry_run=dry_run, what="enabling a bus")
-    return DeviceResult(host, plan, done)
+    steps = () if bound else (_bind(BUS_DRIVER, name, f"bind {name} to cxl_acpi"),)
+    plan = Plan(f"enable {name}", steps)
+    done = device_ops.run(fs, name, plan, dry_run=dry_run, what="enabling a bus")
+    return DeviceResult(name, plan, done)
 
 
 def _bus_or_none(topo: CxlTopology, name: str) -> Port | None:
