@@ -241,6 +241,8 @@ def word_list(spec: object, what: str, choices: Iterable[str]) -> list[str]:
     if not isinstance(spec, str):
         raise InvalidRequestError(f"{what} {spec!r}: use {', '.join(allowed)}")
     items = [w.strip() for w in spec.split(",")]
+    if not any(items):
+        raise InvalidRequestError(f"{what} '{spec}' names nothing: use {', '.join(allowed)}")
     if not all(items):
         raise InvalidRequestError(f"{what} '{spec}' has an empty item: give words such as "
                                   f"{','.join(allowed[:2])}")  # fmt: skip

@@ -442,7 +442,8 @@ def measure_loaded_latency(
              if v is not None]  # fmt: skip
     if len(paced) > 1:  # names only those given (the command line has no fractions)
         raise InvalidRequestError(
-            f"{' and '.join(paced)} each say which load points are measured: give one of them"
+            f"give one of {', '.join(paced)}, not {' and '.join(paced)}: each says which load "
+            "points are measured"
         )
     if steps is not None:
         count(steps, "steps (a sweep needs at least 2)", 2, MAX_STEPS)
