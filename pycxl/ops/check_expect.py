@@ -33,6 +33,7 @@ def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expect
     """``cxl0=512G``, ``regions=2``, ``memdevs=4``: InvalidRequestError names a bad one."""
     caps: dict[str, int] = {}
     counts: dict[str, int] = {}
+    given: dict[str, str] = {}  # each name's item: one given twice is one, unless they differ
     for item in items:
         m = _EXPECT.match(item)
         if not m:
@@ -40,6 +41,11 @@ def parse_expectations(items: Iterable[str], source: str = "--expect") -> Expect
                 f"{source} {item!r}: write NAME=SIZE (cxl0=512G), regions=N or memdevs=N"
             )
         key, value = m.group(1), m.group(2)
+        if key in given and given[key] != item.strip():
+            raise InvalidRequestError(
+                f"{source} {item!r}: {key} is also expected as {given[key]!r}; give it once"
+            )
+        given[key] = item.strip()
         if key in _COUNTS:
             if not is_digits(value):
                 raise InvalidRequestError(f"{source} {item!r}: {key} takes a whole number")

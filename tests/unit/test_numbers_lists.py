@@ -324,3 +324,11 @@ def test_messages_name_their_own_kind(tree: str) -> None:
     code, out, err = run_in_child(["bus", "enable", "root0", "--dry-run", "--sysroot", tree])
     assert code == 0 and "nothing to do" in out, err
     assert Path(fresh).is_dir()
+
+
+def test_an_expectation_given_twice_is_one_unless_they_differ() -> None:
+    from pycxl.ops.check_expect import parse_expectations
+
+    assert parse_expectations(["regions=1", "regions=1"]).counts == {"regions": 1}
+    with pytest.raises(InvalidRequestError, match="give it once"):
+        parse_expectations(["cxl0=1G", "cxl0=2G"])  # never the last one silently
