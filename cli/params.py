@@ -23,6 +23,12 @@ else:
     IntParam = IntsParam = NamesParam = FloatParam = FloatsParam = StrParam = click.ParamType
 
 
+def _what(param: click.Parameter | None) -> str:
+    """What a message calls the value: its parameter's name (samples, count), as the
+    library's message would."""
+    return param.human_readable_name.lower().replace("_", " ") if param else "the value"
+
+
 class SizeType(IntParam):
     """Bytes or a number with K, M, G, T (binary units): '4096', '256M', '1.5G'; at
     least ``minimum`` bytes."""
@@ -178,8 +184,8 @@ class CountType(IntParam):
         from pycxl.values import count, integer_text
 
         try:
-            number = value if isinstance(value, int) else integer_text(str(value), "the value")
-            return count(number, "the value", self.minimum, self.maximum)
+            number = value if isinstance(value, int) else integer_text(str(value), _what(param))
+            return count(number, _what(param), self.minimum, self.maximum)
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
 
@@ -199,7 +205,7 @@ class IntegerType(IntParam):
         if isinstance(value, int):
             return value
         try:
-            return integer_text(str(value), "the value")
+            return integer_text(str(value), _what(param))
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
 
@@ -221,8 +227,8 @@ class FiniteType(FloatParam):
         from pycxl.values import finite, real_text
 
         try:
-            number = value if isinstance(value, float) else real_text(str(value), "the value")
-            return finite(number, "the value", self.above)
+            number = value if isinstance(value, float) else real_text(str(value), _what(param))
+            return finite(number, _what(param), self.above)
         except InvalidRequestError as e:
             self.fail(str(e), param, ctx)
 
