@@ -343,8 +343,8 @@ def offload_model(
     from .torch.offload.model import ModelOffload
 
     torch = import_torch()
-    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
-        raise InvalidRequestError(f"lookahead {lookahead!r}: give a whole number >= 1")
+    # the modes (lookahead too) are checked once, by the offload's OffloadConfig, before
+    # any memory is taken
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     if cpus is not None:

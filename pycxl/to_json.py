@@ -21,7 +21,6 @@ from .numa.access import cpu_figures
 from .units import format_size_ndctl
 
 if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list --json
-    from .bench.dispatch import MatrixCell
     from .cxl.health import AlertConfig, FirmwareInfo, Health
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.poison import PoisonRecord
@@ -431,10 +430,3 @@ def poison_record_json(r: PoisonRecord) -> Json:
         "region": r.region,
         "hpa": r.hpa,
     }
-
-
-def matrix_cell_json(c: MatrixCell) -> Json:
-    """A matrix cell: its result's JSON with the cell's kind under 'matrix'."""
-    from .measure.results import bench_result_json
-
-    return {"matrix": c.kind, **bench_result_json(c.result)}

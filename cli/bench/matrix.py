@@ -30,16 +30,16 @@ def matrix_command(latency: bool, bandwidth: bool, loaded: bool, gpus: bool,
 
     GPU rows: latency is the GPU's own chase (zero-copy to host tiers); bandwidth is
     the pinned copy to the GPU from a host tier, and STREAM triad in its own memory."""
-    from pycxl.bench import dispatch
+    from pycxl.bench.matrix import measure_matrix
 
     if not (latency or bandwidth or loaded):
         raise click.UsageError("--no-latency and --no-bandwidth leave nothing to measure")
-    m = dispatch.measure_matrix(
+    m = measure_matrix(
         latency=latency, bandwidth=bandwidth, loaded=loaded, size=size,
         gpus=gpus, progress=bar(as_json, "matrix"),
     )  # fmt: skip
     if as_json:
-        from pycxl.to_json import matrix_cell_json
+        from pycxl.bench.matrix import matrix_cell_json
 
         emit_json([matrix_cell_json(c) for c in m.cells])
         return

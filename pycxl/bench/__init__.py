@@ -33,27 +33,29 @@ if TYPE_CHECKING:
         TransferResult as TransferResult,
     )
     from .dispatch import (
-        Matrix as Matrix,
-        MatrixCell as MatrixCell,
         latency_sweep_sizes as latency_sweep_sizes,
-        matrix_pairs as matrix_pairs,
         measure_bandwidth as measure_bandwidth,
         measure_first_touch as measure_first_touch,
         measure_latency as measure_latency,
         measure_loaded_latency as measure_loaded_latency,
-        measure_matrix as measure_matrix,
         measure_offload as measure_offload,
         measure_transfer as measure_transfer,
+    )
+    from .matrix import (
+        Matrix as Matrix,
+        MatrixCell as MatrixCell,
+        matrix_pairs as matrix_pairs,
+        measure_matrix as measure_matrix,
     )
 
 # every exported name and the module it loads from (a test holds the imports above equal)
 _LAZY = {
     **dict.fromkeys(
-        ("Matrix", "MatrixCell", "latency_sweep_sizes", "matrix_pairs", "measure_bandwidth",
-         "measure_first_touch", "measure_latency", "measure_loaded_latency", "measure_matrix",
-         "measure_offload", "measure_transfer"),
+        ("latency_sweep_sizes", "measure_bandwidth", "measure_first_touch", "measure_latency",
+         "measure_loaded_latency", "measure_offload", "measure_transfer"),
         "dispatch",
     ),
+    **dict.fromkeys(("Matrix", "MatrixCell", "matrix_pairs", "measure_matrix"), "matrix"),
     **dict.fromkeys(
         ("BandwidthResult", "BenchResult", "FirstTouchResult", "Lane", "LatencyResult",
          "LoadedLatencyResult", "LoadedPoint", "OffloadResult", "TransferResult"),
