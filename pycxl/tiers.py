@@ -194,7 +194,7 @@ def parse_names(spec: str | int | Iterable[str | int], what: str = "target") -> 
             name_text(i, what)  # refuses it, saying what a name is
     out = [p.strip() for i in items for p in str(i).split(",")]
     if not any(out):
-        raise InvalidRequestError(f"{what} '{shown}' names nothing: give {example}")
+        raise InvalidRequestError(f"{what} '{shown}' is empty, naming nothing: give {example}")
     if not all(out):
         raise InvalidRequestError(f"{what} '{shown}' has an empty item: give {example}")
     return [token(name_text(p, what)) for p in dict.fromkeys(out)]

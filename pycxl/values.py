@@ -242,7 +242,9 @@ def word_list(spec: object, what: str, choices: Iterable[str]) -> list[str]:
         raise InvalidRequestError(f"{what} {spec!r}: use {', '.join(allowed)}")
     items = [w.strip() for w in spec.split(",")]
     if not any(items):
-        raise InvalidRequestError(f"{what} '{spec}' names nothing: use {', '.join(allowed)}")
+        raise InvalidRequestError(
+            f"{what} '{spec}' is empty, naming nothing: use {', '.join(allowed)}"
+        )
     if not all(items):
         raise InvalidRequestError(f"{what} '{spec}' has an empty item: give words such as "
                                   f"{','.join(allowed[:2])}")  # fmt: skip

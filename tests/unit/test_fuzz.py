@@ -296,7 +296,9 @@ def test_every_option_of_every_command(path: tuple[str, ...], places: dict[str, 
         assert code in DOCUMENTED_EXITS or (path == ("run",) and code in (1, 3)), said
         if code == 2:
             assert err.startswith("pycxl: error:") or "Usage:" in err, said
-            named = [a for a in [*argv, *path] if a.strip() and a.strip() in err]
+            # the value, or the item of a list that is wrong ('dram0' of '-s dram0,cxl0')
+            words = [w for a in [*argv, *path] for w in (a, *a.split(","))]
+            named = [w for w in words if w.strip() and w.strip() in err]
             assert named or "empty" in err or "Missing" in err, said
 
     one()

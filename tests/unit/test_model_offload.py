@@ -534,7 +534,7 @@ def test_stream_settings_are_checked_where_they_enter() -> None:
     model = _llama()
     with pytest.raises(InvalidRequestError, match="weights 'disk'"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="disk")
-    with pytest.raises(InvalidRequestError, match="lookahead 0"):
+    with pytest.raises(InvalidRequestError, match="lookahead must be at least 1, not 0"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=0)
     with pytest.raises(InvalidRequestError, match="overlap 'yes'"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), overlap="yes")
