@@ -34,6 +34,7 @@ class Sysfs:
         else:
             self.root = sysroot(root)
         self._top = os.path.realpath(self.root)  # the tree's own folder, links resolved
+        self._real_folders: dict[str, str] = {}  # a tree's folders, links resolved
 
     def __repr__(self) -> str:
         return f"Sysfs({self.root!r})"
@@ -130,7 +131,7 @@ class Sysfs:
         it (the kernel's own attributes are all regular). ``want``: 'read' (a file or a
         folder; FileNotFoundError where absent), 'write' (a file, or absent: the write
         creates it), 'list' (only inside the tree)."""
-        real = os.path.realpath(self.path(rel))
+        real = self._resolved(self.path(rel))
         if os.path.commonpath([real, self._top]) != self._top:
             raise SysfsError(rel, f"leads out of the recorded tree {self.root} (to {real})")
         if want == "list":
@@ -143,6 +144,22 @@ class Sysfs:
             raise
         if not stat.S_ISREG(mode) and (want == "write" or not stat.S_ISDIR(mode)):
             raise SysfsError(rel, "is not a regular file in this recorded tree")
+
+    def _resolved(self, path: str) -> str:
+        """``path`` with every link resolved: its folder's once a command (a recorded
+        tree's folders do not move; os.path.realpath costs more than the read), its own
+        where it is a link."""
+        folder, name = os.path.split(path)
+        real_folder = self._real_folders.get(folder)
+        if real_folder is None:
+            real_folder = self._real_folders[folder] = os.path.realpath(folder)
+        joined = os.path.join(real_folder, name)
+        try:
+            if not stat.S_ISLNK(os.lstat(joined).st_mode):
+                return joined
+        except OSError:
+            return joined
+        return os.path.realpath(joined)
 
     def check_in_tree(self, rel: str) -> None:
         """Raise ``SysfsError`` where ``rel``, under a recorded tree, leads out of it or

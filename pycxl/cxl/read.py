@@ -61,3 +61,13 @@ def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopol
     reader = importlib.import_module(f".{module}", __package__)
     topology: CxlTopology = reader.read_topology(fs)
     return topology
+
+
+SANITIZING = "sanitize"  # what a memdev's security/state reads while one runs
+
+
+def security_state(fs: Sysfs, memdev: str) -> str | None:
+    """A memdev's ``security/state``: disabled, unlocked, locked, frozen, or sanitize
+    while one runs (None: the device has no security interface). Read here, where every
+    command that reads the CXL objects finds it (check, sanitize, wait-sanitize)."""
+    return fs.read(f"{CXL_DEVICES}/{memdev}/security/state")

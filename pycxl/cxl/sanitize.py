@@ -18,14 +18,7 @@ from ..waiting import wait_until
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Memdev
-
-SANITIZING = "sanitize"  # what security/state reads while one runs
-
-
-def security_state(fs: Sysfs, memdev: str) -> str | None:
-    """``security/state``: disabled, unlocked, locked, frozen, or sanitize while one
-    runs (None: the device has no security interface)."""
-    return fs.read(f"{CXL_DEVICES}/{memdev}/security/state")
+from .read import SANITIZING, security_state
 
 
 def sanitize(

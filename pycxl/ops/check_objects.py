@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..cxl.sanitize import SANITIZING, security_state
+from ..cxl.read import SANITIZING, security_state
 from ..pci import nvidia_gpus
 from ..sysfs import Sysfs
 from ..system import System

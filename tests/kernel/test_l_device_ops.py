@@ -23,8 +23,8 @@ from pycxl.cxl import firmware
 from pycxl.cxl.health import read_health
 from pycxl.cxl.mailbox import SET_PARTITION_INFO, Mailbox, Unsupported
 from pycxl.cxl.poison import read_poison
+from pycxl.cxl.read import security_state
 from pycxl.cxl.region_layout import RegionRequest
-from pycxl.cxl.sanitize import security_state
 from pycxl.cxl.sysfs_backend import read_topology
 from pycxl.errors import InvalidRequestError, NotAvailableError
 from pycxl.ops.check import run_check
