@@ -214,11 +214,11 @@ def run_in_child(argv: list[str]) -> tuple[int, str, str]:
                 os.environ["PYCXL_BENCH_QUICK"] = "1"
                 os.environ.pop("PYCXL_SYSROOT", None)
                 owned = own_mount_namespace()
-                mounts = sys_mounts()
+                before = kernel_state() if owned else ([], set())
                 signal.alarm(CHILD_LIMIT_S)
                 code = main(argv)
                 sys.stdout.flush()
-                left = left_behind(mounts) if owned else ""
+                left = left_behind(before) if owned else ""
                 if left:
                     print(left, file=sys.stderr)
                     code = LEFT_BEHIND
@@ -262,22 +262,35 @@ def sys_mounts() -> list[str]:
         return sorted(line for line in f if line.split()[1].startswith("/sys"))
 
 
-def left_behind(mounts_before: list[str]) -> str:
-    """What this process left in the kernel: mounts under /sys it did not find, and trace
-    instances named for its PID (tracefs is one for the whole kernel: looked at through a
-    mount of this namespace's own, made for the look where none is left)."""
-    said = [f"mount left: {m.strip()}" for m in sys_mounts() if m not in mounts_before]
+def my_trace_instances() -> set[str]:
+    """Trace instances named for this process's PID. tracefs is one for the whole
+    kernel: looked at through a mount of this namespace's own, made for the look where
+    none is; an instance a dead process of the same PID left is there before too."""
     tracing = "/sys/kernel/tracing"
     libc = ctypes.CDLL(None, use_errno=True)
     mounted = not os.path.isdir(f"{tracing}/instances") and libc.mount(
         b"nodev", tracing.encode(), b"tracefs", 0, None
     ) == 0  # fmt: skip
+    mine = f"pycxl-{os.getpid()}-"
+    found = set()
     if os.path.isdir(f"{tracing}/instances"):
-        mine = f"pycxl-{os.getpid()}-"
-        said += [f"trace instance left: {n}" for n in os.listdir(f"{tracing}/instances")
-                 if n.startswith(mine)]  # fmt: skip
+        found = {n for n in os.listdir(f"{tracing}/instances") if n.startswith(mine)}
     if mounted:
         libc.umount2(tracing.encode(), 0)
+    return found
+
+
+def kernel_state() -> tuple[list[str], set[str]]:
+    """What a command could leave behind in the kernel: mounts under /sys, and trace
+    instances named for this process."""
+    return sys_mounts(), my_trace_instances()
+
+
+def left_behind(before: tuple[list[str], set[str]]) -> str:
+    """What this process left in the kernel since ``before`` (kernel_state())."""
+    mounts, instances = before
+    said = [f"mount left: {m.strip()}" for m in sys_mounts() if m not in mounts]
+    said += [f"trace instance left: {n}" for n in sorted(my_trace_instances() - instances)]
     return "\n".join(said)
 
 
@@ -407,12 +420,12 @@ def in_own_namespace(run: Callable[[], None]) -> None:
         failure = ""
         try:
             owned = own_mount_namespace()
-            mounts = sys_mounts()
+            before = kernel_state() if owned else ([], set())
             try:
                 run()
             except BaseException:
                 failure = traceback.format_exc()
-            failure += left_behind(mounts) if owned else ""
+            failure += left_behind(before) if owned else ""
             with os.fdopen(write_end, "w") as out:
                 json.dump({"tried": TRIED["library"], "failure": failure}, out)
         finally:
