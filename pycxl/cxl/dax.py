@@ -181,8 +181,6 @@ class DaxMapping:
         if exc is None:
             self.close()
             return
-        # Unwinding (Ctrl-C, a signal, an error): a numpy view made just before may be
-        # held by a frame the exception left; the error of closing under it must not
-        # replace the exception, and the mapping goes when that view does.
-        with contextlib.suppress(BufferError):
-            self._map.close()
+        from ..numa.placement import close_unwinding  # only here: it costs list 8 ms
+
+        close_unwinding(self._map)

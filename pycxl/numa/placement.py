@@ -146,11 +146,7 @@ class NumaBuffer:
         if exc is None:
             self.close()
             return
-        # Unwinding (Ctrl-C, a signal, an error): a numpy view made just before may be
-        # held by a frame the exception left; the error of closing under it must not
-        # replace the exception, and the mapping goes when that view does.
-        with contextlib.suppress(BufferError):
-            self._map.close()
+        close_unwinding(self._map)
 
     def __len__(self) -> int:
         return self.size
@@ -188,3 +184,12 @@ def migrate(obj: Any, node: int, fs: Sysfs | None = None) -> dict[int, int]:
     _, length = pages.buffer_span(obj)
     check_room(length, [node], fs)
     return pages.migrate(obj, node)
+
+
+def close_unwinding(mapping: mmap.mmap) -> None:
+    """Close ``mapping`` while an exception unwinds (Ctrl-C, a signal, an error): a numpy
+    view made just before may be held by a frame the exception left, and the error of
+    closing under it must not replace the exception; the mapping goes when that view
+    does."""
+    with contextlib.suppress(BufferError):
+        mapping.close()
