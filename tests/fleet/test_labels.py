@@ -115,7 +115,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
         (["--format", "nfd", "-o", str(tmp_path / "no" / "pycxl")], "does not exist"),
         (["--format", "nfd", "-o", str(tmp_path)], "is a directory"),
         (["--format", "slurm", "--ttl", "60"], "--ttl applies to --format nfd"),
-        (["--format", "nfd", "--ttl", "0"], "--ttl': the value must be at least 1"),
+        (["--format", "nfd", "--ttl", "0"], "--ttl': ttl must be at least 1, not 0"),
         (["--format", "yaml"], "'yaml' is not one of"),
         ([], "Missing option '-F' / '--format'"),
     ]
