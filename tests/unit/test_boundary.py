@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -257,33 +256,46 @@ def test_no_child_process_keeps_pythons_signal_changes() -> None:
 
 
 # --- tracefs: left as it was found -------------------------------------------------------
-def _tracefs_mounts() -> list[str]:
+MONITOR_FOR_A_WHILE = """
+import json, os, subprocess, sys, time
+def tracefs():
     with open("/proc/self/mounts") as f:
         return [line for line in f if line.split()[2] == "tracefs"]
+before = tracefs()
+proc = subprocess.Popen([sys.executable, "-m", "pycxl.cli.main", "monitor", "--duration", "3"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+deadline = time.monotonic() + 30
+line = ""
+while "monitoring" not in line and time.monotonic() < deadline:
+    line = proc.stderr.readline()
+if "monitoring" not in line:
+    proc.kill()
+    print(json.dumps({"skip": line + proc.stderr.read()}))
+    sys.exit()
+during = tracefs()
+rc = proc.wait(timeout=30)
+after = tracefs()
+base = "/sys/kernel/tracing/instances"
+left = [d for d in (os.listdir(base) if os.path.isdir(base) else [])
+        if d.startswith(f"pycxl-{proc.pid}-")]
+print(json.dumps({"rc": rc, "before": before, "during": during, "after": after, "left": left}))
+"""
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the monitor needs root")
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="the monitor needs root; unshare gives it its own mounts")  # fmt: skip
 def test_monitor_leaves_tracefs_mounted_as_it_found_it() -> None:
-    before = _tracefs_mounts()
-    proc = subprocess.Popen([sys.executable, "-m", "pycxl.cli.main", "monitor", "--duration",
-                             "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 30
-    line = ""
-    while "monitoring" not in line and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-    if "monitoring" not in line:
-        proc.kill()
-        pytest.skip(f"the monitor cannot run here: {line}{proc.stderr.read()}")
-    during = _tracefs_mounts()
-    assert proc.wait(timeout=30) == 0
-    after = _tracefs_mounts()
-    assert after == before
-    assert during if not before else during == before  # mounted while it ran
-    base = "/sys/kernel/tracing/instances"
-    if os.path.isdir(base):
-        assert not [d for d in os.listdir(base) if d.startswith(f"pycxl-{proc.pid}-")]
+    # in a mount namespace of its own: what other programs mount meanwhile is not its
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
+                        MONITOR_FOR_A_WHILE], capture_output=True, text=True, timeout=90,
+                       check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    if "skip" in r:
+        pytest.skip(f"the monitor cannot run here: {r['skip']}")
+    assert r["rc"] == 0 and r["after"] == r["before"], r
+    assert r["during"] if not r["before"] else r["during"] == r["before"], r  # mounted meanwhile
+    assert r["left"] == [], r
 
 
 # --- list -v, -vv, -vvv as cxl list ------------------------------------------------------
