@@ -66,11 +66,12 @@ class IntListType(IntsParam):
     ) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.values import integer_text
+        from pycxl.values import integer_text, list_items
 
-        items = [v.strip() for v in str(value).split(",")]
-        if not all(items):
-            self.fail(f"{value!r} has an empty item: give whole numbers such as 1,2,4", param, ctx)
+        try:
+            items = list_items(str(value), _what(param), "whole numbers such as 1,2,4")
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
         try:
             numbers = [integer_text(v, "item") for v in items]
         except InvalidRequestError:
@@ -78,7 +79,7 @@ class IntListType(IntsParam):
         low = [n for n in numbers if n < self.minimum]
         if low:
             self.fail(f"{value!r}: {low[0]} is below {self.minimum}", param, ctx)
-        return tuple(dict.fromkeys(numbers))  # one given twice is one
+        return tuple(dict.fromkeys(numbers))  # '1,01' is one number too
 
 
 class NamesType(NamesParam):
@@ -127,17 +128,13 @@ class ObjectNamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
-        items = [v.strip() for v in str(value).split(",")]
-        if not any(items):
-            self.fail(f"{value!r} names nothing: give a name such as mem0 or region0", param, ctx)
-        if not all(items):
-            self.fail(f"{value!r} has an empty item: give names such as mem0,mem1", param, ctx)
-        from pycxl.values import ascii_digits
+        from pycxl.values import ascii_digits, list_items
 
-        try:
-            return tuple(ascii_digits(i, "name") for i in items)  # repeats: see flatten
+        try:  # repeats are kept here: flatten folds them, or reports them (positions)
+            items = list_items(str(value), "names", "names such as mem0,mem1", fold=False)
+            return tuple(ascii_digits(i, "name") for i in items)
         except InvalidRequestError as e:
-            self.fail(str(e), param, ctx)  # one named twice is one
+            self.fail(str(e), param, ctx)
 
 
 class WeightsType(StrParam):
@@ -151,14 +148,13 @@ class WeightsType(StrParam):
         text = str(value).strip()
         if text == "auto":  # words are case-sensitive, as names are
             return "auto"
-        items = [i.strip() for i in text.split(",")]
-        if not any(items):
-            self.fail(f"{value!r} sets no weight: give NODE=WEIGHT such as dram0=3,cxl0=1, or "
-                      "auto", param, ctx)  # fmt: skip
-        if not all(items):
-            self.fail(f"{value!r} has an empty item: give NODE=WEIGHT such as dram0=3,cxl0=1",
-                      param, ctx)  # fmt: skip
-        from pycxl.values import is_digits
+        from pycxl.values import is_digits, list_items
+
+        try:  # a node given twice is refused with the names, later: not folded here
+            items = list_items(text, "weights", "NODE=WEIGHT such as dram0=3,cxl0=1, or auto",
+                               fold=False)  # fmt: skip
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
 
         for item in items:
             name, sep, weight = item.partition("=")
@@ -376,11 +372,12 @@ class RatesType(FloatsParam):
                 ctx: click.Context | None) -> tuple[float, ...]:  # fmt: skip
         if isinstance(value, tuple):
             return value
-        from pycxl.values import MAX_RATE_GBS, finite, real_text
+        from pycxl.values import MAX_RATE_GBS, finite, list_items, real_text
 
-        parts = [p.strip() for p in str(value).split(",")]
-        if not all(parts):
-            self.fail(f"{value!r} has an empty item: give GB/s such as 5,10,20.5", param, ctx)
+        try:
+            parts = list_items(str(value), "rates", "GB/s such as 5,10,20.5", fold=False)
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
         out: list[float] = []
         for p in parts:  # in GB/s, as typed (the library takes bytes/s)
             try:

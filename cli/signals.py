@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
-import select
 import signal
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -158,6 +156,8 @@ def reader_gone() -> bool:
     """Whether standard output's (or error's) reader went away: the kernel reports an
     error condition on the writing end of a pipe with no reader, or of a socket shut
     down (poll)."""
+    import select  # here: most commands never ask
+
     poll = select.poll()
     for fd in (1, 2):
         poll.register(fd, select.POLLOUT)
@@ -167,6 +167,8 @@ def reader_gone() -> bool:
 def die(signum: int) -> NoReturn:
     """End this process by ``signum``'s default action, after the clean-up."""
     if signum in DUMPS_CORE:
+        import resource
+
         _, hard = resource.getrlimit(resource.RLIMIT_CORE)
         resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
     signal.signal(signum, signal.SIG_DFL)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from .errors import InvalidRequestError, NotFoundError
 from .gpu.model import GpuDevice
 from .numa.nodes import NumaNode
-from .values import ascii_digits, is_digits
+from .values import ascii_digits, is_digits, list_items
 
 if TYPE_CHECKING:
     from .targets import Target
@@ -192,12 +192,7 @@ def parse_names(spec: str | int | Iterable[str | int], what: str = "target") -> 
     for i in items:
         if isinstance(i, bool) or not isinstance(i, str | int):
             name_text(i, what)  # refuses it, saying what a name is
-    out = [p.strip() for i in items for p in str(i).split(",")]
-    if not any(out):
-        raise InvalidRequestError(f"{what} '{shown}' is empty, naming nothing: give {example}")
-    if not all(out):
-        raise InvalidRequestError(f"{what} '{shown}' has an empty item: give {example}")
-    return [token(name_text(p, what)) for p in dict.fromkeys(out)]
+    return [token(name_text(p, what)) for p in list_items(shown, what, example)]
 
 
 def split_names(spec: str | int | Iterable[str | int]) -> list[str]:

@@ -234,23 +234,29 @@ def word(value: object, what: str, choices: Iterable[str]) -> str:
     return value
 
 
+def list_items(spec: str, what: str, example: str, *, fold: bool = True) -> list[str]:
+    """The grammar of every comma-separated list pycxl reads (names, ids, words, rates,
+    weights): its items without the blanks around them. A list of none (an unset shell
+    variable) and an empty item ('a,,b', as numactl refuses '0,,1') are refused, naming
+    ``example``; an item given twice is one, unless ``fold`` is False (positions)."""
+    items = [p.strip() for p in spec.split(",")]
+    if not any(items):
+        raise InvalidRequestError(f"{what} '{spec}' is empty, naming nothing: give {example}")
+    if not all(items):
+        raise InvalidRequestError(f"{what} '{spec}' has an empty item: give {example}")
+    return list(dict.fromkeys(items)) if fold else items
+
+
 def word_list(spec: object, what: str, choices: Iterable[str]) -> list[str]:
-    """Comma-separated words, each one of ``choices`` ('read,3:1'): the grammar of every
-    list, so an empty item ('read,,3:1') is refused and a word given twice is one."""
+    """Comma-separated words, each one of ``choices`` ('read,3:1'), in the grammar of
+    every list (``list_items``)."""
     allowed = list(choices)
     if not isinstance(spec, str):
         raise InvalidRequestError(f"{what} {spec!r}: use {', '.join(allowed)}")
-    items = [w.strip() for w in spec.split(",")]
-    if not any(items):
-        raise InvalidRequestError(
-            f"{what} '{spec}' is empty, naming nothing: use {', '.join(allowed)}"
-        )
-    if not all(items):
-        raise InvalidRequestError(f"{what} '{spec}' has an empty item: give words such as "
-                                  f"{','.join(allowed[:2])}")  # fmt: skip
+    items = list_items(spec, what, f"words such as {','.join(allowed[:2])}")
     for w in items:
         word(w, what, allowed)
-    return list(dict.fromkeys(items))
+    return items
 
 
 def parse_spans(text: str) -> tuple[tuple[int, int], ...]:

@@ -79,7 +79,6 @@ class ModelOffload:
             torch.device(device), weights=weights, update=update, overlap=overlap,
             update_in_backward=update_in_backward, lookahead=lookahead,
         )  # fmt: skip
-        self.device = config.device
         if config.on_gpu:
             from ..tier import spilling
 
@@ -91,7 +90,6 @@ class ModelOffload:
                 )
         self.model = model
         self.engine = engine
-        self.weights: Weights = config.weights
         self._host_alloc = host_alloc
         modules = list(blocks) if blocks is not None else find_blocks(model)
         base = (
@@ -133,6 +131,16 @@ class ModelOffload:
         self._plan = self._first_plan()
         self._fixed = config.fixed
         self.optimizer = optimizer_class()(self, groups, dict(base.defaults))
+
+    @property
+    def device(self) -> Any:
+        """The torch device the model trains on (the configuration's)."""
+        return self.config.device
+
+    @property
+    def weights(self) -> Weights:
+        """Where the blocks' weights live: "resident" on the device, or "stream"."""
+        return self.config.weights
 
     # --- set-up ------------------------------------------------------------------------
     def _check_on_device(self, model: Any) -> None:
