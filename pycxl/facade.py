@@ -263,7 +263,8 @@ def offload_layers(
     from .gpu.cuda_engine import CudaEngine
     from .gpu.host_engine import HostEngine
     from .torch._import import import_torch
-    from .torch.offload.layers import LayerOffload, tier_allocator
+    from .torch.offload.host_memory import tier_allocator
+    from .torch.offload.layers import LayerOffload
 
     torch = import_torch()
     s = given_or_read(system, gpus=gpu is not None)
@@ -339,7 +340,7 @@ def offload_model(
     from .gpu.cuda_engine import CudaEngine
     from .gpu.host_engine import HostEngine
     from .torch._import import import_torch
-    from .torch.offload.layers import tier_allocator
+    from .torch.offload.host_memory import tier_allocator
     from .torch.offload.model import ModelOffload
 
     torch = import_torch()

@@ -392,7 +392,8 @@ class _Stack:
     def _streamed(self, ctx: GpuContext, node: int, backward: bool, lookahead: int,
                   samples: int, ready: Callable[[], None] | None = None) -> Timing:  # fmt: skip
         from ..gpu.cuda_engine import CudaEngine
-        from ..torch.offload.layers import LayerOffload, tier_allocator
+        from ..torch.offload.host_memory import tier_allocator
+        from ..torch.offload.layers import LayerOffload
 
         torch = self.torch
         linears = []
@@ -411,6 +412,8 @@ class _Stack:
             with torch.set_grad_enabled(backward):
                 self._finish(model(self.x), backward)
             offload.synchronize()  # the gradients have landed on the tier
+            for lin in linears:
+                lin.weight.grad = None  # the loop's zero_grad: each pass's own gradients
             st = offload.stats()
             counted.append((st.bytes_to_device, st.bytes_to_host))
 
@@ -429,7 +432,7 @@ class _Stack:
         pass) with the state on ``p``'s node, waited for each time, the split as set up
         (not moved by the steps' timings): its times, the state's pages, the plan."""
         from ..gpu.cuda_engine import CudaEngine
-        from ..torch.offload.layers import tier_allocator
+        from ..torch.offload.host_memory import tier_allocator
         from ..torch.offload.model import ModelOffload
 
         torch = self.torch

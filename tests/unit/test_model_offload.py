@@ -408,7 +408,7 @@ def test_streamed_blocks_live_on_the_node_and_visit_the_ring_only_while_they_run
     node = snapshot(gpus=False).resolve("dram0").node
     home = {n for n in pages_by_node(layer.detach())}
     assert home == {node}  # between passes a block's parameter is its memory on the tier
-    stats = off.stream.ring.stats
+    stats = off.ferry.ring.stats
     assert stats.copies_in + stats.reused == 2 * 3 * 8  # each block: a forward, a backward
     x = data[0][0]
     loss = model(input_ids=x, labels=x).loss

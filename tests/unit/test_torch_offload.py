@@ -97,8 +97,12 @@ def test_streamed_layers_train_like_plain_pytorch(lookahead: int) -> None:
     assert got == pytest.approx(want, rel=1e-5)
     with torch.no_grad():
         assert torch.allclose(out, ref(batches[0][0]), atol=1e-6)
-    # between uses a streamed parameter holds no memory; its value is on the tier
-    assert all(p.numel() == 0 for p in model.parameters())
+    # between uses a streamed parameter is its home: memory on the tier, its value
+    homes = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+             for t in offload.host_tensors()]  # fmt: skip
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert any(lo <= p.data_ptr() < hi for lo, hi in homes)
+        assert torch.allclose(p.detach(), q.detach(), atol=1e-6, rtol=1e-5)
     stats = offload.stats()
     assert stats.updates == 4 * 5
     assert stats.copies_to_device + stats.reused >= 5 * 8  # two uses per layer and step
@@ -131,8 +135,8 @@ def test_adamw_with_amsgrad_keeps_every_moment_on_the_tier() -> None:
     _train(ref, batches, adamw(ref.parameters()))
     _same(model, ref)
     held = {t.data_ptr() for t in offload.host_tensors()}
-    for L in offload._layers:
-        for st in L.optimizer.state.values():
+    for U in offload._updates:
+        for st in U.optimizer.state.values():
             assert {st["exp_avg"].data_ptr(), st["max_exp_avg_sq"].data_ptr()} <= held
     offload.close()
 
@@ -192,3 +196,54 @@ def test_a_model_without_gradients_streams_for_inference() -> None:
         assert torch.allclose(model(x), ref(x), atol=1e-6)  # grad mode on, nothing to train
     assert offload.stats().copies_to_device == 3 * 3 + 1  # cyclic: one past the end
     offload.close()
+
+
+def test_streamed_gradients_add_up_across_backward_passes_as_plain_pytorch() -> None:
+    model, ref = _model(layers=3), _model(layers=3)
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu")
+    batches = _batches(2)
+    _train(model, batches)  # two backward passes, no zero_grad between them
+    _train(ref, batches)
+    for i, layer in enumerate(ref):
+        got = offload.host_grads(i)
+        for g, p, q in zip(got, model[i].parameters(), layer.parameters(), strict=True):
+            assert p.grad is not None and p.grad.data_ptr() == g.data_ptr()
+            assert torch.allclose(g, q.grad, atol=1e-6)
+    offload.close()
+
+
+def test_checkpointed_layers_stream_and_train_like_plain_pytorch() -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    model, ref = _model(), _model()
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu",
+                           weights="stream", optimizer=ADAM)  # fmt: skip
+
+    def forward(net: Any, x: Any) -> Any:
+        for layer in net:
+            x = checkpoint(layer, x, use_reentrant=False)
+        return x
+
+    got, want = [], []
+    opt = ADAM(ref.parameters())
+    for x, y in _batches(3):
+        loss = torch.nn.functional.mse_loss(forward(model, x), y)
+        loss.backward()
+        got.append(loss.item())
+        loss = torch.nn.functional.mse_loss(forward(ref, x), y)
+        loss.backward()
+        want.append(loss.item())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    offload.synchronize()
+    assert got == pytest.approx(want, rel=1e-5)
+    offload.close()
+
+
+def test_a_layer_mixing_dtypes_is_refused_by_name() -> None:
+    layer = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8).double())
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    with pytest.raises(InvalidRequestError, match="mixes parameter dtypes"):
+        LayerOffload([layer], _on_tier(node), engine=HostEngine(), device="cpu")

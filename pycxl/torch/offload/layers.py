@@ -1,25 +1,25 @@
 """PyTorch layers whose weights live on a memory tier and are streamed to the GPU as
-they run, and whose optimizer state stays on the tier (the ZeRO-Offload pattern).
+they run, and whose optimizer state stays on the tier (the ZeRO-Offload pattern): the
+ferry (ferry.py, the weight streaming ``offload_model`` uses too) plus a per-layer
+optimizer.
 
 ``LayerOffload(layers, ...)`` takes a model's layers (a sequence of modules run in
 order) and:
 
-- ``weights="stream"``: moves each layer's parameters into pinned host memory on the
-  tier. A forward pre-hook gets the layer from a ``Prefetcher`` ring (the compute stream
-  waits for its copy; the next layer's copy already runs behind it) and points the
-  parameters at the ring's device buffer; a forward hook gives the buffer back. In
-  training, a backward pre-hook gets the layer again (the ring keeps the last layers of
-  the forward pass, so the turn costs no copy), and once a layer's gradients are
-  accumulated they are copied back to pinned host memory on the tier and the device
-  memory is let go. GPU memory holds ``lookahead + 1`` layers, never the model.
+- ``weights="stream"``: each layer's parameters live in pinned host memory on the tier
+  and visit the device only while the layer runs (``WeightFerry``: a ring of
+  ``lookahead + 1`` device buffers, the next layer's copy behind this one's compute; in
+  training the gradients go home as each layer has them). Between uses a parameter is
+  its home on the tier: GPU memory holds the ring, never the model.
 - ``weights="resident"``: the parameters stay on the device; only gradients go to the
   host and updated weights come back.
 - ``optimizer`` (an Adam or AdamW factory): each layer's fp32 master weights, and the
   optimizer's moments, live on the tier (unpinned: only the CPU touches them). As soon
   as a layer's gradients have landed, a worker thread runs the optimizer step for that
-  layer on the CPU (PyTorch's fused CPU Adam where it exists), while the GPU runs the
-  backward pass of the layers before it; the new weights are copied back before the
-  layer runs again.
+  layer on the CPU (the fused CPU Adam of adam.py, or PyTorch's step for what it does
+  not run), while the GPU runs the backward pass of the layers before it; the new
+  weights are home, or copied back, before the layer runs again. Each backward pass is
+  a step: its gradients are consumed, and ``.grad`` stays None.
 
 On the CPU (``device`` "cpu", a machine without a GPU) the parameters themselves move
 onto the tier and the optimizer updates them there, in place.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,56 +38,12 @@ from typing import Any, Literal
 from ...errors import InvalidRequestError
 from ...gpu.engine import CopyBack, Engine, copy_to_device, copy_to_host
 from ...gpu.host_engine import HostEngine
-from ...gpu.prefetch import Prefetcher
 from .._import import import_torch
+from .ferry import WeightFerry
+from .host_memory import HostAlloc
+from .layout import Block, layout_blocks, piece
 
 Weights = Literal["stream", "resident"]
-# (bytes, pinned) -> a uint8 CPU tensor on the tier; pinned ones are registered with the GPU
-HostAlloc = Callable[[int, bool], Any]
-ALIGN = 256
-
-
-def tier_allocator(
-    nodes: Sequence[int], ctx: Any = None, huge: Any = "auto", *, room_checked: bool = False
-) -> HostAlloc:
-    """Host memory on ``nodes`` for LayerOffload, as uint8 CPU tensors: pinned ones
-    registered with the GPU of ``ctx`` (a GpuContext) and checked to be on the nodes
-    still after the pin; others only placed. Each allocation is refused where the nodes
-    lack the room, unless the caller checked the whole of it already (``room_checked``:
-    a measurement's ``Pair.check_fits``). The allocator keeps the registrations alive as
-    long as it lives (LayerOffload keeps it)."""
-    from ...numa.placement import NumaBuffer, allocate
-    from ...numa.policy import Policy
-
-    torch = import_torch()
-    owners: list[Any] = []
-
-    def place(nbytes: int) -> Any:
-        if room_checked:
-            return NumaBuffer(nbytes, Policy.bind(*nodes), huge=huge)
-        return allocate(nbytes, list(nodes), huge=huge)
-
-    def host_alloc(nbytes: int, pinned: bool) -> Any:
-        if pinned:
-            if ctx is None:
-                raise InvalidRequestError("pinned host memory needs a GPU to pin it for")
-            from ...gpu.memory import HostMemory
-
-            mem = HostMemory.owning(ctx, place(nbytes))
-            owners.append(mem)
-            return torch.from_numpy(mem.array("uint8"))
-        return torch.from_numpy(place(nbytes).array("uint8"))
-
-    return host_alloc
-
-
-def ring_tensor(view: Any, device: Any) -> Any:
-    """A ring buffer the Prefetcher handed out (a DeviceView, or a HostView on the CPU)
-    as a flat uint8 tensor on ``device``, without a copy."""
-    torch = import_torch()
-    if torch.device(device).type == "cuda":
-        return torch.as_tensor(view, device=device)
-    return torch.frombuffer(view.memory, dtype=torch.uint8)
 
 
 def default_optimizer(params: list[Any]) -> Any:
@@ -99,39 +56,16 @@ def default_optimizer(params: list[Any]) -> Any:
 
 
 @dataclass
-class _Layer:
-    """One layer's parameters and their host memory on the tier."""
+class _Update:
+    """One layer's optimizer (state on the tier) and its step in flight."""
 
-    index: int
-    params: list[Any]
-    shapes: list[Any]  # the parameters' shapes and dtypes (streamed ones hold no data)
-    dtypes: list[Any]
-    offsets: list[int]
-    nbytes: int
-    weights: Any = None  # uint8 host tensor: the parameters, in their dtype (pinned on GPUs)
-    grads: Any = None  # uint8 host tensor: gradients, in the parameters' dtype (pinned)
-    masters: list[Any] = field(default_factory=list)  # fp32 copies the optimizer updates
-    master_grads: list[Any] = field(default_factory=list)
-    optimizer: Any = None
-    update: Future[None] | None = None  # the optimizer step in flight
+    optimizer: Any
+    masters: list[Any]  # fp32 parameters the optimizer updates (views of tier memory)
+    master_grads: list[Any]  # their gradients, fp32 (empty: the parameters' own)
+    pending: Future[None] | None = None  # the optimizer step in flight
     updated: Any = None  # device event: the new weights are on the device (resident)
-    trainable: list[int] = field(default_factory=list)  # params that take gradients
-    grads_ready: int = 0
-    copies: list[CopyBack] = field(default_factory=list)
-
-    def views(self, flat: Any) -> list[Any]:
-        """Each parameter's view in a flat uint8 tensor laid out like ``weights``."""
-        return [
-            flat[o : o + _nbytes(shape, dtype)].view(dtype).view(shape)
-            for shape, dtype, o in zip(self.shapes, self.dtypes, self.offsets, strict=True)
-        ]
-
-
-def _nbytes(shape: Any, dtype: Any) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count * int(dtype.itemsize)
+    copies: list[CopyBack] = field(default_factory=list)  # gradients on their way home
+    arrived: int = 0  # gradients accumulated this backward pass (resident)
 
 
 @dataclass
@@ -149,7 +83,7 @@ class OffloadStats:
 class LayerOffload:
     """``layers`` streamed from (or their optimizer state kept in) host memory given
     by ``host_alloc``; see the module's text. ``engine`` copies (a CudaEngine for a GPU,
-    None for the CPU); ``device`` is where the layers compute."""
+    a HostEngine for the CPU); ``device`` is where the layers compute."""
 
     def __init__(
         self,
@@ -173,117 +107,112 @@ class LayerOffload:
         modules = list(layers)
         if not modules or not all(isinstance(m, torch.nn.Module) for m in modules):
             raise InvalidRequestError("layers: give a non-empty sequence of torch.nn.Module")
-        self.weights: Weights = weights
-        self.engine = engine
-        self._on_gpu = on_gpu
-        # On the CPU, resident parameters live on the tier themselves: no copies at all
-        self._params_on_tier = not on_gpu and weights == "resident"
-        self._host_alloc = host_alloc
-        self._layers = self._layout(modules)
-        self._hooks: list[Any] = []
-        self._held: list[_Layer] = []  # bound for a backward pass without gradients of their own
-        self._views: dict[tuple[int, int], list[Any]] = {}  # (slot, layer) -> param views
-        self._placeholders = {id(p): self._placeholder(p) for L in self._layers for p in L.params}
-        self._training_order = False
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pycxl-update")
-        self._lock = threading.Lock()
-        self._updates = 0
-        self._update_wait_s = 0.0
-        self._bytes_to_host = 0
+        for i, module in enumerate(modules):
+            if next(module.parameters(), None) is None:
+                raise InvalidRequestError(f"layer {i} ({type(module).__name__}) has no parameters")
         if weights == "resident" and optimizer is None:
             raise InvalidRequestError(
                 "weights='resident' keeps the layers on the device: give an optimizer "
                 "to offload (or weights='stream' to stream the layers)"
             )
-        self._place_host_memory(optimizer)
+        self.weights: Weights = weights
+        self.engine = engine
+        self._on_gpu = on_gpu
+        self._streamed = weights == "stream"
+        # On the CPU, resident parameters live on the tier themselves: no copies at all
+        self._params_on_tier = not on_gpu and not self._streamed
+        self._host_alloc = host_alloc
+        trainable = {id(p): 0 for m in modules for p in m.parameters() if p.requires_grad}
+        self._blocks = layout_blocks(modules, trainable, with_frozen=self._streamed)
+        self._updates: list[_Update | None] = [None] * len(self._blocks)
+        self._hooks: list[Any] = []
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pycxl-update")
+        self._lock = threading.Lock()
+        self._update_count = 0
+        self._update_wait_s = 0.0
+        self._bytes_to_host = 0
+        self._place_host_memory()
+        if optimizer is not None:
+            for k, B in enumerate(self._blocks):
+                if B.params:
+                    self._updates[k] = self._place_optimizer(B, optimizer)
         # The fused CPU step (one pass: gradient in, master and moments, weight out) for
         # Adam and AdamW; PyTorch's step for what it does not run
         self._fused = None
-        if cpus and optimizer is not None and self._fused_settings(self._layers[0]) is not None:
+        first = next((U for U in self._updates if U is not None), None)
+        if cpus and first is not None and _fused_settings(first) is not None:
             from .adam import CpuAdam
 
             self._fused = CpuAdam(cpus)
-        self.ring: Prefetcher | None = None
-        if weights == "stream":
-            self.ring = Prefetcher(
-                self.engine, [L.weights for L in self._layers], lookahead=lookahead,
-                before_copy=self._wait_for_update,
+        self.ferry: WeightFerry | None = None
+        if self._streamed:
+            self.ferry = WeightFerry(
+                self._blocks, engine, self.device, lookahead=lookahead,
+                before_copy=self._wait_for_update, host_alloc=self._gradient_memory,
+                on_home=self._sent_home if optimizer is not None else None,
+                accumulate=optimizer is None,
             )  # fmt: skip
-        self._install_hooks(modules)
+        else:
+            self._install_resident_hooks()
 
     # --- set-up --------------------------------------------------------------------
-    def _layout(self, modules: list[Any]) -> list[_Layer]:
-        seen: set[int] = set()
-        out = []
-        for i, module in enumerate(modules):
-            params = [p for p in module.parameters() if id(p) not in seen]
-            seen.update(id(p) for p in params)
-            if not params:
-                raise InvalidRequestError(f"layer {i} ({type(module).__name__}) has no parameters")
-            offsets, at = [], 0
-            for p in params:
-                offsets.append(at)
-                at += -(-p.numel() * p.element_size() // ALIGN) * ALIGN
-            out.append(_Layer(i, params, [p.shape for p in params], [p.dtype for p in params],
-                              offsets, at))  # fmt: skip
-        return out
+    def _typed(self, elements: int, dtype: Any, pinned: bool) -> Any:
+        return self._host_alloc(elements * dtype.itemsize, pinned).view(dtype)
 
-    def _placeholder(self, p: Any) -> Any:
-        return import_torch().empty(0, dtype=p.dtype, device=self.device)
+    def _gradient_memory(self, B: Block) -> Any:
+        return self._typed(B.numel, B.dtype, self._on_gpu)
 
-    def _place_host_memory(self, optimizer: Callable[[list[Any]], Any] | None) -> None:
+    def _place_host_memory(self) -> None:
+        """Streamed: each layer's home (the ferry moves the parameters there) and its
+        gradients'. Resident: the host copies of the gradients and new weights, or on
+        the CPU, the parameters themselves on the tier."""
         torch = import_torch()
-        for L in self._layers:
-            L.weights = self._host_alloc(L.nbytes, self._on_gpu)
+        for B in self._blocks:
+            if self._streamed:
+                B.weights = self._typed(B.total, B.dtype, self._on_gpu)
+                B.grads = self._typed(B.numel, B.dtype, self._on_gpu) if B.params else None
+                continue
+            B.weights = self._typed(B.numel, B.dtype, self._on_gpu)
             with torch.no_grad():
-                for view, p in zip(L.views(L.weights), L.params, strict=True):
-                    view.copy_(p.detach())
+                for p in B.params:
+                    home = piece(B.weights, p).view(p.shape)
+                    home.copy_(p.param.detach())
                     if self._params_on_tier:
-                        p.data = view
-                    elif self.weights == "stream":
-                        p.data = self._placeholders[id(p)]
-                    elif p.device != self.device:
-                        p.data = p.data.to(self.device)
+                        p.param.data = home
+                    elif p.param.device != self.device:
+                        p.param.data = p.param.data.to(self.device)
             if not self._params_on_tier:
-                L.grads = self._host_alloc(L.nbytes, self._on_gpu)
-            if optimizer is not None:
-                self._place_optimizer(L, optimizer)
+                B.grads = self._typed(B.numel, B.dtype, True)
 
-    def _place_optimizer(self, L: _Layer, factory: Callable[[list[Any]], Any]) -> None:
+    def _place_optimizer(self, B: Block, factory: Callable[[list[Any]], Any]) -> _Update:
         torch = import_torch()
-        fp32 = all(d == torch.float32 for d in L.dtypes)
-        sizes = [_nbytes(shape, torch.float32) for shape in L.shapes]
-        total = sum(-(-n // ALIGN) * ALIGN for n in sizes)
+        fp32 = B.dtype == torch.float32
 
-        def fp32_views(flat: Any) -> list[Any]:
-            out, at = [], 0
-            for shape, n in zip(L.shapes, sizes, strict=True):
-                out.append(flat[at : at + n].view(torch.float32).view(shape))
-                at += -(-n // ALIGN) * ALIGN
-            return out
+        def views(flat: Any) -> list[Any]:
+            return [piece(flat, p).view(p.shape) for p in B.params]
 
         if fp32:  # the host copy of the weights is the master copy
-            L.masters = L.views(L.weights)
-            L.master_grads = L.views(L.grads) if L.grads is not None else []
+            masters = views(B.weights)
+            master_grads = views(B.grads) if B.grads is not None else []
         else:
-            L.masters = fp32_views(self._host_alloc(total, False))
-            L.master_grads = fp32_views(self._host_alloc(total, False))
+            masters = views(self._typed(B.numel, torch.float32, False))
+            master_grads = views(self._typed(B.numel, torch.float32, False))
             with torch.no_grad():
-                for m, w in zip(L.masters, L.views(L.weights), strict=True):
+                for m, w in zip(masters, views(B.weights), strict=True):
                     m.copy_(w)
         if self._params_on_tier:
-            L.master_grads = []  # the parameters' own gradients
-        masters = [torch.nn.Parameter(m, requires_grad=True) for m in L.masters]
-        L.masters = masters
-        opt = factory(masters)
+            master_grads = []  # the parameters' own gradients
+        params = [torch.nn.Parameter(m, requires_grad=True) for m in masters]
+        opt = factory(params)
         if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):
             raise InvalidRequestError(
                 f"optimizer {type(opt).__name__}: the state of Adam and AdamW is placed on "
                 "the tier; other optimizers would keep theirs in ordinary memory"
             )
         amsgrad = any(g.get("amsgrad") for g in opt.param_groups)
-        moments = [fp32_views(self._host_alloc(total, False)) for _ in range(3 if amsgrad else 2)]
-        for k, m in enumerate(masters):
+        moments = [views(self._typed(B.numel, torch.float32, False))
+                   for _ in range(3 if amsgrad else 2)]  # fmt: skip
+        for k, m in enumerate(params):
             st: dict[str, Any] = {
                 "step": torch.tensor(0.0, dtype=torch.float32),
                 "exp_avg": moments[0][k].zero_(),
@@ -292,210 +221,156 @@ class LayerOffload:
             if amsgrad:
                 st["max_exp_avg_sq"] = moments[2][k].zero_()
             opt.state[m] = st
-        L.optimizer = opt
+        return _Update(opt, params, master_grads)
 
-    def _install_hooks(self, modules: list[Any]) -> None:
-        for L, module in zip(self._layers, modules, strict=True):
-            self._hooks.append(module.register_forward_pre_hook(
-                functools.partial(self._before_forward, L)))  # fmt: skip
-            if self.weights == "stream":
-                self._hooks.append(module.register_forward_hook(
-                    functools.partial(self._after_forward, L)))  # fmt: skip
-            L.trainable = [k for k, p in enumerate(L.params) if p.requires_grad]
-            for k in L.trainable:
-                self._hooks.append(L.params[k].register_post_accumulate_grad_hook(
-                    functools.partial(self._grad_ready, L)))  # fmt: skip
+    def _install_resident_hooks(self) -> None:
+        """Resident: each layer's forward pass waits for its update; its gradients,
+        once all accumulated, go home (on a GPU) and begin its update."""
+        for k, B in enumerate(self._blocks):
+            self._hooks.append(B.module.register_forward_pre_hook(
+                functools.partial(self._before_forward, k)))  # fmt: skip
+            for p in B.params:
+                self._hooks.append(p.param.register_post_accumulate_grad_hook(
+                    functools.partial(self._grad_ready, k)))  # fmt: skip
 
-    # --- hooks ---------------------------------------------------------------------
+    # --- hooks (resident) -------------------------------------------------------------
     def _stream(self) -> Any:
         return import_torch().cuda.current_stream(self.device) if self._on_gpu else None
 
-    def _before_forward(self, L: _Layer, module: Any, args: Any) -> None:
-        if L.index == 0 and self.ring is not None:
-            self._release_held()
-            training = import_torch().is_grad_enabled() and any(M.trainable for M in self._layers)
-            if training != self._training_order:
-                n = len(self._layers)
-                order = [*range(n), *reversed(range(n))] if training else list(range(n))
-                self.ring.set_order(order)
-                self._training_order = training
-        if self.ring is not None:
-            self._bind(L, self.ring.get(L.index, self._stream()))
-        else:
-            self._wait_for_update(L.index)
-            if L.updated is not None:
-                self.engine.wait(self._stream(), L.updated)
+    def _before_forward(self, k: int, module: Any, args: Any) -> None:
+        self._wait_for_update(k)
+        U = self._updates[k]
+        if U is not None and U.updated is not None:
+            self.engine.wait(self._stream(), U.updated)
 
-    def _after_forward(self, L: _Layer, module: Any, args: Any, output: Any) -> None:
-        assert self.ring is not None
-        self.ring.done(L.index, self._stream())
-        self._unbind(L)
-        # The layer is needed again when the gradient of its output arrives: a hook on
-        # the output tensors (the first that fires) gets it back before its backward.
-        outputs = output if isinstance(output, tuple | list) else (output,)
-        needs = [t for t in outputs if getattr(t, "requires_grad", False)]
-        if needs:
-            pending = [True]
-
-            def before_backward(grad: Any) -> None:
-                if pending.pop() if pending else False:
-                    self._release_held()
-                    self._bind(L, self.ring.get(L.index, self._stream()))  # type: ignore[union-attr]
-                    if not L.trainable:  # no gradient says when it is done: the next does
-                        self._held.append(L)
-
-            for t in needs:
-                t.register_hook(before_backward)
-
-    def _release_held(self) -> None:
-        """Layers without trainable parameters, bound for their backward pass: the
-        backward of the layer before them (or the next forward pass) means they are done."""
-        assert self.ring is not None
-        while self._held:
-            H = self._held.pop()
-            self.ring.done(H.index, self._stream())
-            self._unbind(H)
-
-    def _grad_ready(self, L: _Layer, param: Any) -> None:
-        L.grads_ready += 1
-        if L.grads_ready < len(L.trainable):
+    def _grad_ready(self, k: int, param: Any) -> None:
+        B, U = self._blocks[k], self._updates[k]
+        assert U is not None
+        U.arrived += 1
+        if U.arrived < len(B.params):
             return
-        L.grads_ready = 0
-        stream = self._stream()
-        if self.ring is not None:
-            self.ring.done(L.index, stream)
-            self._unbind(L)
+        U.arrived = 0
         if not self._params_on_tier:
-            grads = L.views(L.grads)
-            L.copies = [copy_to_host(self.engine, L.params[k].grad, grads[k], stream)
-                        for k in L.trainable]  # fmt: skip
-            self._bytes_to_host += sum(c.nbytes for c in L.copies)
-            for k in L.trainable:
-                L.params[k].grad = None  # the copy holds the gradient until it has landed
-        if L.optimizer is not None:
-            if self.ring is not None:
-                self.ring.invalidate(L.index)  # its host weights change under the update
-            self._wait_for_update(L.index)
-            L.update = self._pool.submit(self._update, L)
+            stream = self._stream()
+            U.copies = [copy_to_host(self.engine, p.param.grad, piece(B.grads, p).view(p.shape),
+                                     stream) for p in B.params]  # fmt: skip
+            self._bytes_to_host += sum(c.nbytes for c in U.copies)
+            for p in B.params:
+                p.param.grad = None  # the copy holds the gradient until it has landed
+        self._wait_for_update(k)
+        U.pending = self._pool.submit(self._update, k)
+
+    # --- the ferry's (streamed) ---------------------------------------------------------
+    def _sent_home(self, B: Block, adding: bool) -> None:
+        """A streamed layer's gradients are on their way home: its update begins (its
+        home weights change under it, so its device copy is stale)."""
+        assert self.ferry is not None
+        k = self._blocks.index(B)
+        U = self._updates[k]
+        if U is None:
+            return
+        self.ferry.invalidate(B)
+        self._wait_for_update(k)
+        U.pending = self._pool.submit(self._update, k)
 
     # --- the optimizer step of one layer (worker thread) ---------------------------
-    def _fused_settings(self, L: _Layer) -> Any:
-        """The layer's optimizer settings for the fused CPU step, or None where it is
-        not one the fused step runs (amsgrad)."""
-        from .adam import AdamSettings
-
-        opt = L.optimizer
-        if opt is None or len(opt.param_groups) != 1:
-            return None
-        try:
-            return AdamSettings.of(opt, opt.param_groups[0])
-        except InvalidRequestError:
-            return None
-
-    def _fused_update(self, L: _Layer) -> None:
-        """One pass per parameter: the gradient (host copy, or the parameter's own),
-        the master and moments on the tier, and the weight in the layer's dtype."""
-        assert self._fused is not None
-        settings = self._fused_settings(L)
-        grads = L.views(L.grads) if not self._params_on_tier else []
-        weights = L.views(L.weights)
-        for k in L.trainable:
-            master = L.masters[k]
-            st = L.optimizer.state[master]
-            st["step"] += 1
-            grad = grads[k] if not self._params_on_tier else L.params[k].grad
-            weight = weights[k] if weights[k].data_ptr() != master.data_ptr() else None
-            state = (master.data.view(-1), st["exp_avg"].view(-1), st["exp_avg_sq"].view(-1))
-            out = None if weight is None else weight.view(-1)
-            grad = grad.contiguous().view(-1)
-            self._fused.step(state, grad, out, int(st["step"].item()), settings)
-            if self._params_on_tier:
-                L.params[k].grad = None
-
-    def _update(self, L: _Layer) -> None:
-        torch = import_torch()
-        for c in L.copies:
+    def _grads_of(self, k: int) -> list[Any]:
+        """The layer's gradients, landed: home (streamed or resident on a GPU), or the
+        parameters' own (on the tier)."""
+        B, U = self._blocks[k], self._updates[k]
+        assert U is not None
+        if self._params_on_tier:
+            return [p.param.grad for p in B.params]
+        if self._streamed:
+            self.engine.synchronize(B.landed)
+        for c in U.copies:
             c.wait()
-        L.copies = []
-        if self._fused is not None and self._fused_settings(L) is not None:
-            self._fused_update(L)
-            self._after_update(L)
-            return
+        U.copies = []
+        return [piece(B.grads, p).view(p.shape) for p in B.params]
+
+    def _update(self, k: int) -> None:
+        torch = import_torch()
+        B, U = self._blocks[k], self._updates[k]
+        assert U is not None
+        grads = self._grads_of(k)
+        weights = [piece(B.weights, p).view(p.shape) for p in B.params]
+        settings = _fused_settings(U) if self._fused is not None else None
         with torch.no_grad():
-            grads = L.views(L.grads) if not self._params_on_tier else []
-            for k in L.trainable:
-                m = L.masters[k]
-                if not self._params_on_tier:  # gradients landed in host memory on the tier
-                    mg, g = L.master_grads[k], grads[k]
-                    if mg.data_ptr() != g.data_ptr():
-                        mg.copy_(g)
-                    m.grad = mg
-                else:
-                    g = L.params[k].grad
-                    m.grad = g if g.dtype == torch.float32 else g.float()
-            L.optimizer.step()
-            for m in L.masters:
-                m.grad = None
-            for p in L.params if self._params_on_tier else ():
-                p.grad = None
-            for m, w in zip(L.masters, L.views(L.weights), strict=True):
-                if m.data_ptr() != w.data_ptr():
-                    w.copy_(m)  # fp32 master -> the layer's dtype
-        self._after_update(L)
-
-    def _after_update(self, L: _Layer) -> None:
-        if self._on_gpu and self.weights == "resident":
-            L.updated = copy_to_device(
-                self.engine, L.weights, [p.data for p in L.params], L.offsets
-            )
+            if settings is not None:
+                self._fused_update(U, grads, weights, settings)
+            else:
+                self._torch_update(U, grads, weights)
+            for p in B.params if self._params_on_tier else ():
+                p.param.grad = None
+        if self._on_gpu and not self._streamed:
+            U.updated = copy_to_device(self.engine, B.weights, [p.param.data for p in B.params],
+                                       [p.offset * B.dtype.itemsize for p in B.params])  # fmt: skip
         with self._lock:
-            self._updates += 1
+            self._update_count += 1
 
-    def _wait_for_update(self, index: int) -> None:
-        import time
+    def _fused_update(
+        self, U: _Update, grads: list[Any], weights: list[Any], settings: Any
+    ) -> None:
+        """One pass per parameter: the gradient, the master and moments on the tier,
+        and the weight in the layer's dtype."""
+        assert self._fused is not None
+        for master, grad, weight in zip(U.masters, grads, weights, strict=True):
+            st = U.optimizer.state[master]
+            st["step"] += 1
+            out = None if weight.data_ptr() == master.data_ptr() else weight.view(-1)
+            state = (master.data.view(-1), st["exp_avg"].view(-1), st["exp_avg_sq"].view(-1))
+            self._fused.step(state, grad.contiguous().view(-1), out, int(st["step"].item()),
+                             settings)  # fmt: skip
 
-        pending = self._layers[index].update
-        if pending is None:
+    @staticmethod
+    def _torch_update(U: _Update, grads: list[Any], weights: list[Any]) -> None:
+        torch = import_torch()
+        for k, (m, g) in enumerate(zip(U.masters, grads, strict=True)):
+            if U.master_grads:  # gradients landed in host memory on the tier
+                mg = U.master_grads[k]
+                if mg.data_ptr() != g.data_ptr():
+                    mg.copy_(g)
+                m.grad = mg
+            else:
+                m.grad = g if g.dtype == torch.float32 else g.float()
+        U.optimizer.step()
+        for m, w in zip(U.masters, weights, strict=True):
+            m.grad = None
+            if m.data_ptr() != w.data_ptr():
+                w.copy_(m)  # fp32 master -> the layer's dtype
+
+    def _wait_for_update(self, k: int) -> None:
+        U = self._updates[k]
+        if U is None or U.pending is None:
             return
         t0 = time.perf_counter()
-        pending.result()  # re-raises an error of the update
+        U.pending.result()  # re-raises an error of the update
         self._update_wait_s += time.perf_counter() - t0
-        self._layers[index].update = None
-
-    # --- parameters in ring buffers --------------------------------------------------
-    def _bind(self, L: _Layer, view: Any) -> None:
-        key = (view.slot, L.index)
-        views = self._views.get(key)
-        if views is None:
-            views = self._views[key] = L.views(ring_tensor(view, self.device))
-        for p, v in zip(L.params, views, strict=True):
-            p.data = v
-
-    def _unbind(self, L: _Layer) -> None:
-        for p in L.params:
-            p.data = self._placeholders[id(p)]
+        U.pending = None
 
     # --- what users ask ----------------------------------------------------------------
     def synchronize(self) -> None:
         """Wait for every optimizer step and copy in flight (before saving or
         evaluating the host copies)."""
-        for L in self._layers:
-            self._wait_for_update(L.index)
-            for c in L.copies:
+        for k, U in enumerate(self._updates):
+            self._wait_for_update(k)
+            if U is None:
+                continue
+            for c in U.copies:
                 c.wait()
-            if L.updated is not None:
-                self.engine.synchronize(L.updated)
+            if U.updated is not None:
+                self.engine.synchronize(U.updated)
 
     def host_tensors(self) -> list[Any]:
         """Every host tensor on the tier (weights, gradients, master weights, moments),
         each piece of memory once."""
         found: dict[tuple[int, int], Any] = {}
-        for L in self._layers:
-            tensors = [t for t in (L.weights, L.grads) if t is not None]
-            tensors += [*L.masters, *L.master_grads]
-            if L.optimizer is not None:
-                for st in L.optimizer.state.values():
-                    tensors += [v for k, v in st.items() if k != "step"]
+        for B, U in zip(self._blocks, self._updates, strict=True):
+            tensors = [t for t in (B.weights, B.grads, B.incoming) if t is not None]
+            if U is not None:
+                tensors += [*U.masters, *U.master_grads]
+                for st in U.optimizer.state.values():
+                    tensors += [v for key, v in st.items() if key != "step"]
             for t in tensors:
                 found.setdefault((t.data_ptr(), t.numel() * t.element_size()), t)
         return list(found.values())
@@ -512,39 +387,57 @@ class LayerOffload:
         return dict(sorted(total.items()))
 
     def host_grads(self, layer: int) -> list[Any]:
-        """The gradients of layer ``layer``'s parameters as last copied to the host
-        (streamed layers without an optimizer), once they have landed."""
-        L = self._layers[layer]
-        if L.grads is None:
+        """The gradients of layer ``layer``'s trainable parameters as last copied to
+        the host, once they have landed (streamed layers without an optimizer: each
+        parameter's ``.grad`` is this memory too)."""
+        k = next((k for k, B in enumerate(self._blocks) if B.index == layer), None)
+        if k is None:
+            raise InvalidRequestError(f"layer {layer}: no such layer, or it takes no gradients")
+        B, U = self._blocks[k], self._updates[k]
+        if B.grads is None:
             raise InvalidRequestError("gradients stay with the parameters (on the tier)")
-        for c in L.copies:
-            c.wait()
-        return L.views(L.grads)
+        if U is not None:
+            for c in U.copies:
+                c.wait()
+        return [piece(B.grads, p).view(p.shape) for p in B.params]
 
     def stats(self) -> OffloadStats:
         """Bytes and copies so far, layers served from the ring without a copy, updates
         made, and how long forward passes waited for updates."""
-        ring = self.ring.stats if self.ring is not None else None
+        ring = self.ferry.ring.stats if self.ferry is not None else None
+        home = self.ferry.bytes_home if self.ferry is not None else self._bytes_to_host
         return OffloadStats(
             bytes_to_device=ring.bytes_in if ring else 0,
-            bytes_to_host=self._bytes_to_host,
+            bytes_to_host=home,
             copies_to_device=ring.copies_in if ring else 0,
             reused=ring.reused if ring else 0,
-            updates=self._updates,
+            updates=self._update_count,
             update_wait_s=self._update_wait_s,
         )
 
     def close(self) -> None:
         """Wait for what is in flight, remove the hooks and free the device buffers
-        (the layers' parameters keep pointing at host memory, or at placeholders when
-        streamed: the layers are of no use after this)."""
+        (streamed parameters stay home, on the tier; resident ones on the device)."""
         self.synchronize()
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self.ferry is not None:
+            self.ferry.close()
         self._pool.shutdown(wait=True)
         if self._fused is not None:
             self._fused.close()
-        self._views.clear()  # views into the ring's device buffers, freed next
-        if self.ring is not None:
-            self.ring.close()
+
+
+def _fused_settings(U: _Update) -> Any:
+    """A layer's optimizer settings for the fused CPU step, or None where it is not one
+    the fused step runs (amsgrad, several groups)."""
+    from .adam import AdamSettings
+
+    opt = U.optimizer
+    if len(opt.param_groups) != 1:
+        return None
+    try:
+        return AdamSettings.of(opt, opt.param_groups[0])
+    except InvalidRequestError:
+        return None

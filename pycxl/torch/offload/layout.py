@@ -108,15 +108,19 @@ def layout_blocks(
             at += _aligned(p.numel())
         if kept:
             out.append(Block(i, module, slots, still, numel, at, kept[0].dtype))
-    if not any(B.params for B in out):
+    return out
+
+
+def check_trainable(blocks: list[Block]) -> None:
+    """Blocks one optimizer trains as one: some parameters to train, of one dtype."""
+    if not any(B.params for B in blocks):
         raise InvalidRequestError("the blocks have no trainable parameters")
-    kinds = sorted({str(B.dtype) for B in out})
+    kinds = sorted({str(B.dtype) for B in blocks})
     if len(kinds) > 1:
         raise InvalidRequestError(
             f"the blocks' parameters are of several dtypes ({', '.join(kinds)}): give them "
             "one (model.to(torch.bfloat16))"
         )
-    return out
 
 
 Key = TypeVar("Key")

@@ -37,14 +37,14 @@ from ...errors import InvalidRequestError
 from .._import import import_torch
 from . import state as saved
 from .adam import AdamSettings
-from .block_weights import BlockStream
 from .clocks import StepClock
 from .config import OffloadConfig, Update, Weights
 from .cpu_side import CpuSide
 from .early import EarlyUpdate
+from .ferry import WeightFerry
 from .gpu_side import CHUNK_ELEMENTS, GpuSide, grad_of
-from .layers import HostAlloc
-from .layout import Block, ParamSlot, find_blocks, layout_blocks, piece
+from .host_memory import HostAlloc
+from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_blocks, piece
 from .optimizer import optimizer_class
 from .rest import RestUpdate
 from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
@@ -100,6 +100,7 @@ class ModelOffload:
         group_of, groups = _groups(model, base)
         self._decoupled = isinstance(base, torch.optim.AdamW)
         self._blocks = layout_blocks(modules, group_of, with_frozen=config.streamed)
+        check_trainable(self._blocks)
         in_blocks = {id(p.param) for B in self._blocks for p in B.everything}
         if config.streamed:
             self._move_rest(model, in_blocks)
@@ -120,9 +121,9 @@ class ModelOffload:
         self._clock = StepClock(on_gpu=config.on_gpu, device_clock=config.device_clock)
         self._early = EarlyUpdate(self)
         self._step_settings: list[AdamSettings] = []
-        self.stream: BlockStream | None = None
+        self.ferry: WeightFerry | None = None
         if config.streamed:
-            self.stream = BlockStream(
+            self.ferry = WeightFerry(
                 self._blocks, engine, self.device, lookahead=config.lookahead,
                 before_copy=self._before_copy, host_alloc=self._gradient_memory,
                 on_home=self._early.sent_home if config.update_in_backward else None,
@@ -153,7 +154,7 @@ class ModelOffload:
 
     def _move_rest(self, model: Any, in_blocks: set[int]) -> None:
         """Streamed: what is not a block's parameter (embeddings, norm, head, every
-        buffer) onto the device; the blocks' parameters go home (BlockStream)."""
+        buffer) onto the device; the blocks' parameters go home (WeightFerry)."""
         torch = import_torch()
         with torch.no_grad():
             for p in model.parameters():
@@ -184,7 +185,7 @@ class ModelOffload:
                 B.landed, B.updated = self.engine.event(), self.engine.event()
 
     def _gradient_memory(self, B: Block) -> Any:
-        """More host memory like the block's gradients, on the tier (BlockStream's, for
+        """More host memory like the block's gradients, on the tier (WeightFerry's, for
         a later micro-batch)."""
         return self._host_alloc(B.numel * B.dtype.itemsize, self.config.on_gpu).view(B.dtype)
 
@@ -352,14 +353,14 @@ class ModelOffload:
         for B in self._blocks:
             for p in live[B.index]:
                 p.steps += 1
-            if self.stream is not None:
+            if self.ferry is not None:
                 self._gradients_home(B, live[B.index])
         cpu_blocks = [by_index[i] for i in self._plan.cpu if live[i]]
         gpu_blocks = [by_index[i] for i in self._plan.gpu if live[i]]
-        if self.stream is not None:
+        if self.ferry is not None:
             # the blocks updated in the backward pass too: their device copies are free now
             for B in cpu_blocks + gpu_blocks + [by_index[i] for i in sorted(early)]:
-                self.stream.invalidate(B)
+                self.ferry.invalidate(B)
         if self._gpu is None:
             self._clock.step_called_on(None, from_backward=begun_in_backward)
             for B in cpu_blocks:
@@ -369,7 +370,7 @@ class ModelOffload:
         current = torch.cuda.current_stream(self.device)
         self._clock.step_called_on(current, from_backward=begun_in_backward)
         self._cpu.forward_order()  # every gradient is in: the forward pass's order
-        if self.stream is None:
+        if self.ferry is None:
             self._copy_grads_out(cpu_blocks, live, current)
         produced = self._record(current)  # the backward pass's gradients
         for B in cpu_blocks:
@@ -437,16 +438,16 @@ class ModelOffload:
         self._cpu.submit_early(B, params, self._step_settings)
 
     def _home_grads(self, B: Block) -> list[Any]:
-        assert self.stream is not None
-        return list(self.stream.home_grads(B))
+        assert self.ferry is not None
+        return list(self.ferry.home_grads(B))
 
     def _forgotten(self, blocks: list[int]) -> None:
         """A step begun in the backward pass was refused: not one to plan from, and the
         streamed device copies of the blocks it updated are stale."""
         self._clock.untimed = True
-        if self.stream is not None:
+        if self.ferry is not None:
             for i in blocks:
-                self.stream.invalidate(self._blocks[i])
+                self.ferry.invalidate(self._blocks[i])
 
     def _unstepped(self) -> None:
         self._early.unstepped()
@@ -467,8 +468,8 @@ class ModelOffload:
             for B in self._blocks:
                 for p in B.params:
                     B.part(B.state, 0, p).copy_(p.param.detach().reshape(-1))
-                if self.stream is not None:
-                    self.stream.invalidate(B)
+                if self.ferry is not None:
+                    self.ferry.invalidate(B)
             self._rest.follow_weights()
 
     # --- what users ask ------------------------------------------------------------------
@@ -503,9 +504,9 @@ class ModelOffload:
         loaded = saved.checked(self._blocks, self._rest, groups, state_dict)
         self.synchronize()
         self._steps = saved.load(self._blocks, self._rest, loaded)
-        if self.stream is not None:
+        if self.ferry is not None:
             for B in self._blocks:
-                self.stream.invalidate(B)
+                self.ferry.invalidate(B)
 
     def synchronize(self) -> None:
         """Wait for the update in flight: every block's step, every copy."""
@@ -537,8 +538,8 @@ class ModelOffload:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        if self.stream is not None:
-            self.stream.close()
+        if self.ferry is not None:
+            self.ferry.close()
         self._cpu.close()
         if self._gpu is not None:
             self._gpu.free()

@@ -1,5 +1,6 @@
-"""A model's blocks whose weights live on a tier and visit the device only while they
-run, with their gradients sent home: the weights' half of ``offload_model(...,
+"""The ferry: blocks whose weights live on a tier and visit the device only while they
+run, with their gradients sent home. The one weight-streaming mechanism: the weights'
+half of ``offload_model(..., weights="stream")`` and of ``offload_layers(...,
 weights="stream")``.
 
 Each block's parameters stay ordinary ``torch.nn.Parameter`` objects whose data is host
@@ -21,6 +22,8 @@ parameter's ``.grad`` is its home gradient, a CPU tensor: gradient accumulation,
 clipping by global norm, GradScaler and logging see ordinary gradients, and the GPU
 never holds more than a few blocks' weights and gradients (a backward pass that runs
 ahead of the link waits for the copies home of all but the last LANDING_MAX blocks).
+Where each backward pass's gradients are handed to an update that consumes them
+(``accumulate=False``: offload_layers' optimizer), ``.grad`` stays None instead.
 """
 
 from __future__ import annotations
@@ -33,10 +36,18 @@ from typing import Any
 from ...gpu.engine import Engine
 from ...gpu.prefetch import Prefetcher
 from .._import import import_torch
-from .layers import ring_tensor
 from .layout import Block, ParamSlot, piece
 
 LANDING_MAX = 2  # blocks whose gradients may be on their way home at once
+
+
+def ring_tensor(view: Any, device: Any) -> Any:
+    """A ring buffer the Prefetcher handed out (a DeviceView, or a HostView on the CPU)
+    as a flat uint8 tensor on ``device``, without a copy."""
+    torch = import_torch()
+    if torch.device(device).type == "cuda":
+        return torch.as_tensor(view, device=device)
+    return torch.frombuffer(view.memory, dtype=torch.uint8)
 
 
 def in_backward() -> bool:
@@ -44,14 +55,16 @@ def in_backward() -> bool:
     return bool(import_torch()._C._current_graph_task_id() != -1)
 
 
-class BlockStream:
+class WeightFerry:
     """``blocks`` (each with ``weights`` and ``grads`` in host memory on the tier,
     pinned for a GPU) streamed to ``device`` through a ring of ``lookahead + 1``
     buffers; ``before_copy(position)`` runs on the host before each copy of a block
     (to wait for its update); ``host_alloc(block)`` gives host memory like the block's
     ``grads`` (for a later micro-batch's gradients); ``on_home(block, adding)`` runs
     once all of a block's gradients of a backward pass are on their way home (``adding``:
-    onto an earlier micro-batch's). Takes the parameters home at once."""
+    onto an earlier micro-batch's). ``accumulate``: gradients add up across backward
+    passes in ``.grad`` (False: ``on_home`` consumes each pass's; ``.grad`` stays None).
+    Takes the parameters home at once."""
 
     def __init__(
         self,
@@ -63,12 +76,16 @@ class BlockStream:
         before_copy: Callable[[int], None],
         host_alloc: Callable[[Block], Any],
         on_home: Callable[[Block, bool], None] | None = None,
+        accumulate: bool = True,
     ) -> None:
         torch = import_torch()
         self.blocks = list(blocks)
         self.engine = engine
         self._host_alloc = host_alloc
         self._on_home = on_home
+        self._accumulate = accumulate
+        self._trains = any(B.params for B in self.blocks)  # some block takes gradients
+        self.bytes_home = 0  # gradients copied home so far
         self.device = torch.device(device)
         self._on_gpu = self.device.type == "cuda"
         self._position = {id(B): k for k, B in enumerate(self.blocks)}
@@ -189,8 +206,9 @@ class BlockStream:
             torch = import_torch()
             # training: gradients will come (also when a reentrant checkpoint runs this
             # pass without them and again later with them)
-            training = bool(torch.is_grad_enabled()) or any(
-                getattr(a, "requires_grad", False) for a in args
+            training = self._trains and (
+                bool(torch.is_grad_enabled())
+                or any(getattr(a, "requires_grad", False) for a in args)
             )
             if training != self._training_order:
                 n = len(self.blocks)
@@ -275,6 +293,7 @@ class BlockStream:
         for j, g in zip(arrived, grads, strict=True):
             p = B.params[j]
             eng.copy_out((base + p.offset * size, p.numel * size), eng.device_span(g))
+            self.bytes_home += p.numel * size
             if self._copy_out is not None:
                 g.record_stream(self._copy_out)
             p.param.grad = None
@@ -319,8 +338,9 @@ class BlockStream:
         adds, self._adds = self._adds, []
         for f in adds:
             f.result()
-        for k, j in self._landed_params:
-            self.blocks[k].params[j].param.grad = self._home_grads[k][j]
+        if self._accumulate:
+            for k, j in self._landed_params:
+                self.blocks[k].params[j].param.grad = self._home_grads[k][j]
         self._landed_params.clear()
         # set aside, and no new one came (torch.autograd.grad runs the hooks, accumulates
         # nothing): the earlier gradient is the parameter's again
