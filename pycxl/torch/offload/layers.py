@@ -16,10 +16,10 @@ order) and:
 - ``optimizer`` (an Adam or AdamW factory): each layer's fp32 master weights, and the
   optimizer's moments, live on the tier (unpinned: only the CPU touches them). As soon
   as a layer's gradients have landed, a worker thread runs the optimizer step for that
-  layer on the CPU (the fused CPU Adam of adam.py, or PyTorch's step for what it does
-  not run), while the GPU runs the backward pass of the layers before it; the new
-  weights are home, or copied back, before the layer runs again. Each backward pass is
-  a step: its gradients are consumed, and ``.grad`` stays None.
+  layer on the CPU (layer_update.py), while the GPU runs the backward pass of the
+  layers before it; the new weights are home, or copied back, before the layer runs
+  again. Each backward pass is a step: its gradients are consumed, and ``.grad`` stays
+  None.
 
 On the CPU (``device`` "cpu", a machine without a GPU) the parameters themselves move
 onto the tier and the optimizer updates them there, in place.
@@ -31,16 +31,17 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...errors import InvalidRequestError
-from ...gpu.engine import CopyBack, Engine, copy_to_device, copy_to_host
+from ...gpu.engine import Engine, copy_to_device, copy_to_host
 from ...gpu.host_engine import HostEngine
 from .._import import import_torch
 from .ferry import WeightFerry
 from .host_memory import HostAlloc
+from .layer_update import LayerUpdate
 from .layout import Block, layout_blocks, piece
 
 Weights = Literal["stream", "resident"]
@@ -53,19 +54,6 @@ def default_optimizer(params: list[Any]) -> Any:
         return torch.optim.Adam(params, lr=1e-3, fused=True)
     except (RuntimeError, TypeError, ValueError):
         return torch.optim.Adam(params, lr=1e-3, foreach=True)
-
-
-@dataclass
-class _Update:
-    """One layer's optimizer (state on the tier) and its step in flight."""
-
-    optimizer: Any
-    masters: list[Any]  # fp32 parameters the optimizer updates (views of tier memory)
-    master_grads: list[Any]  # their gradients, fp32 (empty: the parameters' own)
-    pending: Future[None] | None = None  # the optimizer step in flight
-    updated: Any = None  # device event: the new weights are on the device (resident)
-    copies: list[CopyBack] = field(default_factory=list)  # gradients on their way home
-    arrived: int = 0  # gradients accumulated this backward pass (resident)
 
 
 @dataclass
@@ -124,7 +112,7 @@ class LayerOffload:
         self._host_alloc = host_alloc
         trainable = {id(p): 0 for m in modules for p in m.parameters() if p.requires_grad}
         self._blocks = layout_blocks(modules, trainable, with_frozen=self._streamed)
-        self._updates: list[_Update | None] = [None] * len(self._blocks)
+        self._updates: list[LayerUpdate | None] = [None] * len(self._blocks)
         self._hooks: list[Any] = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="pycxl-update")
         self._lock = threading.Lock()
@@ -135,12 +123,14 @@ class LayerOffload:
         if optimizer is not None:
             for k, B in enumerate(self._blocks):
                 if B.params:
-                    self._updates[k] = self._place_optimizer(B, optimizer)
+                    self._updates[k] = LayerUpdate.placed(
+                        B, optimizer, self._typed, params_on_tier=self._params_on_tier
+                    )
         # The fused CPU step (one pass: gradient in, master and moments, weight out) for
         # Adam and AdamW; PyTorch's step for what it does not run
         self._fused = None
         first = next((U for U in self._updates if U is not None), None)
-        if cpus and first is not None and _fused_settings(first) is not None:
+        if cpus and first is not None and first.fused_settings() is not None:
             from .adam import CpuAdam
 
             self._fused = CpuAdam(cpus)
@@ -183,45 +173,6 @@ class LayerOffload:
                         p.param.data = p.param.data.to(self.device)
             if not self._params_on_tier:
                 B.grads = self._typed(B.numel, B.dtype, True)
-
-    def _place_optimizer(self, B: Block, factory: Callable[[list[Any]], Any]) -> _Update:
-        torch = import_torch()
-        fp32 = B.dtype == torch.float32
-
-        def views(flat: Any) -> list[Any]:
-            return [piece(flat, p).view(p.shape) for p in B.params]
-
-        if fp32:  # the host copy of the weights is the master copy
-            masters = views(B.weights)
-            master_grads = views(B.grads) if B.grads is not None else []
-        else:
-            masters = views(self._typed(B.numel, torch.float32, False))
-            master_grads = views(self._typed(B.numel, torch.float32, False))
-            with torch.no_grad():
-                for m, w in zip(masters, views(B.weights), strict=True):
-                    m.copy_(w)
-        if self._params_on_tier:
-            master_grads = []  # the parameters' own gradients
-        params = [torch.nn.Parameter(m, requires_grad=True) for m in masters]
-        opt = factory(params)
-        if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):
-            raise InvalidRequestError(
-                f"optimizer {type(opt).__name__}: the state of Adam and AdamW is placed on "
-                "the tier; other optimizers would keep theirs in ordinary memory"
-            )
-        amsgrad = any(g.get("amsgrad") for g in opt.param_groups)
-        moments = [views(self._typed(B.numel, torch.float32, False))
-                   for _ in range(3 if amsgrad else 2)]  # fmt: skip
-        for k, m in enumerate(params):
-            st: dict[str, Any] = {
-                "step": torch.tensor(0.0, dtype=torch.float32),
-                "exp_avg": moments[0][k].zero_(),
-                "exp_avg_sq": moments[1][k].zero_(),
-            }
-            if amsgrad:
-                st["max_exp_avg_sq"] = moments[2][k].zero_()
-            opt.state[m] = st
-        return _Update(opt, params, master_grads)
 
     def _install_resident_hooks(self) -> None:
         """Resident: each layer's forward pass waits for its update; its gradients,
@@ -289,55 +240,17 @@ class LayerOffload:
         return [piece(B.grads, p).view(p.shape) for p in B.params]
 
     def _update(self, k: int) -> None:
-        torch = import_torch()
         B, U = self._blocks[k], self._updates[k]
         assert U is not None
-        grads = self._grads_of(k)
         weights = [piece(B.weights, p).view(p.shape) for p in B.params]
-        settings = _fused_settings(U) if self._fused is not None else None
-        with torch.no_grad():
-            if settings is not None:
-                self._fused_update(U, grads, weights, settings)
-            else:
-                self._torch_update(U, grads, weights)
-            for p in B.params if self._params_on_tier else ():
-                p.param.grad = None
+        U.step(self._grads_of(k), weights, self._fused)
+        for p in B.params if self._params_on_tier else ():
+            p.param.grad = None
         if self._on_gpu and not self._streamed:
             U.updated = copy_to_device(self.engine, B.weights, [p.param.data for p in B.params],
                                        [p.offset * B.dtype.itemsize for p in B.params])  # fmt: skip
         with self._lock:
             self._update_count += 1
-
-    def _fused_update(
-        self, U: _Update, grads: list[Any], weights: list[Any], settings: Any
-    ) -> None:
-        """One pass per parameter: the gradient, the master and moments on the tier,
-        and the weight in the layer's dtype."""
-        assert self._fused is not None
-        for master, grad, weight in zip(U.masters, grads, weights, strict=True):
-            st = U.optimizer.state[master]
-            st["step"] += 1
-            out = None if weight.data_ptr() == master.data_ptr() else weight.view(-1)
-            state = (master.data.view(-1), st["exp_avg"].view(-1), st["exp_avg_sq"].view(-1))
-            self._fused.step(state, grad.contiguous().view(-1), out, int(st["step"].item()),
-                             settings)  # fmt: skip
-
-    @staticmethod
-    def _torch_update(U: _Update, grads: list[Any], weights: list[Any]) -> None:
-        torch = import_torch()
-        for k, (m, g) in enumerate(zip(U.masters, grads, strict=True)):
-            if U.master_grads:  # gradients landed in host memory on the tier
-                mg = U.master_grads[k]
-                if mg.data_ptr() != g.data_ptr():
-                    mg.copy_(g)
-                m.grad = mg
-            else:
-                m.grad = g if g.dtype == torch.float32 else g.float()
-        U.optimizer.step()
-        for m, w in zip(U.masters, weights, strict=True):
-            m.grad = None
-            if m.data_ptr() != w.data_ptr():
-                w.copy_(m)  # fp32 master -> the layer's dtype
 
     def _wait_for_update(self, k: int) -> None:
         U = self._updates[k]
@@ -368,9 +281,7 @@ class LayerOffload:
         for B, U in zip(self._blocks, self._updates, strict=True):
             tensors = [t for t in (B.weights, B.grads, B.incoming) if t is not None]
             if U is not None:
-                tensors += [*U.masters, *U.master_grads]
-                for st in U.optimizer.state.values():
-                    tensors += [v for key, v in st.items() if key != "step"]
+                tensors += U.tensors()
             for t in tensors:
                 found.setdefault((t.data_ptr(), t.numel() * t.element_size()), t)
         return list(found.values())
@@ -427,17 +338,3 @@ class LayerOffload:
         self._pool.shutdown(wait=True)
         if self._fused is not None:
             self._fused.close()
-
-
-def _fused_settings(U: _Update) -> Any:
-    """A layer's optimizer settings for the fused CPU step, or None where it is not one
-    the fused step runs (amsgrad, several groups)."""
-    from .adam import AdamSettings
-
-    opt = U.optimizer
-    if len(opt.param_groups) != 1:
-        return None
-    try:
-        return AdamSettings.of(opt, opt.param_groups[0])
-    except InvalidRequestError:
-        return None
