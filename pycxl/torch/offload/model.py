@@ -47,7 +47,8 @@ from .host_memory import HostAlloc
 from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_blocks, piece
 from .optimizer import optimizer_class
 from .rest import RestUpdate
-from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
+from .split_keeper import SplitKeeper
+from .update_plan import StepTimes, UpdatePlan
 
 __all__ = ["ModelOffload", "Update", "Weights"]
 
@@ -129,8 +130,7 @@ class ModelOffload:
                 on_home=self._early.sent_home if config.update_in_backward else None,
             )  # fmt: skip
         self._hooks = self._add_hooks(model)
-        self._plan = self._first_plan()
-        self._fixed = config.fixed
+        self._split = SplitKeeper(self._blocks, config, self._cpu, self._gpu)
         self.optimizer = optimizer_class()(self, groups, dict(base.defaults))
 
     @property
@@ -207,70 +207,19 @@ class ModelOffload:
         hooks.append(model.register_load_state_dict_post_hook(self._after_model_load))
         return hooks
 
-    # --- the plan ----------------------------------------------------------------------
-    def _first_plan(self) -> UpdatePlan:
-        everything = tuple(B.index for B in self._blocks)
-        update = self.config.update
-        if self._gpu is None:
-            return UpdatePlan(everything, (), None, None, None, "no GPU: the CPU updates all")
-        if update == "cpu":
-            return UpdatePlan(everything, (), None, None, None, "fixed: update='cpu'")
-        if update == "gpu":
-            return UpdatePlan((), everything, None, None, None, "fixed: update='gpu'")
-        B = max(self._blocks, key=lambda b: b.numel)
-        cpu_rate = self._cpu.params_per_s(B)
-        gpu_rate = self._gpu.link_bytes_per_s(B) / self._bytes_per_param()
-        # begun in the backward pass: the CPU's head start is not known before a step
-        head = 0.0 if self.config.update_in_backward else None
-        return plan_split(self._sizes(), cpu_rate, gpu_rate, "rates measured at set-up",
-                          head_s=head, gpu_begins=not self.config.streamed)  # fmt: skip
-
-    def _sizes(self) -> dict[int, int]:
-        return {B.index: B.numel for B in self._blocks}
-
-    def _bytes_per_param(self) -> int:
-        """What the GPU side moves over the link each way for a parameter: master and
-        moments, and streamed, the gradient in and the weight out."""
-        low = self._blocks[0].dtype.itemsize
-        return 12 + (low if self.config.streamed else 0)
-
+    # --- the split ------------------------------------------------------------------
     def plan(self) -> UpdatePlan:
         """Which blocks are updated on the CPU and which on the GPU, and why."""
-        return self._plan
+        return self._split.current
 
     def set_plan(self, *, gpu: Iterable[int], gpu_early: Iterable[int] = ()) -> UpdatePlan:
         """Update the blocks ``gpu`` on the GPU and the rest on the CPU, from now on
         (the timings no longer move the split); ``gpu_early``: those of ``gpu`` whose
         update begins in the backward pass, as their gradients arrive (with
         ``update_in_backward=True`` and the weights resident)."""
-        chosen = sorted(set(gpu))
-        early = sorted(set(gpu_early), reverse=True)  # the order their gradients come in
-        known = {B.index for B in self._blocks}
-        bad = [i for i in chosen + early if i not in known]
-        if bad:
-            raise InvalidRequestError(
-                f"blocks {bad}: this model's blocks are {format_blocks(sorted(known))}"
-            )
-        if chosen and self._gpu is None:
-            raise InvalidRequestError("no GPU to update blocks on: the CPU updates them all")
-        if early and not self.config.gpu_begins_in_backward:
-            raise InvalidRequestError(
-                "gpu_early begins blocks in the backward pass: it needs "
-                "update_in_backward=True and weights='resident'"
-            )
-        if not set(early) <= set(chosen):
-            raise InvalidRequestError(
-                f"gpu_early blocks {format_blocks(sorted(set(early) - set(chosen)))} are not "
-                "among the GPU's (gpu=...): name them there too"
-            )
+        chosen, early = self._split.checked(gpu, gpu_early)
         self.synchronize()
-        cpu = tuple(i for i in sorted(known) if i not in chosen)
-        self._fixed = True
-        self._plan = UpdatePlan(
-            cpu, tuple(chosen), self._plan.cpu_rate, self._plan.gpu_rate, None,
-            "fixed by set_plan", self.config.update_in_backward, gpu_early=tuple(early),
-        )  # fmt: skip
-        return self._plan
+        return self._split.fix(chosen, early)
 
     # --- waiting for a block's update ----------------------------------------------------
     def _wait_for(self, B: Block, stream: Any) -> None:
@@ -315,11 +264,7 @@ class ModelOffload:
         if self._steps == 0:
             return
         self._clock.read(self._cpu, self._gpu, self.times)
-        if not self._fixed and self._gpu is not None:
-            gpu_begins = not self.config.streamed
-            new = refined(self._plan, self._sizes(), self.times, gpu_begins=gpu_begins)
-            if new is not None:
-                self._plan = new
+        self._split.refine(self.times)
 
     def _begin(self) -> None:
         """This step's update begins (at step(), or in the backward pass): the last
@@ -355,8 +300,8 @@ class ModelOffload:
                 p.steps += 1
             if self.ferry is not None:
                 self._gradients_home(B, live[B.index])
-        cpu_blocks = [by_index[i] for i in self._plan.cpu if live[i]]
-        gpu_blocks = [by_index[i] for i in self._plan.gpu if live[i]]
+        cpu_blocks = [by_index[i] for i in self._split.current.cpu if live[i]]
+        gpu_blocks = [by_index[i] for i in self._split.current.gpu if live[i]]
         if self.ferry is not None:
             # the blocks updated in the backward pass too: their device copies are free now
             for B in cpu_blocks + gpu_blocks + [by_index[i] for i in sorted(early)]:
