@@ -192,12 +192,14 @@ def test_an_update_begun_in_the_backward_pass_refuses_what_needs_the_gradients_l
         # refused, the loop goes on, and its next steps are whole ones: every parameter
         # of every block stepped and moved, the rest of the model too
         off.optimizer.zero_grad()
-        steps = {id(p.param): p.steps for B in off._blocks for p in B.params}
+        steps = off._adam_steps.by_id()
         before = [p.detach().clone() for p in model.parameters()]
         losses = _train(model, off.optimizer, _data(2))
         # the refused step's times are not planned from: only the first whole one's are in
         assert off.times.steps == 1
-        assert all(p.steps == steps[id(p.param)] + 2 for B in off._blocks for p in B.params)
+        after = off._adam_steps.by_id()
+        assert all(after[id(p.param)] == steps[id(p.param)] + 2
+                   for B in off._blocks for p in B.params)  # fmt: skip
         assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
         assert all(math.isfinite(v) for v in losses)
         off.close()
@@ -506,8 +508,9 @@ def test_the_gpu_side_takes_blocks_in_pieces_of_one_group() -> None:
     assert max(b for _, b, _ in chunks_of(B, 5000, some, key=lambda p: p.group)) <= (
         some[1].offset + some[1].numel + 63
     )
-    B.params[1].steps = 7  # a parameter that skipped steps is a piece of its own
-    keys = {k for _, _, k in chunks_of(B, 1 << 30, B.params, key=lambda p: (p.group, p.steps))}
+    steps = {id(B.params[1].param): 7}  # a parameter that skipped steps is a piece of its own
+    pieces = chunks_of(B, 1 << 30, B.params, key=lambda p: (p.group, steps.get(id(p.param), 0)))
+    keys = {k for _, _, k in pieces}
     assert (B.params[1].group, 7) in keys and len(keys) >= 3
 
 

@@ -10,12 +10,43 @@ steps take it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidRequestError
 from .._import import import_torch
+
+
+class AdamSteps:
+    """Each updated parameter's Adam step count (torch's per-parameter ``step``), by the
+    parameter: the one count both sides, the rest of the model and the state dict read."""
+
+    def __init__(self, params: Iterable[Any] = ()) -> None:
+        self._count = {id(p): 0 for p in params}
+
+    def add(self, params: Iterable[Any]) -> None:
+        """Count ``params`` too, from 0."""
+        for p in params:
+            self._count.setdefault(id(p), 0)
+
+    def of(self, param: Any) -> int:
+        """``param``'s steps so far."""
+        return self._count[id(param)]
+
+    def advance(self, params: Iterable[Any]) -> None:
+        """``params`` take a step."""
+        for p in params:
+            self._count[id(p)] += 1
+
+    def by_id(self) -> dict[int, int]:
+        """Every count, by parameter id."""
+        return dict(self._count)
+
+    def load(self, counts: Mapping[int, int]) -> None:
+        """The counts of ``counts`` (by parameter id) in place of this one's."""
+        for ident in self._count.keys() & counts.keys():
+            self._count[ident] = counts[ident]
 
 
 @dataclass(frozen=True)

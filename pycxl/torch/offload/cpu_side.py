@@ -14,17 +14,21 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .adam import AdamSettings, CpuAdam
+from .adam import AdamSettings, AdamSteps, CpuAdam
 from .gpu_side import grad_of
 from .layout import Block, ParamSlot, piece
 
 
 class CpuSide:
     """``engine``: the offload's (its copies and events); ``cpus``: the threads' CPUs;
-    ``resident_gpu``: the weights live on a GPU (gradients copied out, weights in)."""
+    ``resident_gpu``: the weights live on a GPU (gradients copied out, weights in);
+    ``steps``: the offload's step counts."""
 
-    def __init__(self, engine: Any, cpus: Sequence[int], *, on_gpu: bool, streamed: bool) -> None:
+    def __init__(
+        self, engine: Any, cpus: Sequence[int], steps: AdamSteps, *, on_gpu: bool, streamed: bool
+    ) -> None:
         self.engine = engine
+        self.steps = steps
         self.on_gpu = on_gpu
         self.resident_gpu = on_gpu and not streamed
         self.adam = CpuAdam(cpus)
@@ -83,7 +87,7 @@ class CpuSide:
                 grad, weight = piece(B.grads, p), piece(B.weights, p)
             else:  # the CPU, resident: the parameter's own
                 grad, weight = grad_of(p), p.param.data.view(-1)
-            self.step(B, p, grad, p.steps, settings[p.group], weight)
+            self.step(B, p, grad, self.steps.of(p.param), settings[p.group], weight)
             if self.resident_gpu:
                 src = (at + p.offset * size, p.numel * size)
                 eng.copy_in((p.param.data_ptr(), p.numel * size), src)

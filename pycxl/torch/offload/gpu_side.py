@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._import import import_torch
-from .adam import AdamSettings, gpu_adam_step
+from .adam import AdamSettings, AdamSteps, gpu_adam_step
 from .layout import Block, ParamSlot, chunks_of
 
 SLOTS = 3  # copy in, update, copy out
@@ -20,9 +20,12 @@ CHUNK_ELEMENTS = 1 << 23  # a piece: 8 Mi elements, 160 MiB of buffers each
 class GpuSide:
     """``engine``: the offload's engine (its context); the side has copy streams of its
     own, so the next forward pass's copies (and the CPU side's weights) do not queue
-    behind the whole update. ``chunk``: elements a piece."""
+    behind the whole update. ``chunk``: elements a piece; ``steps``: the offload's step
+    counts."""
 
-    def __init__(self, engine: Any, device: Any, chunk: int, low: Any, streamed: bool) -> None:
+    def __init__(
+        self, engine: Any, device: Any, chunk: int, low: Any, streamed: bool, steps: AdamSteps
+    ) -> None:
         from ...gpu.cuda_engine import CudaEngine
         from ...gpu.streams import Event
 
@@ -30,6 +33,7 @@ class GpuSide:
         self.device = device
         self.chunk = chunk
         self.streamed = streamed
+        self.steps = steps
         self._low = low  # the weights' and gradients' dtype
         self.engine = CudaEngine(engine.ctx)
         self.update_stream = torch.cuda.Stream(device)
@@ -42,6 +46,10 @@ class GpuSide:
         self.timed: dict[bool, int] = {}
         self._next_slot = 0  # the next device buffer, across the side's calls in a step
         self._slots: list[tuple[Any, Any]] = []
+
+    def _group_and_step(self, p: ParamSlot) -> tuple[int, int]:
+        """What one piece's update shares: its param group and step number."""
+        return p.group, self.steps.of(p.param)
 
     def buffers(self) -> list[tuple[Any, Any]]:
         """The device buffers, made when the side first has work (a plan that puts every
@@ -121,7 +129,7 @@ class GpuSide:
             weights = eng.host_span(B.weights)[0] if streamed else 0
             low = B.dtype.itemsize
             params = live[B.index]
-            for a, b, (g, n_step) in chunks_of(B, c, params, key=lambda p: (p.group, p.steps)):
+            for a, b, (g, n_step) in chunks_of(B, c, params, key=self._group_and_step):
                 s = j % SLOTS
                 j += 1
                 n = b - a

@@ -27,7 +27,6 @@ class ParamSlot:
     offset: int  # in elements
     numel: int
     shape: tuple[int, ...]
-    steps: int = 0  # Adam steps it has taken (as torch's per-parameter ``step``)
 
 
 @dataclass

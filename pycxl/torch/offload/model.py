@@ -36,7 +36,7 @@ from typing import Any
 from ...errors import InvalidRequestError
 from .._import import import_torch
 from . import state as saved
-from .adam import AdamSettings
+from .adam import AdamSettings, AdamSteps
 from .clocks import StepClock
 from .config import OffloadConfig, Update, Weights
 from .cpu_side import CpuSide
@@ -107,17 +107,20 @@ class ModelOffload:
             self._move_rest(model, in_blocks)
         else:
             self._check_on_device(model)
-        self._steps = 0  # step() calls; each parameter counts its own Adam steps
+        self._stepped = False  # a step has begun: there is one to settle
+        self._adam_steps = AdamSteps(p.param for B in self._blocks for p in B.params)
         self._closed = False
         self._place_state()
         rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
-        self._rest = RestUpdate(rest, group_of, self.device)
-        self._cpu = CpuSide(engine, cpus, on_gpu=config.on_gpu, streamed=config.streamed)
+        self._rest = RestUpdate(rest, group_of, self.device, self._adam_steps)
+        self._cpu = CpuSide(
+            engine, cpus, self._adam_steps, on_gpu=config.on_gpu, streamed=config.streamed
+        )
         self._gpu: GpuSide | None = None
         if config.on_gpu:
             chunk = min(CHUNK_ELEMENTS, max(B.numel for B in self._blocks))
             low = self._blocks[0].dtype
-            self._gpu = GpuSide(engine, self.device, chunk, low, config.streamed)
+            self._gpu = GpuSide(engine, self.device, chunk, low, config.streamed, self._adam_steps)
         self.times = StepTimes()
         self._clock = StepClock(on_gpu=config.on_gpu, device_clock=config.device_clock)
         self._early = EarlyUpdate(self)
@@ -261,7 +264,7 @@ class ModelOffload:
             if B.cpu_update is not None:
                 B.cpu_update.result()
                 B.cpu_update = None
-        if self._steps == 0:
+        if not self._stepped:
             return
         self._clock.read(self._cpu, self._gpu, self.times)
         self._split.refine(self.times)
@@ -273,7 +276,7 @@ class ModelOffload:
             return
         self._settle()
         self._step_settings = self._settings(self.optimizer.param_groups)
-        self._steps += 1
+        self._stepped = True
         self._cpu.first = self._cpu.end = 0.0
         torch = import_torch()
         here = torch.cuda.current_stream(self.device) if self.config.on_gpu else None
@@ -296,8 +299,7 @@ class ModelOffload:
             for B in self._blocks
         }
         for B in self._blocks:
-            for p in live[B.index]:
-                p.steps += 1
+            self._adam_steps.advance(p.param for p in live[B.index])
             if self.ferry is not None:
                 self._gradients_home(B, live[B.index])
         cpu_blocks = [by_index[i] for i in self._split.current.cpu if live[i]]
@@ -367,8 +369,7 @@ class ModelOffload:
         gradients (the block's weights are not read again in this pass)."""
         torch = import_torch()
         assert self._gpu is not None
-        for p in params:
-            p.steps += 1
+        self._adam_steps.advance(p.param for p in params)
         produced = self._record(torch.cuda.current_stream(self.device))
         self._gpu.update([B], {B.index: params}, produced, self._step_settings, early=True)
 
@@ -378,8 +379,7 @@ class ModelOffload:
         if copy_out and self.config.on_gpu:
             current = import_torch().cuda.current_stream(self.device)
             self._copy_grads_out([B], {B.index: params}, current)
-        for p in params:
-            p.steps += 1
+        self._adam_steps.advance(p.param for p in params)
         self._cpu.submit_early(B, params, self._step_settings)
 
     def _home_grads(self, B: Block) -> list[Any]:
@@ -442,13 +442,14 @@ class ModelOffload:
     def _state_dict(self, base: dict[str, Any]) -> dict[str, Any]:
         """The optimizer's state as torch's Adam saves it (state.py)."""
         self.synchronize()
-        return saved.state_dict(self._blocks, self._rest, self.optimizer.param_groups, base)
+        groups = self.optimizer.param_groups
+        return saved.state_dict(self._blocks, self._rest, self._adam_steps, groups, base)
 
     def _load_state_dict(self, state_dict: dict[str, Any]) -> None:
         groups = self.optimizer.param_groups
         loaded = saved.checked(self._blocks, self._rest, groups, state_dict)
         self.synchronize()
-        self._steps = saved.load(self._blocks, self._rest, loaded)
+        saved.load(loaded, self._adam_steps)
         if self.ferry is not None:
             for B in self._blocks:
                 self.ferry.invalidate(B)

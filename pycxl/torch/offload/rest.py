@@ -9,16 +9,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._import import import_torch
-from .adam import AdamSettings, CpuAdam, gpu_adam_step
+from .adam import AdamSettings, AdamSteps, CpuAdam, gpu_adam_step
 
 Entry = tuple[Any, Any, Any, Any]  # (param, fp32 master, exp_avg, exp_avg_sq)
 
 
 class RestUpdate:
     """``params``: trainable parameters outside the blocks, on ``device``; ``group_of``:
-    each one's param group, by id."""
+    each one's param group, by id; ``steps``: the offload's step counts (these counted
+    there too)."""
 
-    def __init__(self, params: list[Any], group_of: Mapping[int, int], device: Any) -> None:
+    def __init__(
+        self, params: list[Any], group_of: Mapping[int, int], device: Any, steps: AdamSteps
+    ) -> None:
         torch = import_torch()
         self.device = device
         self.on_gpu = device.type == "cuda"
@@ -27,13 +30,13 @@ class RestUpdate:
         for p in params:
             master = p.data if p.dtype == torch.float32 else p.detach().float()
             self.entries.append((p, master, torch.zeros_like(master), torch.zeros_like(master)))
-        self.steps = {id(p): 0 for p in params}  # each parameter's Adam steps
+        self.steps = steps
+        steps.add(params)
 
     def step(self, settings: list[AdamSettings], cpu: CpuAdam) -> None:
         """One step of every parameter with a gradient (``cpu`` without a GPU)."""
         live = [e for e in self.entries if e[0].grad is not None]
-        for p, *_ in live:
-            self.steps[id(p)] += 1
+        self.steps.advance(p for p, *_ in live)
         if not live:
             return
         if not self.on_gpu:
@@ -43,12 +46,12 @@ class RestUpdate:
                 )
                 weight = None if m.data_ptr() == p.data.data_ptr() else p.data.view(-1)
                 cpu.step((m.view(-1), a.view(-1), b.view(-1)), grad, weight,
-                         self.steps[id(p)], settings[self._group_of[id(p)]])  # fmt: skip
+                         self.steps.of(p), settings[self._group_of[id(p)]])  # fmt: skip
             return
         torch = import_torch()
         by_group: dict[tuple[int, int], list[Entry]] = {}
         for entry in live:
-            key = (self._group_of[id(entry[0])], self.steps[id(entry[0])])
+            key = (self._group_of[id(entry[0])], self.steps.of(entry[0]))
             by_group.setdefault(key, []).append(entry)
         for (g, n_step), entries in by_group.items():
             step_t = torch.full((), float(n_step), dtype=torch.float32, device=self.device)

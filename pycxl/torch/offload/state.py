@@ -9,6 +9,7 @@ from typing import Any
 
 from ...errors import InvalidRequestError
 from .._import import import_torch
+from .adam import AdamSteps
 from .layout import Block
 from .rest import Entry, RestUpdate
 
@@ -25,11 +26,6 @@ def entries(blocks: Iterable[Block], rest: RestUpdate) -> list[Entry]:
     return out + list(rest.entries)
 
 
-def param_steps(blocks: Iterable[Block], rest: RestUpdate) -> dict[int, int]:
-    """Each updated parameter's Adam steps, by its id."""
-    return {id(p.param): p.steps for B in blocks for p in B.params} | rest.steps
-
-
 def master_of(blocks: Iterable[Block], rest: RestUpdate, param: Any) -> Any:
     """The fp32 master copy of ``param`` (a block's: a view of the tier's memory)."""
     for p, master, _, _ in entries(blocks, rest):
@@ -39,17 +35,20 @@ def master_of(blocks: Iterable[Block], rest: RestUpdate, param: Any) -> Any:
 
 
 def state_dict(
-    blocks: list[Block], rest: RestUpdate, groups: list[dict[str, Any]], base: dict[str, Any]
+    blocks: list[Block],
+    rest: RestUpdate,
+    steps: AdamSteps,
+    groups: list[dict[str, Any]],
+    base: dict[str, Any],
 ) -> dict[str, Any]:
     """The state as torch's Adam saves it, over the optimizer's ``groups``; ``base``: the
     optimizer's own (its param_groups)."""
     torch = import_torch()
     index = {id(p): i for i, p in enumerate(p for g in groups for p in g["params"])}
-    steps = param_steps(blocks, rest)
     state = {}
     for p, master, a, b in entries(blocks, rest):
         state[index[id(p)]] = {
-            "step": torch.tensor(float(steps[id(p)])),
+            "step": torch.tensor(float(steps.of(p))),
             "exp_avg": a.detach().cpu().clone(),
             "exp_avg_sq": b.detach().cpu().clone(),
             "master": master.detach().cpu().clone(),
@@ -85,9 +84,9 @@ def checked(
     return out
 
 
-def load(blocks: list[Block], rest: RestUpdate, loaded: list[tuple[Entry, dict[str, Any]]]) -> int:
+def load(loaded: list[tuple[Entry, dict[str, Any]]], steps: AdamSteps) -> None:
     """The checked state into the tier's memory and the weights, each parameter's step
-    count from it; the largest step count."""
+    count from it."""
     torch = import_torch()
     with torch.no_grad():
         for (p, master, a, b), st in loaded:
@@ -95,13 +94,7 @@ def load(blocks: list[Block], rest: RestUpdate, loaded: list[tuple[Entry, dict[s
             a.copy_(st["exp_avg"])
             b.copy_(st["exp_avg_sq"])
             p.data.copy_(master.view(p.shape))
-    steps = {id(e[0]): int(st["step"]) for e, st in loaded}
-    for B in blocks:
-        for slot in B.params:
-            slot.steps = steps.get(id(slot.param), slot.steps)
-    for ident in rest.steps:
-        rest.steps[ident] = steps.get(ident, rest.steps[ident])
-    return max(steps.values(), default=0)
+    steps.load({id(e[0]): int(st["step"]) for e, st in loaded})
 
 
 def host_tensors(blocks: Iterable[Block]) -> list[Any]:
