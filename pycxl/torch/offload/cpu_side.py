@@ -75,10 +75,10 @@ class CpuSide:
         reads them."""
         eng = self.engine
         if self.resident_gpu:
-            eng.synchronize(B.landed)
-            B.kept = []  # landed: the memory may go
-        elif self.on_gpu and B.landed is not None:
-            eng.synchronize(B.landed)  # streamed: home (at step(), long since)
+            eng.synchronize(B.flight.landed)
+            B.flight.kept = []  # landed: the memory may go
+        elif self.on_gpu and B.flight.landed is not None:
+            eng.synchronize(B.flight.landed)  # streamed: home (at step(), long since)
         began = time.perf_counter()  # one thread runs the blocks: no other writes the clock
         size = B.dtype.itemsize
         at = eng.host_span(B.weights)[0] if self.resident_gpu else 0
@@ -92,14 +92,14 @@ class CpuSide:
                 src = (at + p.offset * size, p.numel * size)
                 eng.copy_in((p.param.data_ptr(), p.numel * size), src)
         if self.resident_gpu:
-            eng.record(B.updated, eng.copy_in_stream)
+            eng.record(B.flight.updated, eng.copy_in_stream)
             eng.record(self.done, eng.copy_in_stream)
         self.first = self.first or began
         self.end = time.perf_counter()
 
     def submit(self, B: Block, params: list[ParamSlot], settings: list[AdamSettings]) -> None:
-        """``B``'s step on the worker, at step(); ``B.cpu_update`` is its future."""
-        B.cpu_update = self._worker.submit(self.block, B, params, settings)
+        """``B``'s step on the worker, at step(); ``B.flight.cpu_update`` is its future."""
+        B.flight.cpu_update = self._worker.submit(self.block, B, params, settings)
 
     def submit_early(self, B: Block, params: list[ParamSlot], settings: list[AdamSettings]) -> None:
         """``B``'s step begun in the backward pass: at once without a GPU, else queued
@@ -119,7 +119,7 @@ class CpuSide:
                 self._waiting.remove(item)
             done.set_exception(e)
             raise
-        B.cpu_update = done
+        B.flight.cpu_update = done
 
     def forward_order(self) -> None:
         """Every gradient is in (step() was called): what waits goes in the next

@@ -297,14 +297,14 @@ class WeightFerry:
             if self._copy_out is not None:
                 g.record_stream(self._copy_out)
             p.param.grad = None
-        if B.landed is None:
-            B.landed = eng.event()
-        eng.record(B.landed, eng.copy_out_stream)
+        if B.flight.landed is None:
+            B.flight.landed = eng.event()
+        eng.record(B.flight.landed, eng.copy_out_stream)
         self._landing.append(B)
         if len(self._landing) > LANDING_MAX:
             # a backward pass faster than the link would leave every block's gradients
             # on the device, waiting for their copies: hold it until an older one landed
-            eng.synchronize(self._landing[-LANDING_MAX - 1].landed)
+            eng.synchronize(self._landing[-LANDING_MAX - 1].flight.landed)
         self._landed_params += [(k, j) for j in arrived]
         if adding:
             self._adds.append(self._adder.submit(self._add, B, arrived))
@@ -314,7 +314,7 @@ class WeightFerry:
         """Once landed: each parameter's new gradient added to the one set aside, or
         taking its place where none was (adder thread)."""
         torch = import_torch()
-        self.engine.synchronize(B.landed)
+        self.engine.synchronize(B.flight.landed)
         with torch.no_grad():
             for j in arrived:
                 p = B.params[j]
@@ -334,7 +334,7 @@ class WeightFerry:
                 self._send_home(B)
         landing, self._landing = self._landing, []
         for B in landing:
-            self.engine.synchronize(B.landed)
+            self.engine.synchronize(B.flight.landed)
         adds, self._adds = self._adds, []
         for f in adds:
             f.result()

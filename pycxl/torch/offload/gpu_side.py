@@ -162,7 +162,7 @@ class GpuSide:
                 if streamed:
                     eng.copy_out((weights + a * low, n * low), (wout.data_ptr(), n * low))
                 eng.record(ev["free"][s], eng.copy_out_stream)
-            eng.record(B.updated, eng.copy_out_stream if streamed else upd)
+            eng.record(B.flight.updated, eng.copy_out_stream if streamed else upd)
         end.record(borrowed(eng.copy_out_stream))
         self._next_slot = j % SLOTS
 

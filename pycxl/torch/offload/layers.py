@@ -233,7 +233,7 @@ class LayerOffload:
         if self._params_on_tier:
             return [p.param.grad for p in B.params]
         if self._streamed:
-            self.engine.synchronize(B.landed)
+            self.engine.synchronize(B.flight.landed)
         for c in U.copies:
             c.wait()
         U.copies = []

@@ -30,8 +30,19 @@ class ParamSlot:
 
 
 @dataclass
+class InFlight:
+    """A block's update and copies under way: per-step state, apart from its layout."""
+
+    cpu_update: Future[None] | None = None  # the CPU step of this block in flight
+    updated: Any = None  # event: the new weights are where the next forward reads them
+    landed: Any = None  # event: the block's gradients have reached host memory
+    kept: list[Any] = field(default_factory=list)  # device gradients until they land
+
+
+@dataclass
 class Block:
-    """One block: its parameters, its memory on the tier, and its update in flight."""
+    """One block: its parameters' layout and its memory on the tier (set once, at
+    set-up), and what of its update is in flight (``flight``, per step)."""
 
     index: int
     module: Any
@@ -44,10 +55,7 @@ class Block:
     grads: Any = None  # host tensor (dtype, numel): the gradients a CPU or GPU step reads
     weights: Any = None  # host tensor (dtype): new weights (resident), the home (stream)
     incoming: Any = None  # host tensor: a later micro-batch's gradients, added into grads
-    cpu_update: Future[None] | None = None  # the CPU step of this block in flight
-    updated: Any = None  # event: the new weights are where the next forward reads them
-    landed: Any = None  # event: the block's gradients have reached host memory
-    kept: list[Any] = field(default_factory=list)  # device gradients until they land
+    flight: InFlight = field(default_factory=InFlight)
 
     def part(self, flat: Any, which: int, p: ParamSlot) -> Any:
         """``p``'s piece of region ``which`` (0 master, 1 exp_avg, 2 exp_avg_sq) of a

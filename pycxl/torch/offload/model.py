@@ -185,7 +185,7 @@ class ModelOffload:
                 B.grads = self._host_alloc(B.numel * size, True).view(B.dtype)
                 B.weights = self._host_alloc(B.numel * size, True).view(B.dtype)
             if on_gpu:
-                B.landed, B.updated = self.engine.event(), self.engine.event()
+                B.flight.landed, B.flight.updated = self.engine.event(), self.engine.event()
 
     def _gradient_memory(self, B: Block) -> Any:
         """More host memory like the block's gradients, on the tier (WeightFerry's, for
@@ -228,11 +228,11 @@ class ModelOffload:
     def _wait_for(self, B: Block, stream: Any) -> None:
         """Until ``B``'s last update is done: the host for its CPU step (an error of the
         step is raised here), ``stream`` for the copy or GPU update of its weights."""
-        pending = B.cpu_update
+        pending = B.flight.cpu_update
         if pending is not None:
             pending.result()
         if self.config.on_gpu:
-            self.engine.wait(stream, B.updated)
+            self.engine.wait(stream, B.flight.updated)
 
     def _forward_waiter(self, B: Block) -> Callable[..., None]:
         torch = import_torch()
@@ -261,9 +261,9 @@ class ModelOffload:
         """The last step's update, finished: its CPU side waited for (its error raised),
         both sides' times taken, and the split refined from them."""
         for B in self._blocks:
-            if B.cpu_update is not None:
-                B.cpu_update.result()
-                B.cpu_update = None
+            if B.flight.cpu_update is not None:
+                B.flight.cpu_update.result()
+                B.flight.cpu_update = None
         if not self._stepped:
             return
         self._clock.read(self._cpu, self._gpu, self.times)
@@ -360,8 +360,8 @@ class ModelOffload:
                 eng.copy_out(
                     (base + p.offset * size, p.numel * size), (g.data_ptr(), p.numel * size)
                 )
-            eng.record(B.landed, eng.copy_out_stream)
-            B.kept = kept[B.index]
+            eng.record(B.flight.landed, eng.copy_out_stream)
+            B.flight.kept = kept[B.index]
 
     # --- the update begun in the backward pass (early.py asks these) ---------------------
     def _early_gpu(self, B: Block, params: list[ParamSlot]) -> None:
@@ -457,8 +457,8 @@ class ModelOffload:
     def synchronize(self) -> None:
         """Wait for the update in flight: every block's step, every copy."""
         for B in self._blocks:
-            if B.cpu_update is not None:
-                B.cpu_update.result()
+            if B.flight.cpu_update is not None:
+                B.flight.cpu_update.result()
         if self.config.on_gpu:
             import_torch().cuda.synchronize(self.device)
 
