@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ..errors import InvalidRequestError
-from .engine import Engine
+from .engine import Engine, same_size
 from .spans import device_span, host_span
 
 
@@ -73,9 +73,6 @@ class CudaEngine(Engine):
         _check_pinned(address, n)
         return address, n
 
-    def device_span(self, obj: Any) -> tuple[int, int]:
-        return device_span(obj)
-
     def event(self) -> Any:
         from .streams import Event
 
@@ -94,21 +91,24 @@ class CudaEngine(Engine):
         self._current()
         Stream.borrow(stream).wait(event)
 
-    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+    def copy_in(self, dst: Any, src: Any) -> None:
         from . import driver as drv
 
+        d, s = device_span(dst), self.host_span(src)
+        n = same_size(d, s)
         self._current()
         ffi, lib = drv.driver()
-        rc = lib.cuMemcpyHtoDAsync_v2(dst[0], ffi.cast("void *", src[0]), src[1], self._in.handle)
+        rc = lib.cuMemcpyHtoDAsync_v2(d[0], ffi.cast("void *", s[0]), n, self._in.handle)
         drv.check("cuMemcpyHtoDAsync", rc)
 
-    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+    def copy_out(self, dst: Any, src: Any) -> None:
         from . import driver as drv
 
+        d, s = self.host_span(dst), device_span(src)
+        n = same_size(d, s)
         self._current()
         ffi, lib = drv.driver()
-        rc = lib.cuMemcpyDtoHAsync_v2(ffi.cast("void *", dst[0]), src[0], src[1],
-                                      self._out.handle)  # fmt: skip
+        rc = lib.cuMemcpyDtoHAsync_v2(ffi.cast("void *", d[0]), s[0], n, self._out.handle)
         drv.check("cuMemcpyDtoHAsync", rc)
 
     def synchronize(self, event: Any) -> None:

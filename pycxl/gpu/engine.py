@@ -2,7 +2,11 @@
 ``Engine`` protocol (buffers, copies on two streams of its own, events that order them
 against the caller's streams), and the copies every engine does the same way on top of
 it (``copy_to_host``, ``copy_to_device``). Engines: ``cuda_engine.CudaEngine`` on a GPU,
-``host_engine.HostEngine`` on the CPU."""
+``host_engine.HostEngine`` on the CPU.
+
+Copies take the objects that hold the memory (tensors and their slices, arrays, the
+ring's views), never addresses: an engine finds where they are, checks that the two
+sides are as large and that host memory is what it can copy from, and copies."""
 
 from __future__ import annotations
 
@@ -26,11 +30,9 @@ class Engine(Protocol):
         ...
 
     def host_span(self, obj: Any) -> tuple[int, int]:
-        """(address, bytes) of host memory the engine can copy from and to."""
-        ...
-
-    def device_span(self, obj: Any) -> tuple[int, int]:
-        """(address, bytes) of device memory (a buffer, an array, a tensor)."""
+        """(address, bytes) of host memory the engine can copy from and to (refused
+        where it cannot: pageable memory on a GPU); the engine's own business, and a
+        caller's only to check memory once, up front."""
         ...
 
     def event(self) -> Any:
@@ -45,12 +47,14 @@ class Engine(Protocol):
         """Work enqueued on ``stream`` from now on waits for ``event``'s last record."""
         ...
 
-    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
-        """Enqueue a copy from host ``src`` to device ``dst`` on the copy-in stream."""
+    def copy_in(self, dst: Any, src: Any) -> None:
+        """Enqueue a copy of host memory ``src`` into device memory ``dst`` (as many
+        bytes: a tensor or its slice, an array, a ring view) on the copy-in stream."""
         ...
 
-    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
-        """Enqueue a copy from device ``src`` to host ``dst`` on the copy-out stream."""
+    def copy_out(self, dst: Any, src: Any) -> None:
+        """Enqueue a copy of device memory ``src`` into host memory ``dst`` (as many
+        bytes) on the copy-out stream."""
         ...
 
     def synchronize(self, event: Any) -> None:
@@ -84,33 +88,41 @@ class CopyBack:
             self._keep = None
 
 
+def same_size(dst: tuple[int, int], src: tuple[int, int]) -> int:
+    """The bytes a copy moves: ``src``'s, refused where ``dst`` is not as large."""
+    if dst[1] != src[1]:
+        raise InvalidRequestError(f"a copy of {src[1]} bytes into {dst[1]} bytes")
+    return src[1]
+
+
 def copy_to_host(engine: Engine, src: Any, dst: Any, stream: Any) -> CopyBack:
-    """Copy device memory ``src`` (``__cuda_array_interface__``) into host memory
-    ``dst`` once the work enqueued on ``stream`` so far has run, on the engine's
+    """Copy device memory ``src`` (a CUDA tensor, ``__cuda_array_interface__``) into host
+    memory ``dst`` once the work enqueued on ``stream`` so far has run, on the engine's
     copy-out stream; the returned ``CopyBack`` waits for it."""
-    s_addr, s_len = engine.device_span(src)
-    d_addr, d_len = engine.host_span(dst)
-    if s_len != d_len:
-        raise InvalidRequestError(f"copy back of {s_len} bytes into {d_len} bytes")
     produced = engine.event()
     engine.record(produced, stream)
     engine.wait(engine.copy_out_stream, produced)
-    engine.copy_out((d_addr, d_len), (s_addr, s_len))
+    engine.copy_out(dst, src)
     landed = engine.event()
     engine.record(landed, engine.copy_out_stream)
-    return CopyBack(engine, landed, keep=(src, dst), nbytes=s_len)
+    return CopyBack(engine, landed, keep=(src, dst), nbytes=_nbytes(src))
 
 
-def copy_to_device(engine: Engine, src: Any, dsts: Sequence[Any], offsets: Sequence[int]) -> Any:
-    """Copy the pieces of host memory ``src`` at ``offsets`` into the device arrays
-    ``dsts`` (each as many bytes as it holds) on the engine's copy-in stream; returns
-    the event that follows them, for a stream to wait on."""
-    base, length = engine.host_span(src)
-    for dst, offset in zip(dsts, offsets, strict=True):
-        d_addr, n = engine.device_span(dst)
-        if offset < 0 or offset + n > length:
-            raise InvalidRequestError(f"{n} bytes at offset {offset} run past {length} bytes")
-        engine.copy_in((d_addr, n), (base + offset, n))
+def copy_to_device(engine: Engine, srcs: Sequence[Any], dsts: Sequence[Any]) -> Any:
+    """Copy each piece of host memory of ``srcs`` into the device memory beside it in
+    ``dsts`` on the engine's copy-in stream; returns the event that follows them, for a
+    stream to wait on."""
+    if len(srcs) != len(dsts):
+        raise InvalidRequestError(f"{len(srcs)} sources for {len(dsts)} destinations")
+    for src, dst in zip(srcs, dsts, strict=True):
+        engine.copy_in(dst, src)
     done = engine.event()
     engine.record(done, engine.copy_in_stream)
     return done
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of a tensor or array (what a CopyBack reports it moved)."""
+    if hasattr(obj, "element_size"):
+        return int(obj.numel() * obj.element_size())
+    return int(obj.nbytes)

@@ -7,7 +7,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Engine
+from .engine import Engine, same_size
 from .spans import host_span
 
 
@@ -28,12 +28,12 @@ class HostEngine(Engine):
         return buf
 
     def slot_view(self, buffer: Any, nbytes: int) -> HostView:
-        return HostView(memoryview(buffer.data).cast("B")[:nbytes], buffer.slot, nbytes)
+        memory = memoryview(buffer.data).cast("B")[:nbytes]
+        return HostView(memory, buffer.slot, nbytes, ctypes.addressof(buffer.data))
 
     def host_span(self, obj: Any) -> tuple[int, int]:
-        return host_span(obj)
-
-    def device_span(self, obj: Any) -> tuple[int, int]:
+        if isinstance(obj, HostView):
+            return obj.address, obj.nbytes
         return host_span(obj)
 
     def event(self) -> Any:
@@ -45,11 +45,12 @@ class HostEngine(Engine):
     def wait(self, stream: Any, event: Any) -> None:
         pass
 
-    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
-        ctypes.memmove(dst[0], src[0], src[1])
+    def copy_in(self, dst: Any, src: Any) -> None:
+        d, s = self.host_span(dst), self.host_span(src)
+        ctypes.memmove(d[0], s[0], same_size(d, s))
 
-    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
-        ctypes.memmove(dst[0], src[0], src[1])
+    def copy_out(self, dst: Any, src: Any) -> None:
+        self.copy_in(dst, src)  # both sides are host memory
 
     def synchronize(self, event: Any) -> None:
         pass
@@ -57,12 +58,13 @@ class HostEngine(Engine):
 
 @dataclass(frozen=True)
 class HostView:
-    """``nbytes`` bytes at the start of a HostEngine buffer (``memory``), and which
-    buffer (``slot``)."""
+    """``nbytes`` bytes at the start of a HostEngine buffer (``memory``, at
+    ``address``), and which buffer (``slot``)."""
 
     memory: memoryview
     slot: int
     nbytes: int
+    address: int
 
 
 class _HostBuffer:

@@ -91,10 +91,10 @@ class Prefetcher:
                 f"{lookahead + 1} device buffers"
             )
         self.engine = engine
-        self._spans = [engine.host_span(s) for s in sources]
-        self._keep = list(sources)  # the host memory outlives the ring's copies
+        self._sources = list(sources)  # kept: the host memory outlives the ring's copies
+        self._sizes = [engine.host_span(s)[1] for s in sources]  # checked once, here
         self.lookahead = lookahead
-        self.slot_size = max(n for _, n in self._spans)
+        self.slot_size = max(self._sizes)
         size = -(-self.slot_size // ALIGN) * ALIGN
         self._slots = [_Slot(engine.buffer(size), engine.event(), k) for k in range(count)]
         self._spare_events: list[Any] = []
@@ -105,7 +105,7 @@ class Prefetcher:
         self.stats = PrefetchStats()
 
     def __len__(self) -> int:
-        return len(self._spans)
+        return len(self._sizes)
 
     @property
     def order(self) -> tuple[int, ...]:
@@ -116,10 +116,10 @@ class Prefetcher:
         """Prefetch for a new cyclic ``order`` (item indices), starting at
         ``position``; buffers already filled stay usable."""
         items = list(order)
-        bad = [i for i in items if not (isinstance(i, int) and 0 <= i < len(self._spans))]
+        bad = [i for i in items if not (isinstance(i, int) and 0 <= i < len(self._sizes))]
         if not items or bad:
             raise InvalidRequestError(
-                f"order {items!r}: give item indices from 0 to {len(self._spans) - 1}"
+                f"order {items!r}: give item indices from 0 to {len(self._sizes) - 1}"
             )
         self._order, self._position = items, position % len(items)
 
@@ -158,7 +158,7 @@ class Prefetcher:
         self._position = (self._position + 1) % len(self._order)
         self._prefetch()
         self.engine.wait(stream, slot.loaded)
-        return self.engine.slot_view(slot.buffer, self._spans[item][1])
+        return self.engine.slot_view(slot.buffer, self._sizes[item])
 
     def buffer_of(self, item: int) -> int | None:
         """The index of the device buffer holding ``item`` now, if one does."""
@@ -199,9 +199,9 @@ class Prefetcher:
     def _check(self, item: int) -> None:
         if isinstance(item, bool) or not isinstance(item, int):
             raise InvalidRequestError(f"item {item!r}: give an item index")
-        if not 0 <= item < len(self._spans):
+        if not 0 <= item < len(self._sizes):
             raise InvalidRequestError(
-                f"item {item}: this ring streams items 0 to {len(self._spans) - 1}"
+                f"item {item}: this ring streams items 0 to {len(self._sizes) - 1}"
             )
 
     def _seek(self, item: int) -> None:
@@ -265,11 +265,12 @@ class Prefetcher:
         self._spare_events.extend(slot.released)
         slot.released.clear()
         slot.item = None
-        self.engine.copy_in(self.engine.device_span(slot.buffer), self._spans[item])
+        size = self._sizes[item]
+        self.engine.copy_in(self.engine.slot_view(slot.buffer, size), self._sources[item])
         self.engine.record(slot.loaded, copy_in)
         slot.item, slot.fresh = item, True
         self.stats.copies_in += 1
-        self.stats.bytes_in += self._spans[item][1]
+        self.stats.bytes_in += size
 
     def close(self) -> None:
         """Wait for copies in flight, then free the device buffers."""

@@ -60,7 +60,6 @@ class SimEngine:
         return buffer, nbytes
 
     host_span = staticmethod(host_span)
-    device_span = staticmethod(host_span)
 
     def event(self) -> SimEvent:
         return SimEvent()
@@ -77,13 +76,17 @@ class SimEngine:
         if event.last is not None:  # as CUDA: waits for the record made before the call
             self._q(stream).append(("wait", event.last))
 
-    def copy_in(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+    def copy_in(self, dst: tuple[SimBuffer, int], src: Any) -> None:
+        buffer, nbytes = dst  # a slot view
+        (to, _), (at, n) = buffer.span(), host_span(src)
+        assert n == nbytes
+
         def run() -> None:  # reads the source when it runs, as a DMA does
-            ctypes.memmove(dst[0], src[0], src[1])
+            ctypes.memmove(to, at, n)
 
         self._q("in").append(("op", run))
 
-    def copy_out(self, dst: tuple[int, int], src: tuple[int, int]) -> None:
+    def copy_out(self, dst: Any, src: Any) -> None:
         raise AssertionError("not used here")
 
     def kernel(self, stream: str, fn: Callable[[], None]) -> None:

@@ -80,8 +80,6 @@ class CpuSide:
         elif self.on_gpu and B.flight.landed is not None:
             eng.synchronize(B.flight.landed)  # streamed: home (at step(), long since)
         began = time.perf_counter()  # one thread runs the blocks: no other writes the clock
-        size = B.dtype.itemsize
-        at = eng.host_span(B.weights)[0] if self.resident_gpu else 0
         for p in params:
             if B.grads is not None:  # the gradients on the tier
                 grad, weight = piece(B.grads, p), piece(B.weights, p)
@@ -89,8 +87,7 @@ class CpuSide:
                 grad, weight = grad_of(p), p.param.data.view(-1)
             self.step(B, p, grad, self.steps.of(p.param), settings[p.group], weight)
             if self.resident_gpu:
-                src = (at + p.offset * size, p.numel * size)
-                eng.copy_in((p.param.data_ptr(), p.numel * size), src)
+                eng.copy_in(p.param.data, weight)
         if self.resident_gpu:
             eng.record(B.flight.updated, eng.copy_in_stream)
             eng.record(self.done, eng.copy_in_stream)

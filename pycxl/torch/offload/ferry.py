@@ -288,11 +288,10 @@ class WeightFerry:
         if adding and B.incoming is None:
             B.incoming = self._host_alloc(B)
         target = B.incoming if adding else B.grads
-        base, _ = eng.host_span(target)
         size = B.dtype.itemsize
         for j, g in zip(arrived, grads, strict=True):
             p = B.params[j]
-            eng.copy_out((base + p.offset * size, p.numel * size), eng.device_span(g))
+            eng.copy_out(piece(target, p), g)
             self.bytes_home += p.numel * size
             if self._copy_out is not None:
                 g.record_stream(self._copy_out)

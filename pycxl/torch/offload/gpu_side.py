@@ -79,10 +79,8 @@ class GpuSide:
         from ...gpu.streams import Event
 
         eng = self.engine
-        n = 3 * self.chunk * 4
-        host = eng.host_span(B.state)
-        host = (host[0], min(n, host[1]))
-        into, out_of = ((s[0].data_ptr(), host[1]) for s in self.buffers()[:2])
+        host = B.state[: 3 * self.chunk]
+        into, out_of = (s[0][: host.numel()] for s in self.buffers()[:2])
         eng.copy_in(out_of, host)
         start, end_in, end_out = Event(), Event(), Event()
         best = float("inf")
@@ -97,7 +95,7 @@ class GpuSide:
             end_out.synchronize()
             best = min(best, max(end_in.ms_since(start), end_out.ms_since(start)) / 1e3)
         import_torch().cuda.synchronize(self.device)
-        return float(host[1]) / best
+        return float(host.numel() * 4) / best
 
     def update(
         self,
@@ -124,23 +122,20 @@ class GpuSide:
         c = self.chunk
         j = self._next_slot  # an early block's call follows the last one's buffers
         for B in blocks:
-            state = eng.host_span(B.state)[0]
-            grads = eng.host_span(B.grads)[0] if streamed else 0
-            weights = eng.host_span(B.weights)[0] if streamed else 0
-            low = B.dtype.itemsize
             params = live[B.index]
             for a, b, (g, n_step) in chunks_of(B, c, params, key=self._group_and_step):
                 s = j % SLOTS
                 j += 1
                 n = b - a
+                host = [B.part_span(B.state, k, a, b) for k in range(3)]  # master, moments
                 f32, lows = slots[s]
                 master, m, v, g32 = (f32[k * c : k * c + n] for k in range(4))
                 gin, wout = lows[:n], lows[c : c + n]
                 eng.wait(eng.copy_in_stream, ev["free"][s])
-                for k, t in enumerate((master, m, v)):
-                    eng.copy_in((t.data_ptr(), n * 4), (state + (k * B.numel + a) * 4, n * 4))
+                for t, h in zip((master, m, v), host, strict=True):
+                    eng.copy_in(t, h)
                 if streamed:
-                    eng.copy_in((gin.data_ptr(), n * low), (grads + a * low, n * low))
+                    eng.copy_in(gin, B.grads[a:b])
                 eng.record(ev["loaded"][s], eng.copy_in_stream)
                 eng.wait(upd, ev["loaded"][s])
                 with torch.cuda.stream(upd):
@@ -157,10 +152,10 @@ class GpuSide:
                         _scatter_weights(master, a, b, params)
                 eng.record(ev["updated"][s], upd)
                 eng.wait(eng.copy_out_stream, ev["updated"][s])
-                for k, t in enumerate((master, m, v)):
-                    eng.copy_out((state + (k * B.numel + a) * 4, n * 4), (t.data_ptr(), n * 4))
+                for t, h in zip((master, m, v), host, strict=True):
+                    eng.copy_out(h, t)
                 if streamed:
-                    eng.copy_out((weights + a * low, n * low), (wout.data_ptr(), n * low))
+                    eng.copy_out(B.weights[a:b], wout)
                 eng.record(ev["free"][s], eng.copy_out_stream)
             eng.record(B.flight.updated, eng.copy_out_stream if streamed else upd)
         end.record(borrowed(eng.copy_out_stream))

@@ -247,8 +247,8 @@ class LayerOffload:
         for p in B.params if self._params_on_tier else ():
             p.param.grad = None
         if self._on_gpu and not self._streamed:
-            U.updated = copy_to_device(self.engine, B.weights, [p.param.data for p in B.params],
-                                       [p.offset * B.dtype.itemsize for p in B.params])  # fmt: skip
+            U.updated = copy_to_device(self.engine, [piece(B.weights, p) for p in B.params],
+                                       [p.param.data for p in B.params])  # fmt: skip
         with self._lock:
             self._update_count += 1
 

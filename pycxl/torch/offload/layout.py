@@ -63,6 +63,12 @@ class Block:
         at = which * self.numel + p.offset
         return flat[at : at + p.numel]
 
+    def part_span(self, flat: Any, which: int, a: int, b: int) -> Any:
+        """Elements ``a`` to ``b`` of region ``which`` (0 master, 1 exp_avg, 2
+        exp_avg_sq) of a flat fp32 tensor laid out like ``state``."""
+        at = which * self.numel
+        return flat[at + a : at + b]
+
     @property
     def everything(self) -> list[ParamSlot]:
         """Every parameter of the block in layout order: trainable, then frozen."""

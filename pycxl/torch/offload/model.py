@@ -354,12 +354,8 @@ class ModelOffload:
         kept = {B.index: [grad_of(p) for p in live[B.index]] for B in blocks}
         eng.wait(eng.copy_out_stream, self._record(current))
         for B in blocks:
-            base, _ = eng.host_span(B.grads)
-            size = B.dtype.itemsize
             for p, g in zip(live[B.index], kept[B.index], strict=True):
-                eng.copy_out(
-                    (base + p.offset * size, p.numel * size), (g.data_ptr(), p.numel * size)
-                )
+                eng.copy_out(piece(B.grads, p), g)
             eng.record(B.flight.landed, eng.copy_out_stream)
             B.flight.kept = kept[B.index]
 
