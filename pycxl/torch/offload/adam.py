@@ -83,6 +83,17 @@ class AdamSettings:
         )
 
     @classmethod
+    def now(cls, groups: Sequence[Mapping[str, Any]], decoupled: bool) -> list[AdamSettings]:
+        """Each group's settings as they are now (a scheduler may move lr, and betas
+        too), a tensor learning rate read as a number."""
+        out = []
+        for g in groups:
+            lr = g["lr"]
+            lr = float(lr.item()) if hasattr(lr, "item") else float(lr)
+            out.append(cls.from_group(g, lr=lr, decoupled=decoupled))
+        return out
+
+    @classmethod
     def from_group(cls, group: Mapping[str, Any], *, lr: float, decoupled: bool) -> AdamSettings:
         """The settings of a param group whose class is already known (``decoupled``)."""
         b1, b2 = (float(b) for b in group["betas"])

@@ -94,6 +94,21 @@ class CpuSide:
         self.first = self.first or began
         self.end = time.perf_counter()
 
+    def grads_out(self, blocks: list[Block], live: dict[int, list[ParamSlot]], stream: Any) -> None:
+        """Resident on a GPU: the blocks' gradients to the tier on the copy-out stream,
+        once ``stream`` has made them (contiguous copies included); each block's step
+        waits for its own, and the gradients' memory is kept until then."""
+        eng = self.engine
+        kept = {B.index: [grad_of(p) for p in live[B.index]] for B in blocks}
+        produced = eng.event()
+        eng.record(produced, stream)  # after the contiguous copies
+        eng.wait(eng.copy_out_stream, produced)
+        for B in blocks:
+            for p, g in zip(live[B.index], kept[B.index], strict=True):
+                eng.copy_out(piece(B.grads, p), g)
+            eng.record(B.flight.landed, eng.copy_out_stream)
+            B.flight.kept = kept[B.index]
+
     def submit(self, B: Block, params: list[ParamSlot], settings: list[AdamSettings]) -> None:
         """``B``'s step on the worker, at step(); ``B.flight.cpu_update`` is its future."""
         B.flight.cpu_update = self._worker.submit(self.block, B, params, settings)

@@ -355,6 +355,17 @@ class WeightFerry:
         parameter's ``.grad`` once a backward pass has ended."""
         return self._home_grads[self._position[id(B)]]
 
+    def adopt_grads(self, B: Block, params: list[ParamSlot]) -> None:
+        """A gradient the user put in place of the home one (``p.grad = g * 2``, not in
+        place) copied home: an update reads the home gradients."""
+        torch = import_torch()
+        for p in params:
+            g = p.param.grad
+            home = piece(B.grads, p)
+            if g.data_ptr() != home.data_ptr():
+                with torch.no_grad():
+                    home.copy_(g.reshape(-1))
+
     def invalidate(self, B: Block) -> None:
         """The block's home weights are about to change (or have): forget its device
         copy, at once, or when it is let go if it is bound now (a backward pass that

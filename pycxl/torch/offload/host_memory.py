@@ -45,3 +45,15 @@ def tier_allocator(
         return torch.from_numpy(place(nbytes).array("uint8"))
 
     return host_alloc
+
+
+def pages_of(tensors: Sequence[Any]) -> dict[int, int]:
+    """Pages of the host memory of ``tensors`` per NUMA node, counted now."""
+    from collections import Counter
+
+    from ...numa.pages import pages_by_node
+
+    total: Counter[int] = Counter()
+    for t in tensors:
+        total.update(pages_by_node(t))
+    return dict(sorted(total.items()))

@@ -40,7 +40,7 @@ from ...gpu.engine import Engine, copy_to_device, copy_to_host
 from ...gpu.host_engine import HostEngine
 from .._import import import_torch
 from .ferry import WeightFerry
-from .host_memory import HostAlloc
+from .host_memory import HostAlloc, pages_of
 from .layer_update import LayerUpdate
 from .layout import Block, layout_blocks, piece
 
@@ -288,14 +288,7 @@ class LayerOffload:
 
     def pages_by_node(self) -> dict[int, int]:
         """Pages of all its host memory per NUMA node, counted now."""
-        from collections import Counter
-
-        from ...numa.pages import pages_by_node
-
-        total: Counter[int] = Counter()
-        for t in self.host_tensors():
-            total.update(pages_by_node(t))
-        return dict(sorted(total.items()))
+        return pages_of(self.host_tensors())
 
     def host_grads(self, layer: int) -> list[Any]:
         """The gradients of layer ``layer``'s trainable parameters as last copied to

@@ -6,7 +6,7 @@ block's update runs where it is fastest.
 decoder layers: the largest ``ModuleList`` of modules of one type, see layout.py) and
 moves their optimizer state onto the tier. Their weights either stay on the GPU
 (``weights="resident"``) or live on the tier too and visit the GPU only while their
-block runs (``weights="stream"``, see block_weights.py: for a model larger than HBM).
+block runs (``weights="stream"``, the ferry of ferry.py: for a model larger than HBM).
 ``offload.optimizer`` is a ``torch.optim.Optimizer`` (optimizer.py): gradients accumulate
 in ``param.grad`` as in plain PyTorch (for streamed blocks, CPU tensors on the tier), so
 gradient accumulation, clipping by global norm, GradScaler, learning-rate schedulers and
@@ -16,7 +16,8 @@ for the GPU on the GPU side (gpu_side.py), each block planned for the CPU on the
 (rest.py).
 
 Both sides run at once; ``update_plan`` splits the blocks so that they finish together,
-from rates measured at set-up and refined from the first steps' timings (clocks.py).
+from rates measured at set-up and refined from the first steps' timings (clocks.py,
+split_keeper.py).
 With ``overlap`` (the default on a GPU) ``step()`` returns once the update is under way,
 and each block's next forward pass waits for its own update only: the update runs beside
 the next forward pass. Reading the weights outside a forward pass: ``model.state_dict()``
@@ -24,7 +25,8 @@ and ``optimizer.state_dict()`` (state.py) wait by themselves; anything else call
 ``synchronize()`` first. With ``update_in_backward`` the update begins in the backward
 pass (early.py, which says what such a loop cannot do).
 
-This module is the set-up and the step; the modes are one ``OffloadConfig`` (config.py).
+This module is the step and what users ask; the set-up is model_setup.py's, the modes
+one ``OffloadConfig`` (config.py).
 """
 
 from __future__ import annotations
@@ -35,16 +37,16 @@ from typing import Any
 
 from ...errors import InvalidRequestError
 from .._import import import_torch
-from . import state as saved
+from . import model_setup as setup, state as saved
 from .adam import AdamSettings, AdamSteps
 from .clocks import StepClock
 from .config import OffloadConfig, Update, Weights
 from .cpu_side import CpuSide
 from .early import EarlyUpdate
 from .ferry import WeightFerry
-from .gpu_side import CHUNK_ELEMENTS, GpuSide, grad_of
-from .host_memory import HostAlloc
-from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_blocks, piece
+from .gpu_side import CHUNK_ELEMENTS, GpuSide
+from .host_memory import HostAlloc, pages_of
+from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_blocks
 from .optimizer import optimizer_class
 from .rest import RestUpdate
 from .split_keeper import SplitKeeper
@@ -98,19 +100,19 @@ class ModelOffload:
             if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)
             else optimizer
         )
-        group_of, groups = _groups(model, base)
+        group_of, groups = setup.param_groups(model, base)
         self._decoupled = isinstance(base, torch.optim.AdamW)
         self._blocks = layout_blocks(modules, group_of, with_frozen=config.streamed)
         check_trainable(self._blocks)
         in_blocks = {id(p.param) for B in self._blocks for p in B.everything}
         if config.streamed:
-            self._move_rest(model, in_blocks)
+            setup.move_rest(model, in_blocks, self.device)
         else:
-            self._check_on_device(model)
+            setup.check_on_device(model, self.device)
         self._stepped = False  # a step has begun: there is one to settle
         self._adam_steps = AdamSteps(p.param for B in self._blocks for p in B.params)
         self._closed = False
-        self._place_state()
+        setup.place_state(self._blocks, host_alloc, config, engine)
         rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
         self._rest = RestUpdate(rest, group_of, self.device, self._adam_steps)
         self._cpu = CpuSide(
@@ -147,46 +149,6 @@ class ModelOffload:
         return self.config.weights
 
     # --- set-up ------------------------------------------------------------------------
-    def _check_on_device(self, model: Any) -> None:
-        for name, p in model.named_parameters():
-            if p.device != self.device:
-                raise InvalidRequestError(
-                    f"{name} is on {p.device}, not {self.device}: move the model there "
-                    "first (model.to(device)), or stream its blocks (weights='stream')"
-                )
-
-    def _move_rest(self, model: Any, in_blocks: set[int]) -> None:
-        """Streamed: what is not a block's parameter (embeddings, norm, head, every
-        buffer) onto the device; the blocks' parameters go home (WeightFerry)."""
-        torch = import_torch()
-        with torch.no_grad():
-            for p in model.parameters():
-                if id(p) not in in_blocks and p.device != self.device:
-                    p.data = p.data.to(self.device)
-            for module in model.modules():
-                for name, buf in module._buffers.items():
-                    if buf is not None and buf.device != self.device:
-                        module._buffers[name] = buf.to(self.device)
-
-    def _place_state(self) -> None:
-        torch = import_torch()
-        pinned = on_gpu = self.config.on_gpu
-        for B in self._blocks:
-            size = B.dtype.itemsize
-            state = self._host_alloc(3 * B.numel * 4, pinned).view(torch.float32).zero_()
-            with torch.no_grad():
-                for p in B.params:
-                    B.part(state, 0, p).copy_(p.param.detach().reshape(-1))
-            B.state = state
-            if self.config.streamed:
-                B.weights = self._host_alloc(B.total * size, pinned).view(B.dtype).zero_()
-                B.grads = self._host_alloc(B.numel * size, pinned).view(B.dtype).zero_()
-            elif on_gpu:
-                B.grads = self._host_alloc(B.numel * size, True).view(B.dtype)
-                B.weights = self._host_alloc(B.numel * size, True).view(B.dtype)
-            if on_gpu:
-                B.flight.landed, B.flight.updated = self.engine.event(), self.engine.event()
-
     def _gradient_memory(self, B: Block) -> Any:
         """More host memory like the block's gradients, on the tier (WeightFerry's, for
         a later micro-batch)."""
@@ -248,15 +210,6 @@ class ModelOffload:
         self._wait_for(self._blocks[position], self.engine.copy_in_stream)
 
     # --- the step ----------------------------------------------------------------------
-    def _settings(self, groups: list[dict[str, Any]]) -> list[AdamSettings]:
-        """Each group's settings now (a scheduler may move lr, and betas too)."""
-        out = []
-        for g in groups:
-            lr = g["lr"]
-            lr = float(lr.item()) if hasattr(lr, "item") else float(lr)
-            out.append(AdamSettings.from_group(g, lr=lr, decoupled=self._decoupled))
-        return out
-
     def _settle(self) -> None:
         """The last step's update, finished: its CPU side waited for (its error raised),
         both sides' times taken, and the split refined from them."""
@@ -275,7 +228,7 @@ class ModelOffload:
         if self._early.begun:
             return
         self._settle()
-        self._step_settings = self._settings(self.optimizer.param_groups)
+        self._step_settings = AdamSettings.now(self.optimizer.param_groups, self._decoupled)
         self._stepped = True
         self._cpu.first = self._cpu.end = 0.0
         torch = import_torch()
@@ -288,7 +241,9 @@ class ModelOffload:
         begun_in_backward = self._early.begun
         self._begin()
         # what was begun in the backward pass took the settings of then; the rest, now's
-        settings = self._settings(groups) if begun_in_backward else self._step_settings
+        settings = (
+            AdamSettings.now(groups, self._decoupled) if begun_in_backward else self._step_settings
+        )
         self._early.check(settings, self._step_settings)
         early = self._early.take()
         by_index = {B.index: B for B in self._blocks}
@@ -301,7 +256,7 @@ class ModelOffload:
         for B in self._blocks:
             self._adam_steps.advance(p.param for p in live[B.index])
             if self.ferry is not None:
-                self._gradients_home(B, live[B.index])
+                self.ferry.adopt_grads(B, live[B.index])
         cpu_blocks = [by_index[i] for i in self._split.current.cpu if live[i]]
         gpu_blocks = [by_index[i] for i in self._split.current.gpu if live[i]]
         if self.ferry is not None:
@@ -318,7 +273,7 @@ class ModelOffload:
         self._clock.step_called_on(current, from_backward=begun_in_backward)
         self._cpu.forward_order()  # every gradient is in: the forward pass's order
         if self.ferry is None:
-            self._copy_grads_out(cpu_blocks, live, current)
+            self._cpu.grads_out(cpu_blocks, live, current)
         produced = self._record(current)  # the backward pass's gradients
         for B in cpu_blocks:
             self._cpu.submit(B, live[B.index], settings)
@@ -328,36 +283,10 @@ class ModelOffload:
         if not self.config.overlaps:
             self.synchronize()
 
-    def _gradients_home(self, B: Block, params: list[ParamSlot]) -> None:
-        """Streamed: a gradient the user put in place of the home one (``p.grad = g *
-        2``, not in place) is copied home: the update reads the home gradients."""
-        torch = import_torch()
-        for p in params:
-            g = p.param.grad
-            home = piece(B.grads, p)
-            if g.data_ptr() != home.data_ptr():
-                with torch.no_grad():
-                    home.copy_(g.reshape(-1))
-
     def _record(self, stream: Any) -> Any:
         event = self.engine.event()
         self.engine.record(event, stream)
         return event
-
-    def _copy_grads_out(
-        self, blocks: list[Block], live: dict[int, list[ParamSlot]], current: Any
-    ) -> None:
-        """Resident: the CPU side's gradients to the tier, on the copy-out stream, once
-        ``current`` has made them (contiguous copies included); each block's CPU step
-        waits for its own. The gradients' memory is kept until then."""
-        eng = self.engine
-        kept = {B.index: [grad_of(p) for p in live[B.index]] for B in blocks}
-        eng.wait(eng.copy_out_stream, self._record(current))
-        for B in blocks:
-            for p, g in zip(live[B.index], kept[B.index], strict=True):
-                eng.copy_out(piece(B.grads, p), g)
-            eng.record(B.flight.landed, eng.copy_out_stream)
-            B.flight.kept = kept[B.index]
 
     # --- the update begun in the backward pass (early.py asks these) ---------------------
     def _early_gpu(self, B: Block, params: list[ParamSlot]) -> None:
@@ -374,7 +303,7 @@ class ModelOffload:
         resident on a GPU)."""
         if copy_out and self.config.on_gpu:
             current = import_torch().cuda.current_stream(self.device)
-            self._copy_grads_out([B], {B.index: params}, current)
+            self._cpu.grads_out([B], {B.index: params}, current)
         self._adam_steps.advance(p.param for p in params)
         self._cpu.submit_early(B, params, self._step_settings)
 
@@ -386,9 +315,7 @@ class ModelOffload:
         """A step begun in the backward pass was refused: not one to plan from, and the
         streamed device copies of the blocks it updated are stale."""
         self._clock.untimed = True
-        if self.ferry is not None:
-            for i in blocks:
-                self.ferry.invalidate(self._blocks[i])
+        self._forget_device_copies(blocks)
 
     def _unstepped(self) -> None:
         self._early.unstepped()
@@ -403,15 +330,9 @@ class ModelOffload:
     def _after_model_load(self, module: Any, incompatible: Any) -> None:
         """The model's weights were loaded: the masters follow them (an optimizer
         state loaded after this sets the saved fp32 masters)."""
-        torch = import_torch()
         self.synchronize()
-        with torch.no_grad():
-            for B in self._blocks:
-                for p in B.params:
-                    B.part(B.state, 0, p).copy_(p.param.detach().reshape(-1))
-                if self.ferry is not None:
-                    self.ferry.invalidate(B)
-            self._rest.follow_weights()
+        saved.follow_weights(self._blocks, self._rest)
+        self._forget_device_copies()
 
     # --- what users ask ------------------------------------------------------------------
     def host_tensors(self) -> list[Any]:
@@ -421,14 +342,7 @@ class ModelOffload:
 
     def pages_by_node(self) -> dict[int, int]:
         """Pages of the offload's host memory per NUMA node, counted now."""
-        from collections import Counter
-
-        from ...numa.pages import pages_by_node
-
-        total: Counter[int] = Counter()
-        for t in self.host_tensors():
-            total.update(pages_by_node(t))
-        return dict(sorted(total.items()))
+        return pages_of(self.host_tensors())
 
     def master_weights(self, param: Any) -> Any:
         """The fp32 master copy of a block's parameter (a view of the tier's memory)."""
@@ -446,8 +360,12 @@ class ModelOffload:
         loaded = saved.checked(self._blocks, self._rest, groups, state_dict)
         self.synchronize()
         saved.load(loaded, self._adam_steps)
+        self._forget_device_copies()
+
+    def _forget_device_copies(self, blocks: Iterable[int] | None = None) -> None:
+        """Streamed: the device copies of ``blocks`` (all by default) are stale."""
         if self.ferry is not None:
-            for B in self._blocks:
+            for B in self._blocks if blocks is None else [self._blocks[i] for i in blocks]:
                 self.ferry.invalidate(B)
 
     def synchronize(self) -> None:
@@ -485,24 +403,3 @@ class ModelOffload:
         self._cpu.close()
         if self._gpu is not None:
             self._gpu.free()
-
-
-def _groups(model: Any, base: Any) -> tuple[dict[int, int], list[dict[str, Any]]]:
-    """Each parameter's group, the groups' settings checked once here."""
-    known = {id(p) for p in model.parameters()}
-    group_of: dict[int, int] = {}
-    groups = []
-    for g, group in enumerate(base.param_groups):
-        AdamSettings.of(base, group)  # refused here, not at the first step
-        for p in group["params"]:
-            if id(p) not in known:
-                raise InvalidRequestError("the optimizer holds a parameter the model has not")
-            group_of[id(p)] = g
-        groups.append(dict(group))
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in group_of]
-    if missing:
-        raise InvalidRequestError(
-            f"the optimizer does not update {missing[0]} (and {len(missing) - 1} more): "
-            "give it all the model's trainable parameters"
-        )
-    return group_of, groups

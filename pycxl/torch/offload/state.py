@@ -97,6 +97,16 @@ def load(loaded: list[tuple[Entry, dict[str, Any]]], steps: AdamSteps) -> None:
     steps.load({id(e[0]): int(st["step"]) for e, st in loaded})
 
 
+def follow_weights(blocks: Iterable[Block], rest: RestUpdate) -> None:
+    """The fp32 masters set from the model's weights (after they were loaded)."""
+    torch = import_torch()
+    with torch.no_grad():
+        for B in blocks:
+            for p in B.params:
+                B.part(B.state, 0, p).copy_(p.param.detach().reshape(-1))
+        rest.follow_weights()
+
+
 def host_tensors(blocks: Iterable[Block]) -> list[Any]:
     """The host memory on the tier: each block's state, and its gradients and weights
     where they are kept there."""

@@ -1,0 +1,86 @@
+"""``offload_model``'s set-up, before any step: the optimizer's param groups checked and
+mapped, the model where its mode needs it (on the device, or streamed: all but the
+blocks' parameters there), and each block's state, gradients and weights placed in host
+memory on the tier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import InvalidRequestError
+from .._import import import_torch
+from .adam import AdamSettings
+from .config import OffloadConfig
+from .host_memory import HostAlloc
+from .layout import Block
+
+
+def param_groups(model: Any, base: Any) -> tuple[dict[int, int], list[dict[str, Any]]]:
+    """Each parameter's group in the optimizer ``base`` (by id), and the groups, their
+    settings checked once here: refused by name where the optimizer and the model do
+    not hold the same parameters."""
+    known = {id(p) for p in model.parameters()}
+    group_of: dict[int, int] = {}
+    groups = []
+    for g, group in enumerate(base.param_groups):
+        AdamSettings.of(base, group)  # refused here, not at the first step
+        for p in group["params"]:
+            if id(p) not in known:
+                raise InvalidRequestError("the optimizer holds a parameter the model has not")
+            group_of[id(p)] = g
+        groups.append(dict(group))
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in group_of]
+    if missing:
+        raise InvalidRequestError(
+            f"the optimizer does not update {missing[0]} (and {len(missing) - 1} more): "
+            "give it all the model's trainable parameters"
+        )
+    return group_of, groups
+
+
+def check_on_device(model: Any, device: Any) -> None:
+    """Resident: every parameter already on ``device``, or refused by name."""
+    for name, p in model.named_parameters():
+        if p.device != device:
+            raise InvalidRequestError(
+                f"{name} is on {p.device}, not {device}: move the model there "
+                "first (model.to(device)), or stream its blocks (weights='stream')"
+            )
+
+
+def move_rest(model: Any, in_blocks: set[int], device: Any) -> None:
+    """Streamed: what is not a block's parameter (embeddings, norm, head, every buffer)
+    onto ``device``; the blocks' parameters go home (the ferry takes them)."""
+    torch = import_torch()
+    with torch.no_grad():
+        for p in model.parameters():
+            if id(p) not in in_blocks and p.device != device:
+                p.data = p.data.to(device)
+        for module in model.modules():
+            for name, buf in module._buffers.items():
+                if buf is not None and buf.device != device:
+                    module._buffers[name] = buf.to(device)
+
+
+def place_state(
+    blocks: list[Block], host_alloc: HostAlloc, config: OffloadConfig, engine: Any
+) -> None:
+    """Each block's fp32 state (master from the weights, moments zero) on the tier, and
+    where the mode keeps them there, its gradients and weights (pinned on a GPU)."""
+    torch = import_torch()
+    pinned = on_gpu = config.on_gpu
+    for B in blocks:
+        size = B.dtype.itemsize
+        state = host_alloc(3 * B.numel * 4, pinned).view(torch.float32).zero_()
+        with torch.no_grad():
+            for p in B.params:
+                B.part(state, 0, p).copy_(p.param.detach().reshape(-1))
+        B.state = state
+        if config.streamed:
+            B.weights = host_alloc(B.total * size, pinned).view(B.dtype).zero_()
+            B.grads = host_alloc(B.numel * size, pinned).view(B.dtype).zero_()
+        elif on_gpu:
+            B.grads = host_alloc(B.numel * size, True).view(B.dtype)
+            B.weights = host_alloc(B.numel * size, True).view(B.dtype)
+        if on_gpu:
+            B.flight.landed, B.flight.updated = engine.event(), engine.event()
