@@ -265,8 +265,10 @@ def offload_layers(
     from .torch._import import import_torch
     from .torch.offload.host_memory import tier_allocator
     from .torch.offload.layers import LayerOffload
+    from .values import lookahead as checked_lookahead
 
     torch = import_torch()
+    lookahead = checked_lookahead(lookahead)  # the one rule every ring keeps
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     engine: Any

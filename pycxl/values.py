@@ -126,6 +126,12 @@ def count(value: object, what: str, minimum: int = 1, maximum: int | None = None
     return n
 
 
+def lookahead(value: object) -> int:
+    """How many blocks (layers) a ring copies ahead of the one in use, for every ring:
+    0 (each copied as it is needed, nothing ahead) up to MAX_LAYERS."""
+    return count(value, "lookahead", 0, MAX_LAYERS)
+
+
 def size(value: object, what: str | None = "size", minimum: int = 1) -> int:
     """Bytes: an int, or text such as '4096', '256M', '1.5G' (``units.parse_size``), of
     at least ``minimum``. ``what`` None: the message leaves the name out, for a

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequestError, OperationError
+from ..values import lookahead as checked_lookahead
 from .engine import CopyBack, Engine, copy_to_host
 
 ALIGN = 256  # device buffer alignment for any dtype (the driver's own is 256 bytes)
@@ -82,8 +83,7 @@ class Prefetcher:
     ) -> None:
         if not sources:
             raise InvalidRequestError("nothing to stream: give at least one host buffer")
-        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
-            raise InvalidRequestError(f"lookahead {lookahead!r}: give a whole number >= 0")
+        lookahead = checked_lookahead(lookahead)
         count = lookahead + 1 if slots is None else slots
         if isinstance(count, bool) or not isinstance(count, int) or count < lookahead + 1:
             raise InvalidRequestError(

@@ -46,7 +46,14 @@ from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair
 from ..torch._import import import_torch
-from ..values import MAX_LAYERS, MAX_SAMPLES, MAX_TOKENS, MAX_WIDTH, count
+from ..values import (
+    MAX_LAYERS,
+    MAX_SAMPLES,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    count,
+    lookahead as checked_lookahead,
+)
 from .conditions import default
 from .results import OffloadResult
 
@@ -85,10 +92,10 @@ def check_offload(
         )
     for name, value, least, most in (
         ("layers", layers, 1, MAX_LAYERS), ("width", width, 8, MAX_WIDTH),
-        ("tokens", tokens, 1, MAX_TOKENS), ("lookahead", lookahead, 0, MAX_LAYERS),
-        ("samples", samples, 1, MAX_SAMPLES),
+        ("tokens", tokens, 1, MAX_TOKENS), ("samples", samples, 1, MAX_SAMPLES),
     ):  # fmt: skip
         count(value, name, least, most)
+    checked_lookahead(lookahead)
     if width % 8:
         raise InvalidRequestError(f"width {width}: give a multiple of 8 (bf16 matrices)")
     return ("hbm", *[m for m in MODES[1:] if m in modes])

@@ -537,8 +537,10 @@ def test_stream_settings_are_checked_where_they_enter() -> None:
     model = _llama()
     with pytest.raises(InvalidRequestError, match="weights 'disk'"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="disk")
-    with pytest.raises(InvalidRequestError, match="lookahead must be at least 1, not 0"):
-        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=0)
+    with pytest.raises(InvalidRequestError, match="lookahead must be at least 0, not -1"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=-1)
+    with pytest.raises(InvalidRequestError, match=r"lookahead 1\.5: give a whole number"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=1.5)
     with pytest.raises(InvalidRequestError, match="overlap 'yes'"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), overlap="yes")
 

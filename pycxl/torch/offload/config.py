@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...errors import InvalidRequestError
-from ...values import count, word
+from ...values import lookahead as checked_lookahead, word
 
 Update = Literal["auto", "cpu", "gpu"]
 Weights = Literal["resident", "stream"]
@@ -54,7 +54,7 @@ class OffloadConfig:
             update=word(update, "update", ("auto", "cpu", "gpu")),  # type: ignore[arg-type]
             overlap=_flag(overlap, "overlap"),
             update_in_backward=_flag(update_in_backward, "update_in_backward"),
-            lookahead=count(lookahead, "lookahead"),
+            lookahead=checked_lookahead(lookahead),
         )
         if config.update == "gpu" and not config.on_gpu:
             raise InvalidRequestError("update='gpu' needs a GPU: name one, or use 'cpu'")
