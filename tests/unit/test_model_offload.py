@@ -647,3 +647,16 @@ def test_a_closed_offload_says_so_and_bad_state_is_refused_by_name() -> None:
     with pytest.raises(InvalidRequestError, match="does not hold"):
         pycxl.offload_model(model, "dram0", None, blocks=stray,
                             optimizer=torch.optim.AdamW(model.parameters()))  # fmt: skip
+
+
+def test_streamed_blocks_train_with_nothing_copied_ahead() -> None:
+    ref = _llama()
+    model = copy.deepcopy(ref)
+    off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="stream",
+                              lookahead=0)  # fmt: skip
+    data = _data(3, micro=2)
+    want = _train(ref, _adamw(ref), data, clip=0.5)
+    got = _train(model, off.optimizer, data, clip=0.5)
+    assert got == pytest.approx(want, abs=1e-4)
+    assert off.ferry is not None and len(off.ferry.ring._slots) == 1  # one buffer, no more
+    off.close()
