@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     # and the memdevs' mailbox answers (memdev_health) only for -H, -A, -L
     from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
     from .cxl.topology import CxlTopology
-    from .gpu.model import GpuDevice
+    from .gpu.inventory import GpuDevice
     from .jsontype import Json
     from .system import System
     from .tiers import NodeTier

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from .cxl.read import Backend, read_cxl
 from .errors import InvalidRequestError, NotAvailableError, NotFoundError
-from .gpu.model import GpuDevice, GpuInventory, GpuSource
+from .gpu.inventory import GpuDevice, GpuInventory, GpuSource
 from .sysfs import Sysfs
 from .tiers import (
     NodeTier,

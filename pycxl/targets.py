@@ -16,7 +16,7 @@ from .errors import InvalidRequestError, PlacementError
 from .units import format_size
 
 if TYPE_CHECKING:
-    from .gpu.model import GpuDevice
+    from .gpu.inventory import GpuDevice
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from .errors import InvalidRequestError, NotFoundError
-from .gpu.model import GpuDevice
+from .gpu.inventory import GpuDevice
 from .numa.nodes import NumaNode
 from .values import ascii_digits, is_digits, list_items
 

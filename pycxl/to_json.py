@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list 
     from .cxl.poison import PoisonRecord
     from .cxl.regions import RegionResult
     from .facade import PinProbe
-    from .gpu.model import GpuDevice
+    from .gpu.inventory import GpuDevice
     from .numa.access import AccessFigures
     from .pci_caps import CxlCapability, Unread
     from .pci_link import Link

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeVar
 
 from ..errors import InvalidRequestError
-from ..gpu.model import GpuDevice
+from ..gpu.inventory import GpuDevice
 from ..measure.conditions import default
 from ..measure.results import (
     BandwidthResult,

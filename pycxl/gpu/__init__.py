@@ -11,7 +11,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .devices import read_gpus as read_gpus, with_cuda_facts as with_cuda_facts
-    from .model import GpuDevice as GpuDevice, GpuInventory as GpuInventory
+    from .inventory import GpuDevice as GpuDevice, GpuInventory as GpuInventory
 
 # every exported name and the module it loads from (a test holds the imports above equal)
 _LAZY = {

@@ -10,7 +10,7 @@ from ..errors import InvalidRequestError
 from . import driver as drv
 
 if TYPE_CHECKING:
-    from .model import GpuDevice
+    from .inventory import GpuDevice
 
 
 class GpuContext:

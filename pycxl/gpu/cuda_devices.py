@@ -9,7 +9,7 @@ from typing import Any
 
 from ..sysfs import Sysfs
 from . import driver as drv
-from .model import GpuDevice, GpuInventory, normalize_bus_id
+from .inventory import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node
 
 _lock = threading.Lock()

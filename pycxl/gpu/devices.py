@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from ..sysfs import Sysfs
-from .model import GpuDevice, GpuInventory, GpuSource
+from .inventory import GpuDevice, GpuInventory, GpuSource
 
 NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"
 

@@ -40,7 +40,7 @@ from ..counters.base import (
     Reading,
     Subject,
 )
-from .model import GpuDevice
+from .inventory import GpuDevice
 from .nvml_session import NVML_SUCCESS, NvmlUnusable, error_text, session
 
 SOURCE = "nvml"

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._lib.loader import has_symbol
 from ..sysfs import Sysfs
-from .model import GpuDevice, GpuInventory, normalize_bus_id
+from .inventory import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node
 from .nvml_session import NVML_SUCCESS, NvmlUnusable, error_text, session
 from .visible import select_visible

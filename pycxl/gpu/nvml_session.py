@@ -20,7 +20,7 @@ from ..errors import LibraryNotFoundError
 from ..sysfs import Sysfs
 
 if TYPE_CHECKING:
-    from .model import GpuSource
+    from .inventory import GpuSource
 
 NVML_SUCCESS = 0
 # one folder per GPU the NVIDIA kernel driver holds (procfs.py reads them)

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ..values import is_digits
-from .model import GpuDevice
+from .inventory import GpuDevice
 
 
 class Undecided(Exception):

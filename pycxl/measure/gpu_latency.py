@@ -16,7 +16,7 @@ import time
 
 from ..errors import InvalidRequestError
 from ..gpu.devices import with_cuda_facts
-from ..gpu.model import GpuDevice
+from ..gpu.inventory import GpuDevice
 from ..targets import Pair
 from .conditions import cache_fit, default, huge_pages, page_size
 from .latency import STRIDE, TLB_PAGES, sweep_sizes

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequestError, OperationError
 from ..gpu.context import GpuContext
 from ..gpu.devices import with_cuda_facts
+from ..gpu.inventory import GpuDevice
 from ..gpu.memory import DeviceMemory
-from ..gpu.model import GpuDevice
 from ..gpu.ptx import Arg, Module, f64, pointer, u64
 from ..gpu.streams import Stream, Timer
 from .bandwidth import BYTES_PER_ELEMENT, INITIAL, SCALAR, expected_values, kernel_names

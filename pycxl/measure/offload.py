@@ -40,8 +40,8 @@ from typing import Any
 
 from ..errors import InvalidRequestError, OperationError
 from ..gpu.context import GpuContext
+from ..gpu.inventory import GpuDevice
 from ..gpu.memory import HostMemory
-from ..gpu.model import GpuDevice
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
 from ..targets import Pair

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..jsontype import Json
 
 if TYPE_CHECKING:
-    from ..gpu.model import GpuDevice
+    from ..gpu.inventory import GpuDevice
     from ..targets import Pair
 
 # A measured figure further than this factor from the advertised one (either way) is

@@ -22,8 +22,8 @@ from typing import Any
 
 from ..errors import InvalidRequestError
 from ..gpu.context import GpuContext
+from ..gpu.inventory import GpuDevice
 from ..gpu.memory import DeviceMemory, HostMemory
-from ..gpu.model import GpuDevice
 from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer

@@ -44,7 +44,7 @@ from ..counters.base import (
     per_second,
 )
 from ..errors import NotFoundError
-from ..gpu.model import GpuDevice
+from ..gpu.inventory import GpuDevice
 from ..jsontype import Json
 from ..pci_link import read_link
 from ..sysfs import Sysfs

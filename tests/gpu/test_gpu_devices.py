@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from pycxl.gpu import read_gpus
-from pycxl.gpu.model import GpuDevice
+from pycxl.gpu.inventory import GpuDevice
 from pycxl.gpu.nvml import FP32_LANES_PER_SM
 from pycxl.sysfs import Sysfs
 

@@ -9,7 +9,7 @@ import pytest
 
 from pycxl.errors import InvalidRequestError, NotFoundError
 from pycxl.gpu import devices
-from pycxl.gpu.model import GpuInventory
+from pycxl.gpu.inventory import GpuInventory
 from pycxl.measure.results import bench_result_json
 from pycxl.system import snapshot
 from pycxl.tiers import is_gpu_name, parse_name, parse_names, token
