@@ -110,7 +110,7 @@ def _run(names: tuple[tuple[str, ...], ...], fs: Sysfs, as_json: bool, key: str,
 def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None,
                         size: int | None, offset: int, sysroot: str | None) -> None:  # fmt: skip
     """Read memdevs' label storage areas (binary, one after another), as cxl read-labels."""
-    from pycxl.cxl.labels import read_labels
+    from pycxl.cxl.label_area import read_labels
     from pycxl.outfiles import STDOUT, write_atomically
 
     fs = _host(sysroot)
@@ -138,7 +138,7 @@ def write_labels_command(memdev: str, infile: str, size: int | None, offset: int
                          dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Write a file into one memdev's label area (the bytes it replaces are restored if
     the write fails)."""
-    from pycxl.cxl.labels import write_labels
+    from pycxl.cxl.label_area import write_labels
     from pycxl.errors import InvalidRequestError
 
     fs = _host(sysroot)
@@ -162,7 +162,7 @@ def write_labels_command(memdev: str, infile: str, size: int | None, offset: int
 def zero_labels_command(memdevs: tuple[tuple[str, ...], ...], size: int | None, offset: int,
                         dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Zero memdevs' label areas."""
-    from pycxl.cxl.labels import zero_labels
+    from pycxl.cxl.label_area import zero_labels
 
     fs = _host(sysroot)
     _run(memdevs, fs, as_json, "memdev",

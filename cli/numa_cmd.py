@@ -214,7 +214,7 @@ def run_command(
     find_command(command)  # a typo is an error before anything is set
     system = snapshot(gpus=False)
     system.require_live(f"running {command[0]}")  # a tree's names would bind this machine's
-    plan = system.launch_plan(
+    settings = system.launch_settings(
         membind=flatten(membind), preferred=preferred, preferred_many=flatten(preferred_many),
         interleave=flatten(interleave), weighted_interleave=flatten(weighted),
         localalloc=localalloc, cpunodebind=flatten(cpunodebind),
@@ -223,7 +223,7 @@ def run_command(
     for stream in (sys.stdout, sys.stderr):  # None where closed: the command meets that
         if stream is not None:
             stream.flush()
-    exec_command(plan, command)
+    exec_command(settings, command)
 
 
 @click.command("where")

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
         cancel_firmware_update as cancel_firmware_update,
         update_firmware as update_firmware,
     )
-    from .cxl.labels import (
+    from .cxl.label_area import (
         read_labels as read_labels,
         write_labels as write_labels,
         zero_labels as zero_labels,
@@ -132,7 +132,7 @@ _LAZY = {
     ),
     "RegionRequest": "cxl.region_layout",
     # CXL device operations (ndctl's memdev, port and bus commands)
-    **dict.fromkeys(("read_labels", "write_labels", "zero_labels"), "cxl.labels"),
+    **dict.fromkeys(("read_labels", "write_labels", "zero_labels"), "cxl.label_area"),
     **dict.fromkeys(("disable_memdev", "enable_memdev", "disable_port", "enable_port",
                      "disable_bus", "enable_bus"), "cxl.binding"),
     **dict.fromkeys(("reserve_dpa", "free_dpa"), "cxl.dpa"),

@@ -35,7 +35,7 @@ from .values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges, word
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
     from .cxl.topology import CxlTopology
     from .numa.access import AccessFigures
-    from .numa.launch import LaunchPlan
+    from .numa.launch import LaunchSettings
     from .targets import Pair, Target
 
 
@@ -353,7 +353,7 @@ class System:
         t = self.tier(gpu.numa_node) if gpu.numa_node is not None else None
         return tuple([c for c in t.node.cpus if c in allowed][:limit]) if t else ()
 
-    def launch_plan(
+    def launch_settings(
         self,
         *,
         membind: Sequence[str] = (),
@@ -364,9 +364,9 @@ class System:
         localalloc: bool = False,
         cpunodebind: Sequence[str] = (),
         physcpubind: Sequence[str] = (),
-    ) -> LaunchPlan:
+    ) -> LaunchSettings:
         """A memory policy and CPU set from numactl-style choices, validated."""
-        from .numa.launch import LaunchPlan
+        from .numa.launch import LaunchSettings
         from .numa.policy import Policy
 
         chosen = [
@@ -403,7 +403,7 @@ class System:
             cpus = tuple(c for n in self.cpu_nodes(cpunodebind) for c in self._tier(n).node.cpus)
         elif physcpubind:
             cpus = self.cpus(physcpubind)
-        return LaunchPlan(policy, cpus)
+        return LaunchSettings(policy, cpus)
 
     def _tier(self, node: int) -> NodeTier:
         t = self.tier(node)

@@ -218,8 +218,8 @@ class CopyPool:
         self.threads = len(cpus)
 
     @contextmanager
-    def stream(self, address: int, stage: Sequence[int], size: int, chunk: int, *,
-               to_host: bool, nt: bool, opened: int) -> Iterator[CopyStream]:  # fmt: skip
+    def transfer(self, address: int, stage: Sequence[int], size: int, chunk: int, *,
+               to_host: bool, nt: bool, opened: int) -> Iterator[Transfer]:  # fmt: skip
         """One transfer of ``size`` bytes at ``address`` through the staging buffers at
         ``stage``, chunk by chunk; leaving the block waits for the threads, or on an
         error stops them before they start anything more."""
@@ -228,10 +228,10 @@ class CopyPool:
         rc = self._lib.copy_stream_start(self._pool, _chars(address), bufs, len(stage), size,
                                          chunk, int(to_host), int(nt), opened)  # fmt: skip
         if rc:
-            raise OperationError("cannot start the copy threads' stream: out of memory")
+            raise OperationError("cannot start the copy threads' transfer: out of memory")
         failed = True
         try:
-            yield CopyStream(self._lib, self._pool)
+            yield Transfer(self._lib, self._pool)
             failed = False
         finally:
             self._lib.copy_stream_end(self._pool, int(failed))
@@ -241,7 +241,7 @@ class CopyPool:
         self._stop()
 
 
-class CopyStream:
+class Transfer:
     """A transfer under way: ``open(n)`` lets the threads copy chunks below ``n``,
     ``wait(i)`` returns when chunk ``i`` is copied."""
 

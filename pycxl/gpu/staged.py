@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .._lib.compiled import CopyPool, CopyStream
+from .._lib.compiled import CopyPool, Transfer
 from ..errors import InvalidRequestError
 from ..numa import pages
 from ..numa.placement import NumaBuffer
@@ -137,9 +137,9 @@ class StagedCopier:
         self.stream.synchronize()
 
     def _stream(self, address: int, size: int, *, to_host: bool,
-                opened: int) -> AbstractContextManager[CopyStream]:  # fmt: skip
+                opened: int) -> AbstractContextManager[Transfer]:  # fmt: skip
         nt = self.nt_to_host if to_host else self.nt_to_device
-        return self._pool.stream(address, [b.address for b in self._buffers], size, self.chunk,
+        return self._pool.transfer(address, [b.address for b in self._buffers], size, self.chunk,
                                  to_host=to_host, nt=nt, opened=opened)  # fmt: skip
 
     def close(self) -> None:

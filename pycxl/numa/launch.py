@@ -4,8 +4,8 @@ directly. Nothing system-wide is changed. Before the exec, the signal dispositio
 Python changed are put back (it ignores SIGPIPE and SIGXFSZ, and an ignored signal
 stays ignored across exec), so a pipeline behaves as it does under numactl.
 
-Names (``--membind cxl0``) are resolved above this floor (``System.launch_plan``); this
-module takes node and CPU ids.
+Names (``--membind cxl0``) are resolved above this floor (``System.launch_settings``);
+this module takes node and CPU ids.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from .policy import Policy, set_thread_policy
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchSettings:
     """What to set before the command starts: a memory policy and a CPU set."""
 
     policy: Policy | None = None
     cpus: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        """The plan in words ('bind 1; cpus 0,1')."""
+        """The settings in words ('bind 1; cpus 0,1')."""
         parts = [self.policy.describe()] if self.policy else []
         if self.cpus:
             parts.append("cpus " + ",".join(map(str, self.cpus)))
@@ -68,19 +68,19 @@ def restore_default_signals() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
-def exec_command(plan: LaunchPlan, argv: Sequence[str]) -> None:
-    """Apply ``plan`` to this process and replace it with ``argv`` (never returns)."""
+def exec_command(settings: LaunchSettings, argv: Sequence[str]) -> None:
+    """Apply ``settings`` to this process and replace it with ``argv`` (never returns)."""
     path = find_command(argv)
-    if plan.cpus:
+    if settings.cpus:
         try:
-            os.sched_setaffinity(0, plan.cpus)
+            os.sched_setaffinity(0, settings.cpus)
         except OSError as e:
             raise InvalidRequestError(
-                f"cannot run on CPUs {','.join(map(str, plan.cpus))}: {e.strerror} "
+                f"cannot run on CPUs {','.join(map(str, settings.cpus))}: {e.strerror} "
                 "(outside this process's cpuset?)"
             ) from None
-    if plan.policy is not None:
-        set_thread_policy(plan.policy)
+    if settings.policy is not None:
+        set_thread_policy(settings.policy)
     restore_default_signals()
     try:
         os.execv(path, list(argv))

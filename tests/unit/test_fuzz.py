@@ -333,7 +333,7 @@ def library_functions() -> list[tuple[str, Callable[..., Any]]]:
             if inspect.isfunction(obj) and name not in ("list_json", "matrix_pairs"):
                 out.append((f"{module.__name__}.{name}", obj))
     for name in ("resolve", "pair", "host_pair", "memory_nodes", "cpu_nodes", "cpus", "gpu",
-                 "gpus_named", "launch_plan", "tier", "tier_name"):  # fmt: skip
+                 "gpus_named", "launch_settings", "tier", "tier_name"):  # fmt: skip
         out.append((f"System.{name}", getattr(pycxl.System, name)))
     out += [("RegionRequest", pycxl.RegionRequest), ("ListRequest", pycxl.ListRequest)]
     return out

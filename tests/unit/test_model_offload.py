@@ -19,12 +19,12 @@ from pycxl.numa.pages import pages_by_node
 from pycxl.system import snapshot
 from pycxl.torch.offload.adam import AdamSettings, CpuAdam
 from pycxl.torch.offload.layout import chunks_of, find_blocks, layout_blocks
-from pycxl.torch.offload.update_plan import (
+from pycxl.torch.offload.update_split import (
     StepTimes,
-    plan_split,
     refined,
     schedule_in_backward,
     split,
+    split_blocks,
     split_from_the_end,
 )
 from tests.training import train as _train
@@ -290,7 +290,7 @@ def test_begun_in_the_backward_pass_the_cpu_takes_the_last_blocks_and_its_head_s
     # two seconds ahead, the CPU takes one block more and both are done a second sooner
     cpu, gpu, after = split_from_the_end(sizes, 100.0, 100.0, head_s=2.0)
     assert (cpu, gpu, after) == ([3, 4, 5, 6, 7], [0, 1, 2], pytest.approx(3.0))
-    plan = plan_split(sizes, 100.0, 100.0, "set-up", head_s=0.0)
+    plan = split_blocks(sizes, 100.0, 100.0, "set-up", head_s=0.0)
     assert plan.in_backward and "after step()" in str(plan)
     times = StepTimes()
     # the CPU worked 6 s, 2 of them before step(), and ended when the GPU did: it stays
@@ -330,7 +330,7 @@ def test_once_a_step_showed_the_backward_pass_the_gpu_side_begins_blocks_in_it_t
 
 def test_a_step_that_shows_the_backward_pass_moves_the_plan_where_it_finishes_sooner() -> None:
     sizes = {i: 100 for i in range(8)}
-    plan = plan_split(sizes, 100.0, 100.0, "set-up", head_s=0.0)  # no step seen: from the end
+    plan = split_blocks(sizes, 100.0, 100.0, "set-up", head_s=0.0)  # no step seen: from the end
     assert not plan.gpu_early
     times = StepTimes()
     # the sides ended together after step(), the CPU 2 s into the backward pass before it
@@ -347,7 +347,7 @@ def test_a_step_that_shows_the_backward_pass_moves_the_plan_where_it_finishes_so
 def test_a_plan_that_gave_one_side_every_block_is_looked_at_again() -> None:
     sizes = {i: 100 for i in range(8)}
     # set-up showed the GPU side far faster: it took every block
-    plan = plan_split(sizes, 100.0, 1000.0, "set-up")
+    plan = split_blocks(sizes, 100.0, 1000.0, "set-up")
     assert not plan.cpu
     times = StepTimes()
     times.add(cpu_s=0.0, gpu_s=4.0)  # with both sides' traffic it was far slower than alone
@@ -516,7 +516,7 @@ def test_the_gpu_side_takes_blocks_in_pieces_of_one_group() -> None:
 
 def test_the_split_is_refined_from_the_step_times_only_while_the_sides_differ() -> None:
     sizes = {i: 100 for i in range(8)}
-    plan = plan_split(sizes, 100.0, 100.0, "set-up")
+    plan = split_blocks(sizes, 100.0, 100.0, "set-up")
     assert plan.predicted_s == pytest.approx(4.0)
     times = StepTimes()
     times.add(cpu_s=4.4, gpu_s=4.6)

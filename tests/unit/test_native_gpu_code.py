@@ -66,7 +66,7 @@ def test_copy_threads_copy_every_byte(size: int, nt: int) -> None:
     try:
         for _ in range(3):
             dst[:] = 0
-            with pool.stream(dst.ctypes.data, [src.ctypes.data], size, size, to_host=True,
+            with pool.transfer(dst.ctypes.data, [src.ctypes.data], size, size, to_host=True,
                              nt=bool(nt), opened=1):  # fmt: skip
                 pass
             assert np.array_equal(dst, src)
@@ -100,7 +100,7 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
             stage_ptrs = [b.ctypes.data for b in stage]
             span = lambda i: slice(i * chunk, min(size, (i + 1) * chunk))  # noqa: E731
             if not to_host:
-                with pool.stream(host.ctypes.data, stage_ptrs, size, chunk, to_host=False,
+                with pool.transfer(host.ctypes.data, stage_ptrs, size, chunk, to_host=False,
                                  nt=False, opened=depth) as copy:  # fmt: skip
                     for i in range(chunks):
                         copy.wait(i)
@@ -113,7 +113,7 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
                 for i in range(min(depth, chunks)):
                     part = span(i)
                     stage[i][: part.stop - part.start] = device[part]
-                with pool.stream(host.ctypes.data, stage_ptrs, size, chunk, to_host=True,
+                with pool.transfer(host.ctypes.data, stage_ptrs, size, chunk, to_host=True,
                                  nt=True, opened=0) as copy:  # fmt: skip
                     for i in range(chunks):
                         copy.open(i + 1)
@@ -135,14 +135,14 @@ def test_copy_stream_stops_on_an_error() -> None:
     pool = CopyPool([0, 0])
     try:
         ptrs = [b.ctypes.data for b in stage]
-        with pytest.raises(RuntimeError), pool.stream(host.ctypes.data, ptrs, size, chunk,
+        with pytest.raises(RuntimeError), pool.transfer(host.ctypes.data, ptrs, size, chunk,
                                                       to_host=False, nt=False,
                                                       opened=1) as copy:  # fmt: skip
             copy.wait(0)
             raise RuntimeError("the engine failed")
         assert stage[0].min() == 7 and stage[1].max() == 0  # chunk 1 was never opened
         stage[1][:] = 0
-        with pool.stream(host.ctypes.data, ptrs, size, chunk, to_host=False, nt=False,
+        with pool.transfer(host.ctypes.data, ptrs, size, chunk, to_host=False, nt=False,
                          opened=4) as copy:  # fmt: skip
             copy.wait(3)  # the last chunk went through buffer 1
         assert stage[1].min() == 7

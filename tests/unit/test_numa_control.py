@@ -81,7 +81,7 @@ def test_node_lists_resolve_like_numactl() -> None:
     assert s.memory_nodes(["dram0", "0"]) == (ids[0],)
     cpus = tuple(sorted(c for t in s.nodes for c in t.node.cpus))
     assert s.cpus("all") == cpus and s.cpus(f"cpu{cpus[0]}") == (cpus[0],)
-    plan = s.launch_plan(preferred_many=["all"], physcpubind=[str(cpus[0])])
+    plan = s.launch_settings(preferred_many=["all"], physcpubind=[str(cpus[0])])
     assert plan.policy == Policy.preferred_many(*ids) and plan.cpus == (cpus[0],)
 
 
@@ -96,9 +96,9 @@ def test_node_lists_resolve_like_numactl() -> None:
          r"huge='bogus': use one of auto, none, thp, hugetlb"),
         (lambda: placement.allocate(MiB, [999]), InvalidRequestError, r"999 are not online"),
         (lambda: Policy.bind(), InvalidRequestError, r"needs at least one node"),
-        (lambda: snapshot(gpus=False).launch_plan(membind=["dram0"], preferred="dram0"),
+        (lambda: snapshot(gpus=False).launch_settings(membind=["dram0"], preferred="dram0"),
          InvalidRequestError, r"choose one memory policy"),
-        (lambda: snapshot(str(REGION_TREE), gpus=False).launch_plan(preferred="all"),
+        (lambda: snapshot(str(REGION_TREE), gpus=False).launch_settings(preferred="all"),
          InvalidRequestError, r"--preferred takes one node, not 2"),
         (lambda: snapshot(gpus=False).cpus("9999"), InvalidRequestError, r"CPU 9999 is not online"),
         (lambda: snapshot(gpus=False).memory_nodes("0-99"), NotFoundError,

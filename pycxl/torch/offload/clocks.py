@@ -11,7 +11,7 @@ from typing import Any
 
 from .cpu_side import CpuSide
 from .gpu_side import GpuSide, borrowed
-from .update_plan import StepTimes
+from .update_split import StepTimes
 
 
 class StepClock:

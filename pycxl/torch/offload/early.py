@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 from ...errors import InvalidRequestError
 from .adam import AdamSettings
 from .layout import Block, ParamSlot
-from .update_plan import UpdatePlan, format_blocks
+from .update_split import UpdateSplit, format_blocks
 
 
 class Offload(Protocol):
@@ -26,7 +26,7 @@ class Offload(Protocol):
     def _begin(self) -> None:
         """Begin this step's update."""
 
-    def plan(self) -> UpdatePlan:
+    def plan(self) -> UpdateSplit:
         """The split of the blocks between the sides."""
 
     def synchronize(self) -> None:

@@ -15,7 +15,7 @@ for the GPU on the GPU side (gpu_side.py), each block planned for the CPU on the
 (cpu_side.py), and the rest of the model (embeddings, norm, head) in the device's memory
 (rest.py).
 
-Both sides run at once; ``update_plan`` splits the blocks so that they finish together,
+Both sides run at once; ``update_split`` splits the blocks so that they finish together,
 from rates measured at set-up and refined from the first steps' timings (clocks.py,
 split_keeper.py).
 With ``overlap`` (the default on a GPU) ``step()`` returns once the update is under way,
@@ -50,7 +50,7 @@ from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_block
 from .optimizer import optimizer_class
 from .rest import RestUpdate
 from .split_keeper import SplitKeeper
-from .update_plan import StepTimes, UpdatePlan
+from .update_split import StepTimes, UpdateSplit
 
 __all__ = ["ModelOffload", "Update", "Weights"]
 
@@ -173,11 +173,11 @@ class ModelOffload:
         return hooks
 
     # --- the split ------------------------------------------------------------------
-    def plan(self) -> UpdatePlan:
+    def plan(self) -> UpdateSplit:
         """Which blocks are updated on the CPU and which on the GPU, and why."""
         return self._split.current
 
-    def set_plan(self, *, gpu: Iterable[int], gpu_early: Iterable[int] = ()) -> UpdatePlan:
+    def set_plan(self, *, gpu: Iterable[int], gpu_early: Iterable[int] = ()) -> UpdateSplit:
         """Update the blocks ``gpu`` on the GPU and the rest on the CPU, from now on
         (the timings no longer move the split); ``gpu_early``: those of ``gpu`` whose
         update begins in the backward pass, as their gradients arrive (with

@@ -1,6 +1,6 @@
 """Where ``offload_model``'s blocks are updated, kept over the run: the first split from
 the rates measured at set-up (or fixed by ``update=``), refined from the first steps'
-timings, or fixed by ``set_plan``. The split itself is update_plan.py's pure function."""
+timings, or fixed by ``set_plan``. The split itself is update_split.py's pure function."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .config import OffloadConfig
 from .cpu_side import CpuSide
 from .gpu_side import GpuSide
 from .layout import Block
-from .update_plan import StepTimes, UpdatePlan, format_blocks, plan_split, refined
+from .update_split import StepTimes, UpdateSplit, format_blocks, refined, split_blocks
 
 
 class SplitKeeper:
@@ -26,21 +26,21 @@ class SplitKeeper:
         self.fixed = config.fixed  # the timings no longer move the split
         self.current = self._first(blocks, cpu, gpu)
 
-    def _first(self, blocks: Sequence[Block], cpu: CpuSide, gpu: GpuSide | None) -> UpdatePlan:
+    def _first(self, blocks: Sequence[Block], cpu: CpuSide, gpu: GpuSide | None) -> UpdateSplit:
         everything = tuple(self._sizes)
         update = self._config.update
         if gpu is None:
-            return UpdatePlan(everything, (), None, None, None, "no GPU: the CPU updates all")
+            return UpdateSplit(everything, (), None, None, None, "no GPU: the CPU updates all")
         if update == "cpu":
-            return UpdatePlan(everything, (), None, None, None, "fixed: update='cpu'")
+            return UpdateSplit(everything, (), None, None, None, "fixed: update='cpu'")
         if update == "gpu":
-            return UpdatePlan((), everything, None, None, None, "fixed: update='gpu'")
+            return UpdateSplit((), everything, None, None, None, "fixed: update='gpu'")
         B = max(blocks, key=lambda b: b.numel)
         cpu_rate = cpu.params_per_s(B)
         gpu_rate = gpu.link_bytes_per_s(B) / self._bytes_per_param(blocks[0])
         # begun in the backward pass: the CPU's head start is not known before a step
         head = 0.0 if self._config.update_in_backward else None
-        return plan_split(self._sizes, cpu_rate, gpu_rate, "rates measured at set-up",
+        return split_blocks(self._sizes, cpu_rate, gpu_rate, "rates measured at set-up",
                           head_s=head, gpu_begins=not self._config.streamed)  # fmt: skip
 
     def _bytes_per_param(self, B: Block) -> int:
@@ -82,12 +82,12 @@ class SplitKeeper:
             )
         return chosen, early
 
-    def fix(self, chosen: list[int], early: list[int]) -> UpdatePlan:
+    def fix(self, chosen: list[int], early: list[int]) -> UpdateSplit:
         """From now on, ``chosen`` on the GPU (``early`` of them begun in the backward
         pass) and the rest on the CPU (blocks as ``checked`` gave them)."""
         cpu = tuple(i for i in sorted(self._sizes) if i not in chosen)
         self.fixed = True
-        self.current = UpdatePlan(
+        self.current = UpdateSplit(
             cpu, tuple(chosen), self.current.cpu_rate, self.current.gpu_rate, None,
             "fixed by set_plan", self._config.update_in_backward, gpu_early=tuple(early),
         )  # fmt: skip

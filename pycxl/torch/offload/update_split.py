@@ -30,7 +30,7 @@ REFINE_STEPS = 3  # steps whose timings may move the split
 
 
 @dataclass(frozen=True)
-class UpdatePlan:
+class UpdateSplit:
     """Which blocks are updated where, and the rates that chose it (parameters per
     second: the CPU step over the tier's memory, the GPU's over state streamed both
     ways), with the update time they predict."""
@@ -141,7 +141,7 @@ def schedule_in_backward(
     return sorted(taken["cpu"]), sorted(taken["gpu"]), early, after
 
 
-def plan_split(
+def split_blocks(
     sizes: Mapping[int, int],
     cpu_rate: float,
     gpu_rate: float,
@@ -149,7 +149,7 @@ def plan_split(
     *,
     head_s: float | None = None,
     gpu_begins: bool = True,
-) -> UpdatePlan:
+) -> UpdateSplit:
     """The plan that ``split`` makes, with the update time the rates predict; with
     ``head_s`` (the update begun in the backward pass; the seconds from the first
     block's gradients to ``step()``), the one of ``schedule_in_backward`` and the time
@@ -158,14 +158,14 @@ def plan_split(
     weights), the one of ``split_from_the_end``."""
     if head_s and gpu_begins:
         cpu, gpu, early, after = schedule_in_backward(sizes, cpu_rate, gpu_rate, head_s)
-        return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True,
+        return UpdateSplit(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True,
                           gpu_early=tuple(early))  # fmt: skip
     if head_s is not None:
         cpu, gpu, after = split_from_the_end(sizes, cpu_rate, gpu_rate, head_s)
-        return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True)
+        return UpdateSplit(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, after, why, True)
     cpu, gpu = split(sizes, cpu_rate, gpu_rate)
     predicted = max(sum(sizes[i] for i in cpu) / cpu_rate, sum(sizes[i] for i in gpu) / gpu_rate)
-    return UpdatePlan(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, predicted, why)
+    return UpdateSplit(tuple(cpu), tuple(gpu), cpu_rate, gpu_rate, predicted, why)
 
 
 @dataclass
@@ -203,8 +203,8 @@ class StepTimes:
 
 
 def refined(
-    plan: UpdatePlan, sizes: Mapping[int, int], times: StepTimes, *, gpu_begins: bool = True
-) -> UpdatePlan | None:
+    plan: UpdateSplit, sizes: Mapping[int, int], times: StepTimes, *, gpu_begins: bool = True
+) -> UpdateSplit | None:
     """A new plan from the last step's timings, or None where the plan stays: after
     the first REFINE_STEPS steps, or where a side with blocks showed no time. A side
     the plan gave no blocks keeps the plan's rate for it (set-up's), so a plan that
@@ -212,7 +212,7 @@ def refined(
     BALANCED of each other the split stays (unless, begun in the backward pass, the
     rates seen predict a plan BALANCED sooner), and a plan still showing the set-up's
     rates takes the ones seen. ``gpu_begins``: whether the GPU side may begin blocks in
-    the backward pass (``plan_split``)."""
+    the backward pass (``split_blocks``)."""
     t = times
     if t.steps > REFINE_STEPS or (plan.cpu and not t.cpu_s) or (plan.gpu and not t.gpu_s):
         return None
@@ -224,7 +224,7 @@ def refined(
     cpu_end, gpu_end = t.cpu_after_s, t.gpu_after_s
     why = f"rates of step {t.steps}"
     head = t.head_s if plan.in_backward else None
-    new = plan_split(sizes, cpu_rate, gpu_rate, why, head_s=head, gpu_begins=gpu_begins)
+    new = split_blocks(sizes, cpu_rate, gpu_rate, why, head_s=head, gpu_begins=gpu_begins)
     new = replace(new, seen=bool(plan.cpu and plan.gpu))  # both rates seen, or not yet
     took = max(cpu_end, gpu_end)
     sooner = new.predicted_s is not None and new.predicted_s < (1 - BALANCED) * took
