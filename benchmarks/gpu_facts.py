@@ -35,7 +35,7 @@ def show(what: str, fn: Callable[[], Any]) -> None:
 
 
 def nvml_raw() -> None:
-    from pycxl._lib.libs import LIBNVML
+    from pycxl.base._lib.libs import LIBNVML
     from pycxl.gpu.nvml import NODE_MASK_WORDS, NVML_ADDRESSING_MODE_V1, NVML_MEMORY_V2
 
     ffi, lib = timed("NVML load (dlopen, prebuilt declarations)", LIBNVML.load)
@@ -97,9 +97,9 @@ def pynvml_extras() -> None:
 
 
 def pycxl_sources() -> None:
+    from pycxl.base.sysfs import Sysfs
     from pycxl.gpu import read_gpus
     from pycxl.gpu.procfs import read_inventory
-    from pycxl.sysfs import Sysfs
 
     for what, fn in [
         ("read_gpus(via='nvml') (NVML)", lambda: read_gpus(via="nvml")),

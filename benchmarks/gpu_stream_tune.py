@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pycxl.base.units import parse_size
 from pycxl.measure.gpu_stream import gpu_stream_bandwidth
-from pycxl.system import snapshot
-from pycxl.units import parse_size
+from pycxl.resolve.system import snapshot
 
 
 def main() -> int:

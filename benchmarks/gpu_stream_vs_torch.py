@@ -14,9 +14,9 @@ import sys
 
 import torch
 
+from pycxl.base.units import parse_size
 from pycxl.measure.gpu_stream import gpu_stream_bandwidth
-from pycxl.system import snapshot
-from pycxl.units import parse_size
+from pycxl.resolve.system import snapshot
 
 
 def torch_best(fn: object, nbytes: int, n: int = 20) -> float:

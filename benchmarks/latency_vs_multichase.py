@@ -22,8 +22,8 @@ import sys
 import tempfile
 
 from pycxl import bench
-from pycxl.system import snapshot
-from pycxl.units import parse_size
+from pycxl.base.units import parse_size
+from pycxl.resolve.system import snapshot
 
 
 def multichase(binary: str, target: str, cpu: int, size: str, page: str) -> float:

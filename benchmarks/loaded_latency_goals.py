@@ -54,7 +54,7 @@ def main() -> int:
     # idle: the idle point and bench latency side by side, alternating, three rounds
     from pycxl.measure import latency, loaded
     from pycxl.measure.conditions import pinned
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     s = snapshot(gpus=False)
     p = s.pair(t)

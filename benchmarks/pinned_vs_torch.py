@@ -22,11 +22,11 @@ import torch
 
 import pycxl
 from pycxl import bench
+from pycxl.base.units import parse_size
 from pycxl.gpu.context import GpuContext
 from pycxl.gpu.memory import DeviceMemory
 from pycxl.gpu.staged import StagedCopier
 from pycxl.numa.placement import pages_by_node
-from pycxl.units import parse_size
 
 SAMPLES = 20
 

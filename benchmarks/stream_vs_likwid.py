@@ -18,10 +18,10 @@ import statistics
 import subprocess
 import sys
 
+from pycxl.base.units import parse_size
 from pycxl.measure.bandwidth import stream_bandwidth
-from pycxl.system import snapshot
-from pycxl.targets import Pair
-from pycxl.units import parse_size
+from pycxl.measure.targets import Pair
+from pycxl.resolve.system import snapshot
 
 
 def likwid(kernel: str, node: int, threads: int, array: int, cpus: list[int]) -> float:

@@ -17,7 +17,7 @@ import sys
 import torch
 
 from pycxl import bench
-from pycxl.units import parse_size
+from pycxl.base.units import parse_size
 
 
 def torch_copy(size: int, direction: str, pinned: bool, n: int = 20) -> float:

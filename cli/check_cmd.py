@@ -60,7 +60,7 @@ def check_command(
 
     if as_json and oneline:
         raise click.UsageError("give --json or --oneline, not both")
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     items = list(expect)
     if expect_file:

@@ -19,7 +19,7 @@ def each_object(names: list[str], op: Callable[[str], DeviceResult], as_json: bo
                 key: str) -> None:  # fmt: skip
     """Run ``op`` on each object, as ndctl does: one that fails does not stop the others;
     the exit status is the first failure's."""
-    from pycxl.errors import PycxlError
+    from pycxl.base.errors import PycxlError
 
     from .exit_codes import exit_code_for
 
@@ -41,7 +41,7 @@ def each_object(names: list[str], op: Callable[[str], DeviceResult], as_json: bo
 def result_json(r: DeviceResult, key: str) -> dict[str, Any]:
     """ndctl's JSON of the object operated on (the memdev, with the decoder, partition,
     firmware or alert configuration the operation touched), plus the plan in a dry run."""
-    from pycxl.to_json import alert_config_json, decoder_json, memdev_json, plan_json
+    from pycxl.byname.to_json import alert_config_json, decoder_json, memdev_json, plan_json
 
     doc: dict[str, Any] = memdev_json(r.memdev) if r.memdev is not None else {"name": r.target}
     d = r.details
@@ -75,7 +75,7 @@ def result_json(r: DeviceResult, key: str) -> dict[str, Any]:
 
 def _firmware_json(d: dict[str, Any]) -> dict[str, Any]:
     """ndctl's firmware object: slots, active and staged slot, revisions, loader state."""
-    from pycxl.to_json import firmware_info_json
+    from pycxl.byname.to_json import firmware_info_json
 
     info, loader = d["firmware"], d["loader"]
     doc: dict[str, Any] = firmware_info_json(info)

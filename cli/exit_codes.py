@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pycxl.errors import (
+from pycxl.base.errors import (
     CommandNotExecutableError,
     CommandNotFoundError,
     InvalidRequestError,

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from pycxl.values import TEN_YEARS_S
+from pycxl.base.values import TEN_YEARS_S
 
 from .params import CountType, OutputFileType, sysroot_option
 from .render import emit_json
@@ -37,11 +37,11 @@ def labels_command(
     Gres=cxl_mem:no_consume:SIZE; --format nfd a feature file for
     /etc/kubernetes/node-feature-discovery/features.d.
     """
-    from pycxl.errors import InvalidRequestError
+    from pycxl.base.errors import InvalidRequestError
+    from pycxl.base.outfiles import STDOUT, write_atomically
+    from pycxl.base.sysfs import Sysfs
     from pycxl.ops.labels import host_labels, host_labels_json, nfd_file, slurm_attributes
-    from pycxl.outfiles import STDOUT, write_atomically
-    from pycxl.sysfs import Sysfs
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     if output == STDOUT:
         output = None

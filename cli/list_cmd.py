@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.list_kinds import KINDS
+from pycxl.base.list_kinds import KINDS
 
 from .params import sysroot_option
 from .render import advertised, dash, emit_json, emit_table, near, pins, ranges, sockets
 
 if TYPE_CHECKING:
-    from pycxl.listing import ListRequest, Selection
-    from pycxl.pci_caps import CxlCapability, Unread
-    from pycxl.pci_link import Link
-    from pycxl.system import System
+    from pycxl.byname.listing import ListRequest, Selection
+    from pycxl.pci.caps import CxlCapability, Unread
+    from pycxl.pci.link import Link
+    from pycxl.resolve.system import System
 
 
 def _kind_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,8 +69,8 @@ def list_command(
     their nearest node, and what is absent. A filter alone lists its own kind
     (-m mem0: that memdev; -d root: the root decoders), as cxl list does.
     """
+    from pycxl.base.sysfs import Sysfs
     from pycxl.gpu.nvml_session import begin_reading
-    from pycxl.sysfs import Sysfs
 
     # NVML waits about 18 ms on the driver: for a plain `list` or `list -G`, start it on a
     # thread before anything else is imported; for other requests snapshot() starts it,
@@ -80,7 +80,7 @@ def list_command(
     )
     if plain:
         begin_reading(Sysfs(sysroot))
-    from pycxl.listing import ListRequest, list_json, select
+    from pycxl.byname.listing import ListRequest, list_json, select
 
     req = ListRequest(
         kinds=frozenset(k.name for k in KINDS if kinds.get(k.name)),
@@ -93,7 +93,7 @@ def list_command(
     # GPUs come from NVML or the driver's files; CUDA, slow to start, only with --cuda
     want_gpus = req.summary or "gpus" in req.shown
     gpus = want_gpus and ("cuda" if cuda else True)
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     system = snapshot(sysroot, backend=backend, gpus=gpus)  # type: ignore[arg-type]
     if as_json:
@@ -144,9 +144,9 @@ def _endpoints(system: System, sel: Selection, req: ListRequest) -> None:
 
 
 def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> None:
-    from pycxl.listing import device_links
-    from pycxl.units import format_size
-    from pycxl.values import PARTITION_MODES
+    from pycxl.base.units import format_size
+    from pycxl.base.values import PARTITION_MODES
+    from pycxl.byname.listing import device_links
 
     def size(n: int) -> str:
         return format_size(n) if n else "-"
@@ -168,8 +168,8 @@ def _memdevs(system: System, sel: Selection, req: ListRequest | None = None) -> 
 
 def _device_tables(system: System, sel: Selection, req: ListRequest) -> None:
     """What the memdevs' mailboxes and poison lists say (-H, -A, -L)."""
+    from pycxl.byname.memdev_health import read_device_info
     from pycxl.cxl.health import AlertConfig, Health
-    from pycxl.memdev_health import read_device_info
 
     info = read_device_info(system, sel.memdevs, req)
     unread = sorted({i.unavailable for i in info.values() if i.unavailable})
@@ -239,7 +239,7 @@ def _link(link: Link | None) -> str:
 
 def _cxl(cap: CxlCapability | Unread | None) -> str:
     """CXLCap's protocols and decoders as lspci writes them, or why not read."""
-    from pycxl.pci_caps import Unread
+    from pycxl.pci.caps import Unread
 
     if cap is None:
         return "-"
@@ -249,7 +249,7 @@ def _cxl(cap: CxlCapability | Unread | None) -> str:
 
 
 def _decoders(system: System, sel: Selection, req: ListRequest) -> None:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     rows = []
     for d in sel.decoders:
@@ -273,8 +273,8 @@ def _decoders(system: System, sel: Selection, req: ListRequest) -> None:
 
 
 def _regions(system: System, sel: Selection, req: ListRequest | None = None) -> None:
+    from pycxl.base.units import format_size
     from pycxl.numa.access import cpu_figures
-    from pycxl.units import format_size
 
     targets = req is None or req.targets
     rows = []
@@ -296,7 +296,7 @@ def _regions(system: System, sel: Selection, req: ListRequest | None = None) -> 
 
 
 def _dax(system: System, sel: Selection, req: ListRequest) -> None:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     emit_table(
         "Dax devices",
@@ -307,7 +307,7 @@ def _dax(system: System, sel: Selection, req: ListRequest) -> None:
 
 
 def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> None:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     emit_table(
         "NUMA nodes",
@@ -321,8 +321,8 @@ def _nodes(system: System, sel: Selection, req: ListRequest | None = None) -> No
 
 
 def _gpus(system: System, sel: Selection, req: ListRequest | None = None) -> None:
-    from pycxl.listing import device_links
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
+    from pycxl.byname.listing import device_links
 
     if not sel.gpus and system.gpus.absent_reason:
         click.echo(click.style("GPUs", bold=True))

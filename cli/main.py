@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from pycxl import __version__
-from pycxl.errors import PycxlError
+from pycxl.base.errors import PycxlError
 
 from . import signals
 from .exit_codes import FAILED, INTERNAL, USAGE, exit_code_for
@@ -106,7 +106,7 @@ def cli(verbose: bool) -> None:
     """See, configure and measure GPU HBM, CPU DRAM and CXL memory."""
     global _verbose
     _verbose = verbose
-    from pycxl._log import log_to_stderr
+    from pycxl.base._log import log_to_stderr
 
     log_to_stderr(verbose)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.values import PARTITION_MODES
+from pycxl.base.values import PARTITION_MODES
 
 from .device_output import each_object, emit_results
 from .params import (
@@ -31,8 +31,8 @@ from .params import (
 )
 
 if TYPE_CHECKING:
+    from pycxl.base.sysfs import Sysfs
     from pycxl.cxl.device_ops import DeviceResult
-    from pycxl.sysfs import Sysfs
 
 MEMDEVS = click.argument("memdevs", nargs=-1, required=True, metavar="MEMDEV... | all",
                          type=OBJECT_NAMES)  # fmt: skip
@@ -49,8 +49,8 @@ class AddressType(IntParam):
     name = "address"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pycxl.errors import InvalidRequestError
-        from pycxl.values import address_text
+        from pycxl.base.errors import InvalidRequestError
+        from pycxl.base.values import address_text
 
         if isinstance(value, int):
             return value
@@ -78,7 +78,7 @@ def memdev_group() -> None:
 def _host(sysroot: str | None) -> Sysfs:
     """The host tree a command reads and changes, opened once: the operations are handed
     it (``sysroot`` was checked by its option)."""
-    from pycxl.sysfs import Sysfs
+    from pycxl.base.sysfs import Sysfs
 
     return Sysfs(sysroot)
 
@@ -110,8 +110,8 @@ def _run(names: tuple[tuple[str, ...], ...], fs: Sysfs, as_json: bool, key: str,
 def read_labels_command(memdevs: tuple[tuple[str, ...], ...], output: str | None,
                         size: int | None, offset: int, sysroot: str | None) -> None:  # fmt: skip
     """Read memdevs' label storage areas (binary, one after another), as cxl read-labels."""
+    from pycxl.base.outfiles import STDOUT, write_atomically
     from pycxl.cxl.label_area import read_labels
-    from pycxl.outfiles import STDOUT, write_atomically
 
     fs = _host(sysroot)
     data = b"".join(read_labels(m, size=size, offset=offset, system=fs)
@@ -138,8 +138,8 @@ def write_labels_command(memdev: str, infile: str, size: int | None, offset: int
                          dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Write a file into one memdev's label area (the bytes it replaces are restored if
     the write fails)."""
+    from pycxl.base.errors import InvalidRequestError
     from pycxl.cxl.label_area import write_labels
-    from pycxl.errors import InvalidRequestError
 
     fs = _host(sysroot)
     with open(infile, "rb") as f:

@@ -38,10 +38,10 @@ def numa_command(set_weights: str | None, tune: tuple[str, ...] | None, initiato
     """NUMA nodes with tier names, CPUs, memory, distances, weighted-interleave weights,
     each node's nearest socket and what the platform advertises for it (numactl -H, by
     tier)."""
+    from pycxl.base.units import format_size
+    from pycxl.byname.to_json import node_json
     from pycxl.numa.policy import read_weight_mode, read_weights
-    from pycxl.system import snapshot
-    from pycxl.to_json import node_json
-    from pycxl.units import format_size
+    from pycxl.resolve.system import snapshot
 
     if set_weights is not None and tune is not None:
         raise click.UsageError("choose one of --set-weights and --tune-weights")
@@ -101,7 +101,7 @@ def _weights_plan(text: str, s: object, fs: object) -> Any:
 
 def _show_plan(plan: Any, as_json: bool) -> None:
     if as_json:
-        from pycxl.to_json import plan_json
+        from pycxl.byname.to_json import plan_json
 
         emit_json({"plan": plan_json(plan)})
         return
@@ -113,15 +113,15 @@ def _show_plan(plan: Any, as_json: bool) -> None:
 
 def _tune(s: Any, fs: Any, nodes: tuple[str, ...], initiator: str | None, dry_run: bool,
           as_json: bool) -> None:  # fmt: skip
-    from pycxl.tuning import apply_weights, plan_weights
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
+    from pycxl.byname.tuning import apply_weights, plan_weights
 
     everything = list(nodes) == ["all"]
     tuning = plan_weights(None if everything else list(nodes), initiator, system=s, fs=fs)
     if not dry_run:
         apply_weights(tuning, fs)
     if as_json:
-        from pycxl.to_json import tuning_json
+        from pycxl.byname.to_json import tuning_json
 
         emit_json({**tuning_json(tuning), "dry_run": dry_run})
         return
@@ -147,7 +147,7 @@ def _tune(s: Any, fs: Any, nodes: tuple[str, ...], initiator: str | None, dry_ru
 
 
 def _try_weights(read: object, fs: object) -> dict[int, int]:
-    from pycxl.errors import NotAvailableError
+    from pycxl.base.errors import NotAvailableError
 
     try:
         return read(fs)  # type: ignore[operator, no-any-return]
@@ -156,7 +156,7 @@ def _try_weights(read: object, fs: object) -> dict[int, int]:
 
 
 def _weights(text: str, s: object) -> dict[int, int]:
-    from pycxl.system import System
+    from pycxl.resolve.system import System
 
     assert isinstance(s, System)
     out: dict[int, int] = {}
@@ -209,7 +209,7 @@ def run_command(
     pycxl run -w dram0,cxl0 -- ./app
     """
     from pycxl.numa.launch import exec_command, find_command
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     find_command(command)  # a typo is an error before anything is set
     system = snapshot(gpus=False)
@@ -231,9 +231,9 @@ def run_command(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def where_command(pid: int, as_json: bool) -> None:
     """Resident memory of process PID per NUMA node and tier (from its numa_maps)."""
+    from pycxl.base.units import format_size
     from pycxl.numa.pages import process_usage
-    from pycxl.system import snapshot
-    from pycxl.units import format_size
+    from pycxl.resolve.system import snapshot
 
     s = snapshot(gpus=False)
     s.require_live(f"where {pid}")  # a process of this machine, by its nodes' names
@@ -258,11 +258,11 @@ def pin_probe_command(targets: tuple[str, ...], size: int, as_json: bool) -> Non
     """Whether each tier keeps long-term-pinned memory (what GPU registration and RDMA
     take), by trying: SIZE bytes are placed there, pinned as io_uring fixed buffers,
     and counted page by page. Default: every node with memory. Nothing stays pinned."""
-    from pycxl.facade import probe_longterm_pins
+    from pycxl.byname.facade import probe_longterm_pins
 
     probes = probe_longterm_pins(list(targets) or None, size=size)
     if as_json:
-        from pycxl.to_json import pin_probe_json
+        from pycxl.byname.to_json import pin_probe_json
 
         emit_json([pin_probe_json(p) for p in probes])
         return

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.errors import InvalidRequestError
-from pycxl.values import CHASE_MIN_SIZE, MAX_SAMPLES, MAX_SECONDS, PAGE_BYTES, SYSROOT_ENV
+from pycxl.base.errors import InvalidRequestError
+from pycxl.base.values import CHASE_MIN_SIZE, MAX_SAMPLES, MAX_SECONDS, PAGE_BYTES, SYSROOT_ENV
 
 if TYPE_CHECKING:  # click 8.2+ types ParamType by the value it returns; older is plain
     IntParam = click.ParamType[int]
@@ -42,7 +42,7 @@ class SizeType(IntParam):
         return "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pycxl.values import size
+        from pycxl.base.values import size
 
         try:  # the library's checker: one message either way
             return size(value if isinstance(value, int) else str(value), None, self.minimum)
@@ -66,7 +66,7 @@ class IntListType(IntsParam):
     ) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.values import integer_text, list_items
+        from pycxl.base.values import integer_text, list_items
 
         try:
             items = list_items(str(value), _what(param), "whole numbers such as 1,2,4")
@@ -100,8 +100,8 @@ class NamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.tiers import parse_names
-        from pycxl.values import parse_spans
+        from pycxl.base.values import parse_spans
+        from pycxl.resolve.tiers import parse_names
 
         try:  # the library's grammar: empty items refused, repeated names folded
             tokens = parse_names(str(value), self.what)
@@ -128,7 +128,7 @@ class ObjectNamesType(NamesParam):
     ) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
-        from pycxl.values import ascii_digits, list_items
+        from pycxl.base.values import ascii_digits, list_items
 
         try:  # repeats are kept here: flatten folds them, or reports them (positions)
             items = list_items(str(value), "names", "names such as mem0,mem1", fold=False)
@@ -148,7 +148,7 @@ class WeightsType(StrParam):
         text = str(value).strip()
         if text == "auto":  # words are case-sensitive, as names are
             return "auto"
-        from pycxl.values import is_digits, list_items
+        from pycxl.base.values import is_digits, list_items
 
         try:  # a node given twice is refused with the names, later: not folded here
             items = list_items(text, "weights", "NODE=WEIGHT such as dram0=3,cxl0=1, or auto",
@@ -165,7 +165,7 @@ class WeightsType(StrParam):
 
 
 class CountType(IntParam):
-    """A whole number of at least ``minimum`` (pycxl.values.count decides)."""
+    """A whole number of at least ``minimum`` (pycxl.base.values.count decides)."""
 
     name = "count"
 
@@ -177,7 +177,7 @@ class CountType(IntParam):
         return "N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pycxl.values import count, integer_text
+        from pycxl.base.values import count, integer_text
 
         try:
             number = value if isinstance(value, int) else integer_text(str(value), _what(param))
@@ -196,7 +196,7 @@ class IntegerType(IntParam):
         return "N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pycxl.values import integer_text
+        from pycxl.base.values import integer_text
 
         if isinstance(value, int):
             return value
@@ -207,7 +207,7 @@ class IntegerType(IntParam):
 
 
 class FiniteType(FloatParam):
-    """A finite number above ``above`` (pycxl.values.finite decides): seconds, factors."""
+    """A finite number above ``above`` (pycxl.base.values.finite decides): seconds, factors."""
 
     name = "number"
 
@@ -220,7 +220,7 @@ class FiniteType(FloatParam):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:  # fmt: skip
-        from pycxl.values import finite, real_text
+        from pycxl.base.values import finite, real_text
 
         try:
             number = value if isinstance(value, float) else real_text(str(value), _what(param))
@@ -233,12 +233,12 @@ SECONDS = FiniteType()
 
 
 class PidType(IntParam):
-    """A process id (pycxl.values.pid decides)."""
+    """A process id (pycxl.base.values.pid decides)."""
 
     name = "pid"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pycxl.values import pid
+        from pycxl.base.values import pid
 
         try:
             return pid(value)
@@ -247,7 +247,7 @@ class PidType(IntParam):
 
 
 class InputFileType(StrParam):
-    """A file pycxl reads (pycxl.values.input_file decides); with ``empty_is_off``, an
+    """A file pycxl reads (pycxl.base.values.input_file decides); with ``empty_is_off``, an
     empty value turns the input off."""
 
     name = "file"
@@ -256,7 +256,7 @@ class InputFileType(StrParam):
         self.empty_is_off = empty_is_off
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from pycxl.values import input_file
+        from pycxl.base.values import input_file
 
         if self.empty_is_off and value == "":
             return ""
@@ -267,7 +267,7 @@ class InputFileType(StrParam):
 
 
 class OutputFileType(StrParam):
-    """A file pycxl writes (pycxl.outfiles.check_output_path decides), checked before any
+    """A file pycxl writes (pycxl.base.outfiles.check_output_path decides), checked before any
     work starts; ``suffixes`` gives the allowed endings, asked only when the option is
     used (the plotting library is slow to import); ``stdout``: '-' is standard output;
     ``appends``: lines are added to the file in place (else it is rewritten)."""
@@ -283,7 +283,7 @@ class OutputFileType(StrParam):
         self.appends = appends
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from pycxl.outfiles import check_output_path
+        from pycxl.base.outfiles import check_output_path
 
         try:
             check_output_path(str(value), "file", self.suffixes() if self.suffixes else (),
@@ -301,7 +301,7 @@ def plot_suffixes() -> tuple[str, ...]:
         import matplotlib
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        from pycxl.errors import NotAvailableError
+        from pycxl.base.errors import NotAvailableError
 
         raise NotAvailableError("--plot needs matplotlib: pip install 'pycxl[plot]'") from None
     kinds = set(FigureCanvasBase.get_supported_filetypes())
@@ -313,7 +313,7 @@ def plot_suffixes() -> tuple[str, ...]:
 def _check_sysroot(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     import os
 
-    from pycxl.values import sysroot
+    from pycxl.base.values import sysroot
 
     if value is not None:
         return sysroot(value, "--sysroot")
@@ -372,7 +372,7 @@ class RatesType(FloatsParam):
                 ctx: click.Context | None) -> tuple[float, ...]:  # fmt: skip
         if isinstance(value, tuple):
             return value
-        from pycxl.values import MAX_RATE_GBS, finite, list_items, real_text
+        from pycxl.base.values import MAX_RATE_GBS, finite, list_items, real_text
 
         try:
             parts = list_items(str(value), "rates", "GB/s such as 5,10,20.5", fold=False)

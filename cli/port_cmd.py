@@ -11,7 +11,7 @@ from .device_output import each_object, emit_results
 from .params import AS_JSON, DRY_RUN, OBJECT_NAMES, WRITES_SYSROOT, flatten
 
 if TYPE_CHECKING:
-    from pycxl.sysfs import Sysfs
+    from pycxl.base.sysfs import Sysfs
 
 PORTS = click.argument("ports", nargs=-1, required=True, metavar="PORT... | all",
                        type=OBJECT_NAMES)  # fmt: skip
@@ -23,7 +23,7 @@ ENDPOINT = click.option("-e", "--endpoint", is_flag=True,
 def _host(sysroot: str | None) -> Sysfs:
     """The host tree a command reads and changes, opened once: the operations are handed
     it (``sysroot`` was checked by its option)."""
-    from pycxl.sysfs import Sysfs
+    from pycxl.base.sysfs import Sysfs
 
     return Sysfs(sysroot)
 

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pycxl.values import PARTITION_MODES
+from pycxl.base.values import PARTITION_MODES
 
 from .params import AS_JSON, COUNT, DRY_RUN, OBJECT_NAMES, SIZE, WRITES_SYSROOT, flatten
 from .render import dash, emit_json, emit_table
 
 if TYPE_CHECKING:
+    from pycxl.base.plan import Step
     from pycxl.cxl.model import Region
     from pycxl.cxl.regions import RegionResult
-    from pycxl.plan import Step
-    from pycxl.system import System
+    from pycxl.resolve.system import System
 
 ZONE_HELP = (
     "Zone to online the memory into. normal: GPU-registered (long-term pinned) "
@@ -84,9 +84,9 @@ def create_command(
     pycxl puts them in the interleave positions the topology requires. With no
     MEMDEV, memdevs with free capacity are picked.
     """
+    from pycxl.byname.facade import create_region
     from pycxl.cxl.region_layout import RegionRequest
-    from pycxl.facade import create_region
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     req = RegionRequest(
         memdevs=flatten(memdevs, fold=False), ways=ways,  # positions: a repeat is refused
@@ -110,7 +110,7 @@ def create_command(
 def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory, disable them and tear them down ('all': every region)."""
-    from pycxl.facade import destroy_region
+    from pycxl.byname.facade import destroy_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r, s: destroy_region(r, force=force, system=s, dry_run=dry_run),
@@ -128,7 +128,7 @@ def destroy_command(regions: tuple[tuple[str, ...], ...], force: bool, root_deco
 def disable_command(regions: tuple[tuple[str, ...], ...], force: bool, root_decoder: str | None,
                     dry_run: bool, as_json: bool, sysroot: str | None) -> None:  # fmt: skip
     """Offline regions' memory and unbind them; the decode stays committed."""
-    from pycxl.facade import disable_region
+    from pycxl.byname.facade import disable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r, s: disable_region(r, force=force, system=s, dry_run=dry_run))  # fmt: skip
@@ -149,7 +149,7 @@ def enable_command(regions: tuple[tuple[str, ...], ...], no_online: bool, zone: 
                    sysroot: str | None) -> None:  # fmt: skip
     """Bind committed regions and online their memory; with --zone, move memory that is
     online in the other zone there."""
-    from pycxl.facade import enable_region
+    from pycxl.byname.facade import enable_region
 
     _each(regions, root_decoder, sysroot, as_json,
           lambda r, s: enable_region(r, online=not no_online, zone=zone, mode=mode,
@@ -165,9 +165,9 @@ def _each(names: tuple[tuple[str, ...], ...], root_decoder: str | None, sysroot:
     resets a port's decoders newest first). The host is read once, and its regions
     passed down as objects; after a region is changed, the next is read again (the
     change may concern it: a later decoder reset, a node gone)."""
-    from pycxl.errors import PycxlError
-    from pycxl.listing import pick_regions
-    from pycxl.system import snapshot
+    from pycxl.base.errors import PycxlError
+    from pycxl.byname.listing import pick_regions
+    from pycxl.resolve.system import snapshot
 
     system = snapshot(sysroot, gpus=False)
     targets = pick_regions(system.cxl.require(), flatten(names), root_decoder)
@@ -196,7 +196,7 @@ class _AlreadyReported(click.exceptions.Exit):
     """A failure already printed for its region: exit with its code, say nothing more."""
 
     def __init__(self, error: Exception) -> None:
-        from pycxl.errors import PycxlError
+        from pycxl.base.errors import PycxlError
 
         from .exit_codes import exit_code_for
 
@@ -210,7 +210,7 @@ def _emit(results: list[RegionResult], as_json: bool, *, single: bool = False) -
         for w in r.warnings:
             click.echo(f"pycxl: warning: {r.name}: {w}", err=True)
     if as_json:  # one shape per command: create's one object, a list from the others
-        from pycxl.to_json import region_result_json
+        from pycxl.byname.to_json import region_result_json
 
         docs = [region_result_json(r) for r in results]
         emit_json(docs[0] if single else docs)
@@ -220,7 +220,7 @@ def _emit(results: list[RegionResult], as_json: bool, *, single: bool = False) -
 
 
 def _show(r: RegionResult) -> None:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     if not r.executed:
         click.echo(f"{r.plan.title} (dry run: nothing written)")

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pycxl.values import format_ranges
+from pycxl.base.values import format_ranges
 
 if TYPE_CHECKING:
     from pycxl.numa.access import AccessFigures
-    from pycxl.system import System
-    from pycxl.tiers import NodeTier
+    from pycxl.resolve.system import System
+    from pycxl.resolve.tiers import NodeTier
 
 MIN_PADDING = 2  # tabulate's: a header is at least this much narrower than its column
 
@@ -92,7 +92,7 @@ NOT_ADVERTISED = "not advertised"
 
 def advertised(f: AccessFigures | None) -> str:
     """What the platform advertises for CPUs, read figures: '212 ns 15.62 GiB/s'."""
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     if f is None:
         return NOT_ADVERTISED

@@ -33,7 +33,7 @@ def stat_command(
     faults. With no INTERVAL, one report.
     """
     from pycxl.ops.stat import stat, stat_report_json, tiering_json
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     system = snapshot(sysroot, gpus=False)
     for i, report in enumerate(stat(system, interval, count)):
@@ -68,7 +68,7 @@ def _onoff(value: object) -> str:
 
 
 def _table(report: StatReport) -> None:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     rates = report.interval_s is not None
     unit = "/s" if rates else ""

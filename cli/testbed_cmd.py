@@ -71,7 +71,7 @@ def testbed_command(
 
 def _setup() -> None:
     """Everything the testbed uses is present (the optional parts too), and the kernel."""
-    from pycxl.errors import NotAvailableError
+    from pycxl.base.errors import NotAvailableError
     from pycxl.testbed.kernel import INSTALL_HINT, missing_recommended, prepare_kernel
 
     missing = missing_recommended()
@@ -89,7 +89,7 @@ def _inject(kind: str, memdev: str | None, settings: tuple[str, ...]) -> None:
     """Guest side of fault injection: the harness on the host passes it to QEMU."""
     import json
 
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
     from pycxl.testbed.inject import check_request, request
 
     arguments: dict[str, object] = {}

@@ -53,7 +53,7 @@ def top_command(delay: float, count: int | None, once: bool, pid: int | None, ba
     pycxl top --once --json
     pycxl top -- python train.py
     """
-    from pycxl.errors import InvalidRequestError
+    from pycxl.base.errors import InvalidRequestError
 
     if pid is not None and command:
         raise InvalidRequestError("give -p PID or a COMMAND to run, not both")
@@ -315,12 +315,12 @@ def _gbs(v: float) -> str:
 
 
 def _size(n: int) -> str:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     return format_size(n)
 
 
 def _signed(v: float) -> str:
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     return ("-" if v < 0 else "+") + format_size(int(abs(v)))

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_exports
-from .errors import (
+from .base._lazy import lazy_exports
+from .base.errors import (
     CommandNotExecutableError as CommandNotExecutableError,
     CommandNotFoundError as CommandNotFoundError,
     CudaError as CudaError,
@@ -67,6 +67,26 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import bench as bench
+    from .byname.facade import (
+        allocate as allocate,
+        create_region as create_region,
+        destroy_region as destroy_region,
+        disable_region as disable_region,
+        enable_region as enable_region,
+        host_memory as host_memory,
+        map_dax as map_dax,
+        migrate as migrate,
+        move as move,
+        offload_layers as offload_layers,
+        offload_model as offload_model,
+        on_tier as on_tier,
+        pinned_array as pinned_array,
+        pinned_tensor as pinned_tensor,
+        probe_longterm_pins as probe_longterm_pins,
+        spill_to as spill_to,
+        tier_pool as tier_pool,
+    )
+    from .byname.listing import ListRequest as ListRequest, list_json as list_json
     from .cxl.alerts import AlertChange as AlertChange, set_alert_config as set_alert_config
     from .cxl.binding import (
         disable_bus as disable_bus,
@@ -94,41 +114,21 @@ if TYPE_CHECKING:
     from .cxl.region_layout import RegionRequest as RegionRequest
     from .cxl.regions import RegionResult as RegionResult
     from .cxl.sanitize import sanitize as sanitize, wait_sanitize as wait_sanitize
-    from .facade import (
-        allocate as allocate,
-        create_region as create_region,
-        destroy_region as destroy_region,
-        disable_region as disable_region,
-        enable_region as enable_region,
-        host_memory as host_memory,
-        map_dax as map_dax,
-        migrate as migrate,
-        move as move,
-        offload_layers as offload_layers,
-        offload_model as offload_model,
-        on_tier as on_tier,
-        pinned_array as pinned_array,
-        pinned_tensor as pinned_tensor,
-        probe_longterm_pins as probe_longterm_pins,
-        spill_to as spill_to,
-        tier_pool as tier_pool,
-    )
-    from .listing import ListRequest as ListRequest, list_json as list_json
     from .numa.placement import NumaBuffer as NumaBuffer
     from .numa.policy import Policy as Policy
     from .ops.top import top as top
-    from .system import System as System, snapshot as snapshot
+    from .resolve.system import System as System, snapshot as snapshot
 
 # Every public name but the errors above, and the submodule each is loaded from on first
 # use ('' for a subpackage of that name); __all__ and dir() are made from it.
 _LAZY = {
-    **dict.fromkeys(("snapshot", "System"), "system"),
+    **dict.fromkeys(("snapshot", "System"), "resolve.system"),
     "read_cxl": "cxl.read",
     **dict.fromkeys(
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
          "pinned_tensor", "offload_layers", "offload_model", "create_region", "destroy_region",
          "disable_region", "enable_region", "tier_pool", "on_tier", "spill_to", "move"),
-        "facade",
+        "byname.facade",
     ),
     "RegionRequest": "cxl.region_layout",
     # CXL device operations (ndctl's memdev, port and bus commands)
@@ -146,8 +146,8 @@ _LAZY = {
     "RegionResult": "cxl.regions",
     "NumaBuffer": "numa.placement",
     "Policy": "numa.policy",
-    "ListRequest": "listing",
-    "list_json": "listing",
+    "ListRequest": "byname.listing",
+    "list_json": "byname.listing",
     "top": "ops.top",
     **dict.fromkeys(("bench", "cxl", "gpu", "numa", "testbed"), ""),  # the subpackages
 }  # fmt: skip

@@ -86,13 +86,13 @@ def _plan_guests(items: list[pytest.Item]) -> list[Any]:
 
 
 def _gpu_count() -> int:
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     return len(snapshot().gpus.devices) if _cuda_present() else 0
 
 
 def _cuda_present() -> bool:
-    from pycxl._lib.libs import LIBCUDA
+    from pycxl.base._lib.libs import LIBCUDA
 
     return LIBCUDA.available()
 
@@ -127,7 +127,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config._pycxl_unavailable = None  # type: ignore[attr-defined]
     if not batches:
         return
-    from pycxl.errors import NotAvailableError
+    from pycxl.base.errors import NotAvailableError
     from pycxl.testbed import check_requirements
 
     try:

@@ -115,7 +115,7 @@ def run_batch(
 ) -> dict[str, Any]:
     """One batch in one guest: each test's outcome record by node id, the guest's output
     under ``__output__`` and how the boots went under ``__said__``."""
-    from pycxl.errors import TestbedError
+    from pycxl.base.errors import TestbedError
     from pycxl.testbed import progress, run_in_guest
     from pycxl.testbed.runner import new_workdir
 

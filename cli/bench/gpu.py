@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pycxl.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH
+from pycxl.base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH
 
 from ..params import PAGE_SIZE, CountType
 from ..render import emit_json, emit_table
@@ -81,7 +81,7 @@ def offload_command(target: str, gpu: str, layers: int | None, width: int | None
 
 
 def _emit_offload(results: Sequence[Any]) -> None:  # update fields: set in update mode
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     first = results[0]
     pass_ = "forward+backward" if first.backward else "forward"
@@ -117,6 +117,6 @@ def _emit_offload(results: Sequence[Any]) -> None:  # update fields: set in upda
 
 
 def _blocks(layers: Sequence[int]) -> str:
-    from pycxl.values import format_ranges
+    from pycxl.base.values import format_ranges
 
     return f"layers {format_ranges(list(layers))}" if layers else "no layer"

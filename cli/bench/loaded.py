@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pycxl.values import MAX_STEPS
+from pycxl.base.values import MAX_STEPS
 
 from ..params import CHASE_SIZE, COUNT, PAGE_SIZE, SECONDS, CountType, FiniteType, RatesType
 from ..render import emit_json, emit_table

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pycxl.values import PAGE_SIZES
+from pycxl.base.values import PAGE_SIZES
 
 from ..params import SAMPLES, OutputFileType, plot_suffixes
 

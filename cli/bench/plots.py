@@ -68,7 +68,7 @@ def save(fig: Any, path: str) -> None:
     through a symbolic link)."""
     import io
 
-    from pycxl.outfiles import write_atomically
+    from pycxl.base.outfiles import write_atomically
 
     data = io.BytesIO()
     fig.savefig(data, format=path.rsplit(".", 1)[-1].lower())

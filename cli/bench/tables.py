@@ -81,7 +81,7 @@ def cache_fit(r: Any) -> int | None:
 
 def emit_results(results: Sequence[BenchResult], as_json: bool) -> None:
     """Results as JSON, or a table per benchmark and the footnotes."""
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     if as_json:
         from pycxl.measure.results import bench_result_json
@@ -111,7 +111,7 @@ def emit_results(results: Sequence[BenchResult], as_json: bool) -> None:
 
 def say_cached(results: Sequence[Any]) -> None:
     """The footnote of a '*': a figure of the cache, not of the tier."""
-    from pycxl.units import format_size
+    from pycxl.base.units import format_size
 
     cached = [(r, c) for r in results if (c := cache_fit(r)) is not None]
     if cached:

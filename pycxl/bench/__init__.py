@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ..measure.results import (

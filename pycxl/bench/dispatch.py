@@ -9,7 +9,7 @@ target) pair gets, for the library, the CLI and the matrix alike, and how a swee
   not measured (CPUs do not load from GPU memory).
 
 Every function resolves each name once, against one snapshot (``system``, read here
-when not given), into a ``pycxl.targets.Pair`` that says what it is; accepts sizes as
+when not given), into a ``pycxl.measure.targets.Pair`` that says what it is; accepts sizes as
 bytes or strings (``"256M"``) and returns a list of results. Sweeps (``sweep=True``,
 several ``threads``) take a ``progress`` callable, given the points, that returns what
 to iterate (a progress bar).
@@ -22,23 +22,8 @@ import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeVar
 
-from ..errors import InvalidRequestError
-from ..gpu.inventory import GpuDevice
-from ..measure.conditions import default
-from ..measure.results import (
-    BandwidthResult,
-    BenchResult,
-    FirstTouchResult,
-    LatencyResult,
-    LoadedLatencyResult,
-    OffloadResult,
-    TransferResult,
-    factor_apart,
-)
-from ..system import System, given_or_read
-from ..targets import Pair
-from ..tiers import gpu_name, name_text, split_names
-from ..values import (
+from ..base.errors import InvalidRequestError
+from ..base.values import (
     CHASE_MIN_SIZE,
     MAX_LOADS,
     MAX_RATE_GBS,
@@ -52,6 +37,21 @@ from ..values import (
     size as checked_size,
     word_list,
 )
+from ..gpu.inventory import GpuDevice
+from ..measure.conditions import default
+from ..measure.results import (
+    BandwidthResult,
+    BenchResult,
+    FirstTouchResult,
+    LatencyResult,
+    LoadedLatencyResult,
+    OffloadResult,
+    TransferResult,
+    factor_apart,
+)
+from ..measure.targets import Pair
+from ..resolve.system import System, given_or_read
+from ..resolve.tiers import gpu_name, name_text, split_names
 
 Size = int | str | None
 T = TypeVar("T")

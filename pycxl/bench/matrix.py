@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError
-from ..jsontype import Json
+from ..base.errors import InvalidRequestError
+from ..base.jsontype import Json
+from ..base.values import instance
 from ..measure.conditions import default
 from ..measure.results import BenchResult, bench_result_json
-from ..system import System
-from ..values import instance
+from ..resolve.system import System
 from .dispatch import (
     Progress,
     Size,

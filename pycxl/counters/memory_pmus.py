@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 from .base import MEM_READ, MEM_WRITE, Key, Missing, Reading, Subject
 from .perf_event import PerfRefused, open_counter, read_count
 from .pmus import Event, pmus, read_event

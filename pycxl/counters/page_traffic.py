@@ -5,8 +5,8 @@ made for a process running on the node and on another one (``numa_local``,
 
 from __future__ import annotations
 
+from ..base.sysfs import Sysfs
 from ..numa.vmstat import sample
-from ..sysfs import Sysfs
 from .base import ALLOC, DEMOTED, LOCAL, PROMOTED, REMOTE, Key, Missing, Reading, Subject
 
 SOURCE = "vmstat"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import SysfsError
-from ..sysfs import Sysfs
+from ..base.errors import SysfsError
+from ..base.sysfs import Sysfs
 
 PMU_DIR = "/sys/bus/event_source/devices"
 CONFIG_FIELDS = ("config", "config1", "config2")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from ..errors import NeedsRootError
-from ..sysfs import Sysfs
+from ..base.errors import NeedsRootError
+from ..base.sysfs import Sysfs
 from .base import MBM_LOCAL, MBM_TOTAL, Key, Missing, Reading, Subject
 
 RESCTRL = "/sys/fs/resctrl"

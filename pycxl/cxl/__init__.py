@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .model import Bus, DaxDevice, Decoder, Dport, Mapping, Memdev, Port, Region

@@ -13,9 +13,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError
-from ..plan import Plan, Undo, action
-from ..sysfs import Sysfs
+from ..base.errors import InvalidRequestError
+from ..base.plan import Plan, Undo, action
+from ..base.sysfs import Sysfs
 from . import device_ops
 from .device_ops import DeviceResult
 from .health import ALERT_KINDS, AlertConfig, decode_alert_config

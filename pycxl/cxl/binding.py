@@ -9,10 +9,10 @@ as its bus. Each unbind is undone by a bind if a later step fails.
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError, NotAvailableError, NotFoundError, OperationError
-from ..plan import Plan, Step, write
-from ..sysfs import Sysfs
-from ..values import is_digits
+from ..base.errors import InvalidRequestError, NotAvailableError, NotFoundError, OperationError
+from ..base.plan import Plan, Step, write
+from ..base.sysfs import Sysfs
+from ..base.values import is_digits
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Memdev, Port

@@ -15,10 +15,10 @@ import mmap
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError, OperationError
-from ..sysfs import Sysfs
-from ..units import format_size
-from ..values import word
+from ..base.errors import InvalidRequestError, NeedsRootError, NotAvailableError, OperationError
+from ..base.sysfs import Sysfs
+from ..base.units import format_size
+from ..base.values import word
 from . import memory_blocks
 from .model import DaxDevice
 from .read import DAX_DEVICES, DECODER_NAME, REGION_NAME

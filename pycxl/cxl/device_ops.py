@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from ..errors import InvalidRequestError, NotAvailableError, SysfsError
-from ..plan import Plan, StepHook, require_root
-from ..sysfs import Sysfs
-from ..values import ascii_digits
+from ..base.errors import InvalidRequestError, NotAvailableError, SysfsError
+from ..base.plan import Plan, StepHook, require_root
+from ..base.sysfs import Sysfs
+from ..base.values import ascii_digits
 from .mailbox import Mailbox
 from .model import Memdev
 from .read import CXL_DEVICES, bus_present, read_cxl

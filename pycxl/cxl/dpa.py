@@ -8,10 +8,10 @@ The kernel hands out DPA in order (each decoder's span follows the one before) i
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError, NotFoundError, OperationError
-from ..plan import Plan, Step, write
-from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, RAM, PartitionMode, count, is_digits, word
+from ..base.errors import InvalidRequestError, NotFoundError, OperationError
+from ..base.plan import Plan, Step, write
+from ..base.sysfs import Sysfs
+from ..base.values import PARTITION_MODES, RAM, PartitionMode, count, is_digits, word
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Decoder, Memdev

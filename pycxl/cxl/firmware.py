@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError, NotAvailableError, OperationError, PycxlError
-from ..plan import Plan, Step, Undo, action
-from ..sysfs import Sysfs
-from ..values import finite, input_file
-from ..waiting import wait_until
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError, PycxlError
+from ..base.plan import Plan, Step, Undo, action
+from ..base.sysfs import Sysfs
+from ..base.values import finite, input_file
+from ..base.waiting import wait_until
 from . import device_ops
 from .device_ops import DeviceResult
 from .health import FirmwareInfo, decode_fw_info

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import InvalidRequestError, NotAvailableError
-from ..plan import Plan, Undo, action
-from ..sysfs import Sysfs
-from ..values import count
+from ..base.errors import InvalidRequestError, NotAvailableError
+from ..base.plan import Plan, Undo, action
+from ..base.sysfs import Sysfs
+from ..base.values import count
 from . import device_ops
 from .device_ops import DeviceResult
 from .mailbox import GET_LSA, SET_LSA, Mailbox

@@ -12,11 +12,11 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
-from .._lib.libs import LIBCXL
-from .._lib.loader import cstr, has_symbol
-from ..errors import OperationError
-from ..sysfs import Sysfs
-from ..values import PMEM, RAM
+from ..base._lib.libs import LIBCXL
+from ..base._lib.loader import cstr, has_symbol
+from ..base.errors import OperationError
+from ..base.sysfs import Sysfs
+from ..base.values import PMEM, RAM
 from .dax import read_dax_devices
 from .model import Bus, Decoder, Dport, Mapping, Memdev, Port, Region
 from .read import CXL_DEVICES

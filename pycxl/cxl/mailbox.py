@@ -20,7 +20,7 @@ import stat
 import struct
 from dataclasses import dataclass
 
-from ..errors import NeedsRootError, NotAvailableError, OperationError
+from ..base.errors import NeedsRootError, NotAvailableError, OperationError
 
 # Command ids of the uapi enum (CXL_CMDS order), for the commands pycxl sends.
 IDENTIFY = 1

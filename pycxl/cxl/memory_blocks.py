@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import SysfsError
-from ..sysfs import Sysfs
-from ..values import word
+from ..base.errors import SysfsError
+from ..base.sysfs import Sysfs
+from ..base.values import word
 
 MEMORY_BLOCKS = "/sys/devices/system/memory"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..base.values import PMEM, RAM, PartitionMode
 from ..numa.access import AccessFigures
-from ..values import PMEM, RAM, PartitionMode
 
 if TYPE_CHECKING:
     from .topology import CxlTopology

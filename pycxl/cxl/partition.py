@@ -12,10 +12,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError
-from ..plan import Plan, action
-from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, PMEM, RAM, count, word
+from ..base.errors import InvalidRequestError
+from ..base.plan import Plan, action
+from ..base.sysfs import Sysfs
+from ..base.values import PARTITION_MODES, PMEM, RAM, count, word
 from . import device_ops
 from .device_ops import DeviceResult
 from .mailbox import IDENTIFY, SET_PARTITION_INFO, Mailbox

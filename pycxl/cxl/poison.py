@@ -2,7 +2,7 @@
 ``trigger_poison_list`` makes the kernel send Get Poison List to the device and emit
 one ``cxl_poison`` trace event per record, with the region and host physical address
 when the range is mapped by a region. pycxl reads those events from a private trace
-instance (``pycxl.trace``), as ndctl's ``cxl list --media-errors`` does.
+instance (``pycxl.base.trace``), as ndctl's ``cxl list --media-errors`` does.
 
 Poison is injected and cleared through the kernel's debugfs files
 (``/sys/kernel/debug/cxl/memX/{inject,clear}_poison``), as ndctl's
@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidRequestError, NeedsRootError, NotAvailableError, SysfsError
-from ..sysfs import Sysfs
-from ..trace import TraceEvent, TraceInstance
+from ..base.errors import InvalidRequestError, NeedsRootError, NotAvailableError, SysfsError
+from ..base.sysfs import Sysfs
+from ..base.trace import TraceEvent, TraceInstance
 from .mailbox import Unsupported
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def clear_poison(
 
 def _poison(memdev: str, address: int, system: device_ops.Host | None, sysroot: str | None,
             dry_run: bool, inject: bool) -> DeviceResult:  # fmt: skip
-    from ..plan import Plan, write
+    from ..base.plan import Plan, write
     from . import device_ops
 
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")

@@ -6,10 +6,10 @@ CXL error types.
 
 from __future__ import annotations
 
-from ..errors import NotAvailableError, NotFoundError
-from ..plan import Plan, write
-from ..sysfs import Sysfs
-from ..values import word
+from ..base.errors import NotAvailableError, NotFoundError
+from ..base.plan import Plan, write
+from ..base.sysfs import Sysfs
+from ..base.values import word
 from . import device_ops
 from .device_ops import DeviceResult
 from .poison import DEBUGFS

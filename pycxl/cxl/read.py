@@ -14,9 +14,9 @@ import importlib
 import re
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import InvalidRequestError
-from ..sysfs import Sysfs
-from ..values import instance, word
+from ..base.errors import InvalidRequestError
+from ..base.sysfs import Sysfs
+from ..base.values import instance, word
 
 if TYPE_CHECKING:
     from .topology import CxlTopology
@@ -47,7 +47,7 @@ def read_cxl(sysfs: Sysfs | None = None, backend: Backend = "sysfs") -> CxlTopol
     """The CXL objects, read through the kernel's sysfs or through ndctl's libcxl."""
     module = BACKENDS[word(backend, "backend", BACKENDS)]
     if sysfs is not None:
-        instance(sysfs, Sysfs, "sysfs", "a pycxl.sysfs.Sysfs (Sysfs(sysroot)) or None")
+        instance(sysfs, Sysfs, "sysfs", "a pycxl.base.sysfs.Sysfs (Sysfs(sysroot)) or None")
     fs = sysfs or Sysfs()
     if backend == "libcxl" and fs.root != "/":
         raise InvalidRequestError(

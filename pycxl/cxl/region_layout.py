@@ -18,10 +18,10 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import values
-from ..errors import InvalidRequestError, NotFoundError, _natural_key
-from ..units import format_size
-from ..values import (
+from ..base import values
+from ..base.errors import InvalidRequestError, NotFoundError, _natural_key
+from ..base.units import format_size
+from ..base.values import (
     PARTITION_MODES,
     PMEM,
     RAM,
@@ -45,7 +45,7 @@ DPA_ALIGN = 256 << 20
 class RegionRequest:
     """What the user asked for; None means 'pick for me'.
 
-    The constructor is the door: it checks each value once (``pycxl.values``) and keeps
+    The constructor is the door: it checks each value once (``pycxl.base.values``) and keeps
     it typed, so sizes given as text ("512M") are held as bytes and nothing below reads
     them again. The physical limits (valid ways, granularity, alignment) are the
     layout's, decided against the topology."""

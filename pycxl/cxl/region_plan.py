@@ -15,11 +15,11 @@ import errno
 import os
 from collections.abc import Callable, Iterable
 
-from ..errors import OperationError, SysfsError
-from ..plan import Plan, Step, Undo, action, write
-from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, VOLATILE_MODES
-from ..waiting import wait_until
+from ..base.errors import OperationError, SysfsError
+from ..base.plan import Plan, Step, Undo, action, write
+from ..base.sysfs import Sysfs
+from ..base.values import PARTITION_MODES, VOLATILE_MODES
+from ..base.waiting import wait_until
 from . import dax, memory_blocks
 from .dax import read_dax_devices
 from .memory_blocks import ONLINE_STATE, Zone

@@ -12,16 +12,16 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from .._log import get_logger
-from ..errors import (
+from ..base._log import get_logger
+from ..base.errors import (
     InvalidRequestError,
     NotAvailableError,
     OperationError,
     SysfsError,
 )
-from ..plan import Plan, PlanFailed, StepHook, require_root
-from ..sysfs import Sysfs
-from ..values import PMEM, VOLATILE_MODES
+from ..base.plan import Plan, PlanFailed, StepHook, require_root
+from ..base.sysfs import Sysfs
+from ..base.values import PMEM, VOLATILE_MODES
 from . import region_plan
 from .dax import check_mode
 from .memory_blocks import Zone, combine_zones

@@ -10,11 +10,11 @@ would be lost, needs ``force``.
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError, NotAvailableError
-from ..plan import Plan, write
-from ..sysfs import Sysfs
-from ..values import finite
-from ..waiting import wait_until
+from ..base.errors import InvalidRequestError, NotAvailableError
+from ..base.plan import Plan, write
+from ..base.sysfs import Sysfs
+from ..base.values import finite
+from ..base.waiting import wait_until
 from . import device_ops
 from .device_ops import CXL_DEVICES, DeviceResult
 from .model import Memdev

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 
-from ..errors import SysfsError
+from ..base.errors import SysfsError
+from ..base.sysfs import Sysfs
+from ..base.values import PARTITION_MODES, PMEM, RAM, VALID_WAYS
 from ..numa.access import read_region_access
-from ..sysfs import Sysfs
-from ..values import PARTITION_MODES, PMEM, RAM, VALID_WAYS
 from .dax import read_dax_devices
 from .model import (
     Bus,

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import NotAvailableError, NotFoundError, _natural_key
+from ..base.errors import NotAvailableError, NotFoundError, _natural_key
 
 if TYPE_CHECKING:  # the model loads where there is CXL to read (a backend imports it)
     from .model import Bus, DaxDevice, Decoder, Memdev, Port, Region, _Linked

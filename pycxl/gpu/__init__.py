@@ -1,13 +1,13 @@
 """GPUs: found through NVML or the driver's files, used through the CUDA driver API.
 
 The names below load on first use: ``pycxl list`` starts NVML (``nvml_session``) before
-the GPU model is imported."""
+the GPU inventory is imported."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .devices import read_gpus as read_gpus, with_cuda_facts as with_cuda_facts
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 # every exported name and the module it loads from (a test holds the imports above equal)
 _LAZY = {
-    **dict.fromkeys(("GpuDevice", "GpuInventory"), "model"),
+    **dict.fromkeys(("GpuDevice", "GpuInventory"), "inventory"),
     **dict.fromkeys(("read_gpus", "with_cuda_facts"), "devices"),
 }
 __all__ = sorted(_LAZY)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._lib import compiled
+from ..base._lib import compiled
 from ..numa.placement import HugePages, NumaBuffer
 from ..numa.policy import Policy
 from .context import GpuContext

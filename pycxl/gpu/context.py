@@ -6,7 +6,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 from . import driver as drv
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import threading
 import uuid as uuidlib
 from typing import Any
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 from . import driver as drv
 from .inventory import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 from .engine import Engine, same_size
 from .spans import device_span, host_span
 

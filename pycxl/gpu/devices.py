@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 from .inventory import GpuDevice, GpuInventory, GpuSource
 
 NO_DRIVER = "no CUDA driver (libcuda.so.1 not found)"
@@ -51,7 +51,7 @@ def read_gpus(sysfs: Sysfs | None = None, *, via: GpuSource = "auto") -> GpuInve
 
 
 def _from_cuda(fs: Sysfs) -> GpuInventory:
-    from ..errors import LibraryNotFoundError
+    from ..base.errors import LibraryNotFoundError
     from . import cuda_devices
 
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._lib.libs import LIBCUDA
-from .._lib.loader import cstr
-from ..errors import CudaError
+from ..base._lib.libs import LIBCUDA
+from ..base._lib.loader import cstr
+from ..base.errors import CudaError
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_NO_DEVICE = 100

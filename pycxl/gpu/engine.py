@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 
 
 class Engine(Protocol):

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._lib.loader import has_symbol
+from ..base._lib.loader import has_symbol
 from ..counters.base import (
     C2C_RX,
     C2C_TX,

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequestError, OperationError
+from ..base.errors import InvalidRequestError, OperationError
 from ..numa import longterm, pages
 from . import driver as drv
 from .context import GpuContext

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 
 # Where a GPU's nearest node came from, as list -G and the JSON's numa_node_source say it.
 DRIVER = "driver"  # the NVIDIA driver: NVML's memory affinity, or CUDA's HOST_NUMA_ID
@@ -24,7 +24,7 @@ def nearest_node(
     per GPU on the H200 host (most of ``pycxl list``'s GPU time), and where the kernel
     knows the node the driver reads the same firmware tables."""
     from ..numa.nodes import NODE_DIR
-    from ..pci import device_numa_node
+    from ..pci.devices import device_numa_node
 
     node = device_numa_node(bus_id, fs)
     if node is not None:

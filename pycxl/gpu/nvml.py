@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._lib.loader import has_symbol
-from ..sysfs import Sysfs
+from ..base._lib.loader import has_symbol
+from ..base.sysfs import Sysfs
 from .inventory import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node
 from .nvml_session import NVML_SUCCESS, NvmlUnusable, error_text, session

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._lib.libs import LIBNVML
-from ..errors import LibraryNotFoundError
-from ..sysfs import Sysfs
+from ..base._lib.libs import LIBNVML
+from ..base.errors import LibraryNotFoundError
+from ..base.sysfs import Sysfs
 
 if TYPE_CHECKING:
     from .inventory import GpuSource
@@ -95,7 +95,7 @@ def session() -> Iterator[tuple[Any, Any]]:
 
 def error_text(ffi: Any, lib: Any, rc: int) -> str:
     """NVML's words for a return code."""
-    from .._lib.loader import cstr
+    from ..base._lib.loader import cstr
 
     return cstr(ffi, lib.nvmlErrorString(rc)) or f"error {rc}"
 

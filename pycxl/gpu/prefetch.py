@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidRequestError, OperationError
-from ..values import lookahead as checked_lookahead
+from ..base.errors import InvalidRequestError, OperationError
+from ..base.values import lookahead as checked_lookahead
 from .engine import CopyBack, Engine, copy_to_host
 
 ALIGN = 256  # device buffer alignment for any dtype (the driver's own is 256 bytes)

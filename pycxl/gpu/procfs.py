@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 from .inventory import GpuDevice, GpuInventory, normalize_bus_id
 from .nearest import nearest_node
 from .nvml_session import GPUS_DIR

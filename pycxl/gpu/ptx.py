@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..errors import OperationError
+from ..base.errors import OperationError
 from . import driver as drv
 from .context import GpuContext
 from .streams import Stream

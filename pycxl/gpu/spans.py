@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 
 
 def host_span(obj: Any) -> tuple[int, int]:

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .._lib.compiled import CopyPool, Transfer
-from ..errors import InvalidRequestError
+from ..base._lib.compiled import CopyPool, Transfer
+from ..base.errors import InvalidRequestError
 from ..numa import pages
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy

@@ -6,7 +6,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 from . import driver as drv
 from .context import GpuContext
 

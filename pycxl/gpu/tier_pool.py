@@ -23,8 +23,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from .._lib import compiled
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base._lib import compiled
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError
 from ..numa import pages
 from . import driver as drv
 from .context import GpuContext
@@ -58,7 +58,7 @@ class TierStats:
 
     def summary(self) -> str:
         """A few lines, as ``torch.cuda.memory_summary`` gives them, for logs."""
-        from ..units import format_size
+        from ..base.units import format_size
 
         lines = [
             f"{self.tier} (node {self.node}): {format_size(self.bytes_now)} in use, "

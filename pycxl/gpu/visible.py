@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from ..values import is_digits
+from ..base.values import is_digits
 from .inventory import GpuDevice
 
 

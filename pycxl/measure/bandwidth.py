@@ -12,14 +12,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from .._lib import compiled
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base._lib import compiled
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base.values import word
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from ..targets import Pair
-from ..values import word
 from .conditions import cache_fit, default, last_level_cache
 from .results import BandwidthResult
+from .targets import Pair
 
 KERNELS = {"copy": 0, "scale": 1, "add": 2, "triad": 3}
 INIT = 4

@@ -1,7 +1,7 @@
 """The conditions a measurement runs under: quick mode and default sizes, the caches a
 working set must exceed, page sizes, and the calling thread pinned to one CPU.
 
-What is measured comes resolved from above (a ``pycxl.targets.Pair``: the target's
+What is measured comes resolved from above (a ``pycxl.measure.targets.Pair``: the target's
 node, the initiator's CPUs or GPU); this module never sees a name.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypedDict
 
-from ..errors import NotAvailableError
+from ..base.errors import NotAvailableError
+from ..base.sysfs import Sysfs
 from ..numa.placement import HugePages
-from ..sysfs import Sysfs
 
 QUICK_ENV = "PYCXL_BENCH_QUICK"
 CPU_DIR = "/sys/devices/system/cpu"

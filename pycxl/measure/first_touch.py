@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from .._lib import compiled
-from ..errors import InvalidRequestError
+from ..base._lib import compiled
+from ..base.errors import InvalidRequestError
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from ..targets import Pair
 from .conditions import default, huge_pages, page_size, pinned
 from .results import FirstTouchResult
+from .targets import Pair
 
 DEFAULT_SIZE = 64 << 20
 

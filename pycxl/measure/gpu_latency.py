@@ -14,13 +14,13 @@ from __future__ import annotations
 import statistics
 import time
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 from ..gpu.devices import with_cuda_facts
 from ..gpu.inventory import GpuDevice
-from ..targets import Pair
 from .conditions import cache_fit, default, huge_pages, page_size
 from .latency import STRIDE, TLB_PAGES, sweep_sizes
 from .results import LatencyResult
+from .targets import Pair
 
 LOADS = 1 << 18  # per sample: 0.05-0.3 s at GPU memory latencies
 WARM_LOADS = 1 << 22  # the first walk covers the cycle (up to 1 GiB arenas)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequestError, OperationError
+from ..base.errors import InvalidRequestError, OperationError
 from ..gpu.context import GpuContext
 from ..gpu.devices import with_cuda_facts
 from ..gpu.inventory import GpuDevice

@@ -13,13 +13,13 @@ from __future__ import annotations
 import statistics
 import time
 
-from .._lib import compiled
+from ..base._lib import compiled
+from ..base.values import CHASE_MIN_SIZE
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from ..targets import Pair
-from ..values import CHASE_MIN_SIZE
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size, pinned
 from .results import LatencyResult
+from .targets import Pair
 
 STRIDE = 256  # bytes between chased lines
 TLB_PAGES = 64  # pages per randomisation group

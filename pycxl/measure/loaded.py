@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .._lib import compiled
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base._lib import compiled
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base.values import word_list
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from ..targets import Pair
-from ..values import word_list
 from .conditions import cache_fit, default, huge_pages, last_level_cache, page_size
 from .latency import STRIDE, TLB_PAGES, default_size as chase_default_size
 from .results import BandwidthResult, LoadedLatencyResult, LoadedPoint
+from .targets import Pair
 
 MIXES = ("read", "3:1", "2:1", "1:1", "nt-write")
 # reads : writes the memory sees (a plain store reads its line first)

@@ -38,15 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError, OperationError
-from ..gpu.context import GpuContext
-from ..gpu.inventory import GpuDevice
-from ..gpu.memory import HostMemory
-from ..numa.placement import NumaBuffer
-from ..numa.policy import Policy
-from ..targets import Pair
-from ..torch._import import import_torch
-from ..values import (
+from ..base.errors import InvalidRequestError, OperationError
+from ..base.values import (
     MAX_LAYERS,
     MAX_SAMPLES,
     MAX_TOKENS,
@@ -54,8 +47,15 @@ from ..values import (
     count,
     lookahead as checked_lookahead,
 )
+from ..gpu.context import GpuContext
+from ..gpu.inventory import GpuDevice
+from ..gpu.memory import HostMemory
+from ..numa.placement import NumaBuffer
+from ..numa.policy import Policy
+from ..torch._import import import_torch
 from .conditions import default
 from .results import OffloadResult
+from .targets import Pair
 
 MODES = ("hbm", "pycxl", "to", "pinned", "update")
 STREAMING = MODES[:4]  # what a step of layers is run in; update times the optimizer

@@ -13,11 +13,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..jsontype import Json
+from ..base.jsontype import Json
 
 if TYPE_CHECKING:
     from ..gpu.inventory import GpuDevice
-    from ..targets import Pair
+    from .targets import Pair
 
 # A measured figure further than this factor from the advertised one (either way) is
 # called out: firmware figures are often wrong, and so is a misplaced measurement.

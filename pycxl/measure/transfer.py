@@ -20,7 +20,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
+from ..base.values import word
 from ..gpu.context import GpuContext
 from ..gpu.inventory import GpuDevice
 from ..gpu.memory import DeviceMemory, HostMemory
@@ -28,10 +29,9 @@ from ..gpu.staged import StagedCopier
 from ..gpu.streams import Event, Stream
 from ..numa.placement import NumaBuffer
 from ..numa.policy import Policy
-from ..targets import Pair
-from ..values import word
 from .conditions import default
 from .results import Lane, TransferResult
+from .targets import Pair
 
 DIRECTIONS = ("h2d", "d2h", "both", "bidir")
 MEMORY = ("pinned", "pageable", "staged")

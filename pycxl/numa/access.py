@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 
 ACCESS_CLASSES = (0, 1)  # 0: any initiator; 1: CPUs only
 CPU_ACCESS = 1

@@ -17,7 +17,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import CommandNotExecutableError, CommandNotFoundError, InvalidRequestError
+from ..base.errors import CommandNotExecutableError, CommandNotFoundError, InvalidRequestError
 from .policy import Policy, set_thread_policy
 
 

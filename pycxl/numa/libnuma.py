@@ -9,8 +9,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .._lib.libs import LIBNUMA
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base._lib.libs import LIBNUMA
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError
 
 # Bits in the node masks pycxl passes (the kernel's MAX_NUMNODES is at most 1024).
 MASK_BITS = 1024

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import NotAvailableError, OperationError, PlacementError
+from ..base.errors import NotAvailableError, OperationError, PlacementError
 from . import pages
 
 SYS_IO_URING_SETUP = 425  # the same number on every architecture (generic syscall table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 from .access import AccessFigures, cpu_figures, read_node_access
 
 NODE_DIR = "/sys/devices/system/node"

@@ -10,9 +10,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from ..errors import InvalidRequestError, NotFoundError, OperationError, SysfsError
-from ..sysfs import Sysfs
-from ..values import pid as check_pid
+from ..base.errors import InvalidRequestError, NotFoundError, OperationError, SysfsError
+from ..base.sysfs import Sysfs
+from ..base.values import pid as check_pid
 from . import libnuma
 from .policy import MPOL_MF_MOVE
 

@@ -18,12 +18,12 @@ import mmap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from ..errors import InvalidRequestError, OperationError
-from ..numa.nodes import NumaNode, read_nodes
-from ..sysfs import Sysfs
-from ..units import format_size
-from ..values import instance, size as checked_size
+from ..base.errors import InvalidRequestError, OperationError
+from ..base.sysfs import Sysfs
+from ..base.units import format_size
+from ..base.values import instance, size as checked_size
 from . import pages
+from .nodes import NumaNode, read_nodes
 from .policy import Mode, Policy, bind_range
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
-from ..plan import Plan, Step, write
-from ..sysfs import Sysfs
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base.plan import Plan, Step, write
+from ..base.sysfs import Sysfs
 from . import libnuma
 
 WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..sysfs import Sysfs
+from ..base.sysfs import Sysfs
 from .nodes import NODE_DIR, read_nodes
 
 TIERING_DIR = "/sys/devices/virtual/memory_tiering"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..errors import InvalidRequestError
+from ..base.errors import InvalidRequestError
 
 WEIGHTINESS = 32  # the kernel's scale for auto weights (mm/mempolicy.c)
 RULE = (

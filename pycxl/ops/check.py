@@ -19,10 +19,10 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequestError, SysfsError
-from ..pci_link import Link
-from ..sysfs import Sysfs
-from ..system import System
+from ..base.errors import InvalidRequestError, SysfsError
+from ..base.sysfs import Sysfs
+from ..pci.link import Link
+from ..resolve.system import System
 from .check_capacity import CAPACITY_SLACK, expectation_findings
 from .check_devices import device_findings, event_findings
 from .check_events import DEFAULT_EVENT_LOG, read_event_log

@@ -3,9 +3,9 @@ regions and memdevs."""
 
 from __future__ import annotations
 
-from ..errors import NotFoundError
-from ..system import System
-from ..units import format_size
+from ..base.errors import NotFoundError
+from ..base.units import format_size
+from ..resolve.system import System
 from .check_expect import Expectations
 from .check_finding import Finding, Severity
 

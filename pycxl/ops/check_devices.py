@@ -8,9 +8,9 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NeedsRootError, OperationError
-from ..sysfs import Sysfs
-from ..system import System
+from ..base.errors import NeedsRootError, OperationError
+from ..base.sysfs import Sysfs
+from ..resolve.system import System
 from .check_finding import Finding, Severity, memdev_labels
 
 if TYPE_CHECKING:

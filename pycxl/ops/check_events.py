@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidRequestError
-from ..values import read_text
+from ..base.errors import InvalidRequestError
+from ..base.values import read_text
 
 DEFAULT_EVENT_LOG = "/var/log/pycxl/events.jsonl"
 

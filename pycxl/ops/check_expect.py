@@ -7,10 +7,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..errors import InvalidRequestError
-from ..tiers import token
-from ..units import parse_size
-from ..values import is_digits, read_text
+from ..base.errors import InvalidRequestError
+from ..base.units import parse_size
+from ..base.values import is_digits, read_text
+from ..resolve.tiers import token
 
 _EXPECT = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=\s*(\S+)\s*$")
 _COUNTS = ("regions", "memdevs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..jsontype import Json
+from ..base.jsontype import Json
 
 if TYPE_CHECKING:
     from ..cxl.model import Memdev

@@ -3,10 +3,10 @@ both its ends support."""
 
 from __future__ import annotations
 
-from ..pci import nvidia_gpus
-from ..pci_link import Link, read_link
-from ..sysfs import Sysfs
-from ..system import System
+from ..base.sysfs import Sysfs
+from ..pci.devices import nvidia_gpus
+from ..pci.link import Link, read_link
+from ..resolve.system import System
 from .check_finding import Finding
 
 

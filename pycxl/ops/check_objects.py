@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..base.sysfs import Sysfs
+from ..base.units import format_size
 from ..cxl.read import SANITIZING, security_state
-from ..pci import nvidia_gpus
-from ..sysfs import Sysfs
-from ..system import System
-from ..units import format_size
+from ..pci.devices import nvidia_gpus
+from ..resolve.system import System
 from .check_finding import Finding, Severity, memdev_labels
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ import datetime
 from dataclasses import dataclass
 from typing import Literal
 
-from ..jsontype import Json
-from ..pci import nvidia_gpus
-from ..sysfs import Sysfs
-from ..system import System
-from ..values import TEN_YEARS_S, count
+from ..base.jsontype import Json
+from ..base.sysfs import Sysfs
+from ..base.values import TEN_YEARS_S, count
+from ..pci.devices import nvidia_gpus
+from ..resolve.system import System
 from .check import CheckReport
 
 Format = Literal["slurm", "nfd", "json"]

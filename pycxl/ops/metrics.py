@@ -16,7 +16,7 @@ import time
 
 from ..cxl.health import Health
 from ..cxl.mailbox import Unsupported
-from ..system import System
+from ..resolve.system import System
 from .check import SEVERITIES, CheckReport
 from .prometheus import Metric
 from .stat import StatReport

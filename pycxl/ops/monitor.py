@@ -2,7 +2,7 @@
 of dicts (JSON lines in the CLI), each located on the host: memdev, serial, region, NUMA
 node and tier name, host physical address.
 
-Trace events come from a private tracefs instance (``pycxl.trace``), so the global
+Trace events come from a private tracefs instance (``pycxl.base.trace``), so the global
 trace buffer and whatever else traces are untouched and everything pycxl enabled is
 gone when the stream stops. Hotplug comes from the kernel's uevent netlink socket
 (pyudev), which needs no udev daemon.
@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError, NotAvailableError
-from ..outfiles import append_line
-from ..system import System, given_or_read, snapshot
-from ..trace import TraceEvent, TraceInstance
-from ..values import SYSROOT_ENV, count as whole_count, finite
+from ..base.errors import InvalidRequestError, NotAvailableError
+from ..base.outfiles import append_line
+from ..base.trace import TraceEvent, TraceInstance
+from ..base.values import SYSROOT_ENV, count as whole_count, finite
+from ..resolve.system import System, given_or_read, snapshot
 
 TRACE_EVENTS = (
     "cxl/cxl_general_media",

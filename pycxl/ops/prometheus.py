@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..outfiles import check_output_path, write_atomically
+from ..base.outfiles import check_output_path, write_atomically
 
 PREFIX = "pycxl_"
 Labels = Mapping[str, str | int | None]

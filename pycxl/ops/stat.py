@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..jsontype import Json
+from ..base.jsontype import Json
+from ..base.sysfs import Sysfs
+from ..base.values import count as whole_count, finite
 from ..numa.vmstat import Sample, TieringState, read_tiering, sample
-from ..sysfs import Sysfs
-from ..system import System
-from ..values import count as whole_count, finite
+from ..resolve.system import System
 
 PAGE = 4096  # vmstat counts pages of the base page size
 CXL_PMU_ABSENT = "absent: the kernel registered no cxl_pmu perf PMU (device or driver lacks one)"

@@ -18,6 +18,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.errors import NotFoundError
+from ..base.jsontype import Json
+from ..base.sysfs import Sysfs
+from ..base.values import count as whole_count, finite, pid as check_pid
 from ..counters import memory_pmus, page_traffic, resctrl
 from ..counters.base import (
     ALLOC,
@@ -43,13 +47,9 @@ from ..counters.base import (
     Subject,
     per_second,
 )
-from ..errors import NotFoundError
 from ..gpu.inventory import GpuDevice
-from ..jsontype import Json
-from ..pci_link import read_link
-from ..sysfs import Sysfs
-from ..system import System, snapshot
-from ..values import count as whole_count, finite, pid as check_pid
+from ..pci.link import read_link
+from ..resolve.system import System, snapshot
 
 # figure -> its key in JSON (bytes per second unless the name says otherwise)
 GPU_FIGURES = {

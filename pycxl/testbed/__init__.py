@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from ..base._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .runner import GuestResult, check_requirements, run_in_guest, topology

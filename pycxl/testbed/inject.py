@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequestError, NotAvailableError, OperationError
+from ..base.errors import InvalidRequestError, NotAvailableError, OperationError
 
 REQUEST_GLOB = "inject-request-*.json"
 ANSWER_WAIT_S = 60.0

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TestbedError
+from ..base.errors import TestbedError
 
 MIN_QEMU = (8, 0)  # first QEMU with CXL type-3 volatile memory emulation
 KERNEL_PACKAGE_RE = r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$"

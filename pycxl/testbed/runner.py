@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .._log import get_logger
-from ..errors import NotAvailableError, NotFoundError, TestbedError
+from ..base._log import get_logger
+from ..base.errors import NotAvailableError, NotFoundError, TestbedError
 from . import progress
 from .clock import ProgressClock, group_alive
 from .inject import serve_requests

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sysfs import parse_cpulist
-from ..units import parse_size
+from ..base.sysfs import parse_cpulist
+from ..base.units import parse_size
 
 DEVICE_SIZE = 256 << 20
 WINDOW_SIZE = 4 << 30

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NotAvailableError
+from ..base.errors import NotAvailableError
 
 
 def import_torch(needed_for: str = "layer offload") -> Any:

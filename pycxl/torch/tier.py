@@ -25,9 +25,9 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from .._lib import compiled
-from .._log import get_logger
-from ..errors import InvalidRequestError, NotAvailableError
+from ..base._lib import compiled
+from ..base._log import get_logger
+from ..base.errors import InvalidRequestError, NotAvailableError
 from ..gpu.tier_pool import TierPool
 from ._import import import_torch
 

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-PREFIX = ".pycxl-"  # pycxl.outfiles' temporary files
+PREFIX = ".pycxl-"  # pycxl.base.outfiles' temporary files
 
 
 def _stop_here(ready: int) -> None:
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
 
         os.replace = replace
     elif point == "naive":
-        import pycxl.outfiles
+        import pycxl.base.outfiles
 
         def write_in_place(path: str, data: str | bytes, mode: int = 0o644) -> None:
             raw = data.encode() if isinstance(data, str) else data
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
                 f.flush()
                 _stop_here(ready)
 
-        pycxl.outfiles.write_atomically = write_in_place  # type: ignore[assignment]
+        pycxl.base.outfiles.write_atomically = write_in_place  # type: ignore[assignment]
     else:
         raise SystemExit(f"unknown point {point!r}")
     from pycxl.cli.main import main as pycxl

@@ -196,7 +196,7 @@ def _top_textfile(path: Path, busy: float, *, sampled: float | None = None) -> P
     from pycxl.ops.metrics import top_metrics
     from pycxl.ops.prometheus import write_textfile
     from pycxl.ops.top import report
-    from pycxl.system import snapshot
+    from pycxl.resolve.system import snapshot
 
     gpu = ("gpu", 0)
 

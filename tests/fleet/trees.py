@@ -7,9 +7,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pycxl.base.trace import parse_line
 from pycxl.ops.monitor import Locator, append_log, trace_record
-from pycxl.system import snapshot
-from pycxl.trace import parse_line
+from pycxl.resolve.system import snapshot
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REGION = DATA / "trees" / "two-dev" / "region"  # region0 online as cxl0 (512 MiB), normal zone

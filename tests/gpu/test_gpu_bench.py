@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from pycxl import bench
-from pycxl.errors import InvalidRequestError
+from pycxl.base.errors import InvalidRequestError
 from pycxl.gpu.context import GpuContext
 from pycxl.gpu.memory import DeviceMemory
 from pycxl.gpu.staged import StagedCopier
 from pycxl.measure.results import TransferResult
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from tests.kernel.kernel_helpers import pycxl_cli
 
 pytestmark = pytest.mark.gpu

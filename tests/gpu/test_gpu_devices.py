@@ -13,10 +13,10 @@ import textwrap
 
 import pytest
 
+from pycxl.base.sysfs import Sysfs
 from pycxl.gpu import read_gpus
 from pycxl.gpu.inventory import GpuDevice
 from pycxl.gpu.nvml import FP32_LANES_PER_SM
-from pycxl.sysfs import Sysfs
 
 pytestmark = pytest.mark.gpu
 
@@ -197,7 +197,7 @@ _READ = textwrap.dedent(
     """
     import dataclasses, json, sys
     from pycxl.gpu import nvml_session
-    from pycxl.sysfs import Sysfs
+    from pycxl.base.sysfs import Sysfs
     if sys.argv[1] == "thread":
         nvml_session.begin_reading(Sysfs())
     from pycxl.gpu import read_gpus

@@ -8,11 +8,11 @@ import pytest
 
 import pycxl
 from pycxl import bench
-from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.base.errors import InvalidRequestError, NotFoundError
 from pycxl.gpu.context import GpuContext
 from pycxl.gpu.memory import DeviceMemory, HostMemory
 from pycxl.gpu.streams import Stream
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20

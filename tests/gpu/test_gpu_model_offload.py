@@ -15,7 +15,7 @@ import pytest
 
 import pycxl
 from pycxl.numa.pages import pages_by_node
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from tests.training import train as _train
 
 pytestmark = pytest.mark.gpu

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError
+from pycxl.base.errors import InvalidRequestError
 from pycxl.gpu.context import GpuContext
 from pycxl.gpu.cuda_engine import CudaEngine
 from pycxl.gpu.prefetch import Prefetcher
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

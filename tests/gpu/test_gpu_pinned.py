@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError
+from pycxl.base.errors import InvalidRequestError
 from pycxl.gpu.context import GpuContext
 from pycxl.gpu.memory import HostMemory
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20
@@ -23,7 +23,7 @@ MiB = 1 << 20
 def _host_of(address: int) -> HostMemory:
     """The registration behind a pinned tensor's memory (a tensor's numpy view points
     back at the tensor, not at what owns its memory)."""
-    from pycxl.facade import _PinnedOwner
+    from pycxl.byname.facade import _PinnedOwner
 
     # type(), not isinstance(): the heap holds weak proxies, and isinstance() asks a dead
     # one for its __class__, which raises ReferenceError

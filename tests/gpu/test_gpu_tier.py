@@ -17,7 +17,7 @@ import pytest
 
 import pycxl
 from pycxl.numa import pages
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from pycxl.byname.listing import ListRequest, list_json
 from pycxl.cxl import libcxl_backend, sysfs_backend
-from pycxl.listing import ListRequest, list_json
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from pycxl.testbed import TOPOLOGIES
 from tests.kernel.kernel_helpers import backend_differences, ndctl, pycxl_cli
 from tests.ndctl_compare import compare, flatten

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from pycxl.base.errors import NeedsRootError
 from pycxl.cxl import regions
 from pycxl.cxl.region_layout import RegionRequest
-from pycxl.errors import NeedsRootError
 from tests.kernel.kernel_helpers import cxl_state, pycxl_cli, state_diff
 
 REJECTIONS = [

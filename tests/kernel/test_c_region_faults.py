@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from pycxl.base.errors import InvalidRequestError, OperationError
+from pycxl.base.plan import PlanFailed, Step
+from pycxl.base.sysfs import Sysfs
 from pycxl.cxl import regions
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.cxl.sysfs_backend import read_topology
-from pycxl.errors import InvalidRequestError, OperationError
-from pycxl.plan import PlanFailed, Step
-from pycxl.sysfs import Sysfs
 from tests.kernel.kernel_helpers import cxl_state, destroy_all_regions, state_diff
 
 REQ = RegionRequest(ways=2, zone="movable")  # movable: always removable again

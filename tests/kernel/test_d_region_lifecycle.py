@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from pycxl.byname.listing import ListRequest, list_json
 from pycxl.cxl import libcxl_backend, sysfs_backend
-from pycxl.listing import ListRequest, list_json
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from tests.kernel.kernel_helpers import (
     backend_differences,
     cxl_state,

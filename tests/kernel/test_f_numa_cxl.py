@@ -19,7 +19,7 @@ from pycxl.cxl import regions
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.numa import placement
 from pycxl.numa.policy import Policy, read_weights, write_weights
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from tests.kernel.kernel_helpers import pycxl_cli
 
 SIZE = 256 << 10

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import pycxl
+from pycxl.base.errors import InvalidRequestError, PlacementError
 from pycxl.cxl.region_layout import RegionRequest
-from pycxl.errors import InvalidRequestError, PlacementError
 from pycxl.numa.longterm import LongtermPin, check_pinned, pin_placement
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from tests.kernel.kernel_helpers import cxl_state, pycxl_cli, state_diff
 
 MiB = 1 << 20

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 import pycxl
+from pycxl.base.trace import find_tracefs
 from pycxl.cxl.health import FirmwareInfo, read_health
 from pycxl.cxl.mailbox import Unsupported
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.numa.pages import migrate, pages_by_node
-from pycxl.system import snapshot
-from pycxl.trace import find_tracefs
+from pycxl.resolve.system import snapshot
 from tests import node_exporter
 from tests.kernel.kernel_helpers import ndctl, pycxl_cli
 
@@ -43,7 +43,7 @@ def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
 
     for mod in ("pycxl.cli.main", "pycxl.cli.check_cmd", "pycxl.cli.list_cmd",
                 "pycxl.cli.monitor_cmd", "pycxl.ops.check", "pycxl.ops.monitor",
-                "pycxl.listing", "pycxl.cxl.poison", "pyudev"):  # fmt: skip
+                "pycxl.byname.listing", "pycxl.cxl.poison", "pyudev"):  # fmt: skip
         importlib.import_module(mod)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         pid = os.fork()

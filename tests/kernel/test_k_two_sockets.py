@@ -18,15 +18,15 @@ import pytest
 
 import pycxl
 from pycxl import bench
+from pycxl.base.sysfs import parse_cpulist
+from pycxl.base.units import parse_size
 from pycxl.numa.access import cpu_figures
 from pycxl.numa.policy import read_weight_mode, read_weights, write_weights
 from pycxl.numa.weights import weights_from_bandwidth
-from pycxl.pci import PCI_DEVICES, device_numa_node
-from pycxl.sysfs import parse_cpulist
-from pycxl.system import System, snapshot
+from pycxl.pci.devices import PCI_DEVICES, device_numa_node
+from pycxl.resolve.system import System, snapshot
+from pycxl.resolve.tiers import NodeTier
 from pycxl.testbed.topologies import SOCKET_DISTANCE, TOPOLOGIES, Figure
-from pycxl.tiers import NodeTier
-from pycxl.units import parse_size
 from tests.kernel.kernel_helpers import REPO, cxl_state, pycxl_cli, state_diff
 
 TOPO = TOPOLOGIES["two-socket"]

@@ -19,6 +19,9 @@ from collections.abc import Callable
 import pytest
 
 import pycxl
+from pycxl.base.errors import InvalidRequestError, NotAvailableError
+from pycxl.base.sysfs import Sysfs
+from pycxl.base.waiting import wait_until
 from pycxl.cxl import firmware
 from pycxl.cxl.health import read_health
 from pycxl.cxl.mailbox import SET_PARTITION_INFO, Mailbox, Unsupported
@@ -26,11 +29,8 @@ from pycxl.cxl.poison import read_poison
 from pycxl.cxl.read import security_state
 from pycxl.cxl.region_layout import RegionRequest
 from pycxl.cxl.sysfs_backend import read_topology
-from pycxl.errors import InvalidRequestError, NotAvailableError
 from pycxl.ops.check import run_check
-from pycxl.sysfs import Sysfs
-from pycxl.system import snapshot
-from pycxl.waiting import wait_until
+from pycxl.resolve.system import snapshot
 from tests.kernel.kernel_helpers import ndctl, pycxl_cli
 
 PMEM = pytest.mark.kernel(topology="pmem-dev")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import NotAvailableError
+from pycxl.base.errors import NotAvailableError
 from tests.smoke.examples import ROOT, Example, examples, shape_problems
 
 ALL = list(examples())
@@ -100,7 +100,7 @@ def test_gpu_example(ex: Example) -> None:
 
 @pytest.mark.parametrize("ex", _params("nogpu"))
 def test_example_without_a_gpu(ex: Example) -> None:
-    from pycxl._lib.libs import LIBCUDA
+    from pycxl.base._lib.libs import LIBCUDA
 
     if LIBCUDA.available():
         pytest.skip("a CUDA driver is present: this example shows the path without one")

@@ -180,7 +180,7 @@ def test_a_boot_stopped_from_another_thread_ends_and_leaves_no_emulator() -> Non
     """The session runs its boots in threads, which take no signal: run_in_guest(stop=)
     ends a boot when the event is set, raises TestbedError, and the emulator is gone."""
     _require_testbed()
-    from pycxl.errors import TestbedError
+    from pycxl.base.errors import TestbedError
     from pycxl.testbed import run_in_guest
     from pycxl.testbed.runner import new_workdir
 

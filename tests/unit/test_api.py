@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError
+from pycxl.base.errors import InvalidRequestError
 
 API = ["snapshot", "System", "allocate", "migrate", "host_memory", "create_region",
        "destroy_region", "enable_region", "disable_region", "RegionRequest", "NumaBuffer",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.base.errors import SysfsError
+from pycxl.base.sysfs import Sysfs
 from pycxl.cxl.sysfs_backend import read_topology
-from pycxl.errors import SysfsError
-from pycxl.sysfs import Sysfs
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pycxl import bench
-from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.base.errors import InvalidRequestError, NotFoundError
+from pycxl.base.sysfs import Sysfs
 from pycxl.measure.conditions import last_level_cache
 from pycxl.measure.results import BandwidthResult, LatencyResult, bench_result_json
-from pycxl.sysfs import Sysfs
 from tests.kernel.kernel_helpers import pycxl_cli
 
 MiB = 1 << 20
@@ -138,8 +138,8 @@ def test_cli_sweep_and_matrix() -> None:
     ],
 )
 def test_gpu_benchmarks_without_a_cuda_driver_say_so(args: list[str]) -> None:
-    from pycxl._lib.libs import LIBCUDA
-    from pycxl.pci import nvidia_gpus
+    from pycxl.base._lib.libs import LIBCUDA
+    from pycxl.pci.devices import nvidia_gpus
 
     if LIBCUDA.available():
         pytest.skip("a CUDA driver is present: the GPU tests cover these")

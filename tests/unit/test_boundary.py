@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError, NotFoundError
-from pycxl.system import snapshot
+from pycxl.base.errors import InvalidRequestError, NotFoundError
+from pycxl.resolve.system import snapshot
+from tests.nobody import as_nobody
 
 ROOT = Path(__file__).resolve().parents[2]
 TREES = ROOT / "tests" / "data" / "trees"
@@ -187,16 +188,7 @@ def test_a_plot_is_written_in_the_format_its_name_says(tmp_path: Path) -> None:
 
 # --- process ids: pycxl where ----------------------------------------------------------
 def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
-    code = (
-        "import os, sys\n"
-        "import logging, traceback, json\n"  # the interpreter's files may be root's alone
-        "import pycxl.cli.main, pycxl.cli.numa_cmd, pycxl.cli.render, pycxl.numa.pages\n"
-        "import pycxl.system, pycxl.numa.nodes, pycxl.cxl.sysfs_backend, pycxl.gpu.devices\n"
-        "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
-        "sys.exit(pycxl.cli.main.main(sys.argv[1:]))\n"
-    )
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    return as_nobody(list(args))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import pycxl
+from pycxl.base.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from pycxl.cxl.alerts import AlertChange, alert_change, alert_payload
 from pycxl.cxl.firmware import check_image
 from pycxl.cxl.partition import Partitioning, volatile_size
-from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from tests.unit.test_refusals import one_error_line, pycxl_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 from pycxl.cli import exit_codes
 from pycxl.cli.main import main
 
+from tests.nobody import as_nobody
 from tests.unit.test_fuzz import commands
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,21 +171,6 @@ def test_without_cxl_device_commands_say_it_is_absent(
         assert "CXL" in err and err.count("\n") == 1, err
 
 
-def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``pycxl ARGV`` with the user and groups of nobody; what it imports is imported as
-    root first (the interpreter's own files may be root's alone)."""
-    code = (
-        "import os, sys, logging, traceback, json, difflib, subprocess\n"
-        "import pycxl.cli.main, pycxl.cli.numa_cmd, pycxl.cli.render, pycxl.numa.pages\n"
-        "import pycxl.system, pycxl.numa.nodes, pycxl.numa.policy, pycxl.plan, pycxl.tuning\n"
-        "import pycxl.cxl.sysfs_backend, pycxl.gpu.devices\n"
-        "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
-        "sys.exit(pycxl.cli.main.main(sys.argv[1:]))\n"
-    )
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                          check=False, timeout=60)  # fmt: skip
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 @pytest.mark.parametrize("path", sorted(NEEDS_ROOT), ids=" ".join)
 def test_what_needs_root_says_so_before_it_writes(path: tuple[str, ...],
@@ -196,7 +180,7 @@ def test_what_needs_root_says_so_before_it_writes(path: tuple[str, ...],
         pytest.skip("this kernel has no weighted interleave")
     before = sorted(os.listdir(weights)) if os.path.isdir(weights) else []
     values = [Path(weights, n).read_text() for n in before]
-    p = _as_nobody(_argv(path, NEEDS_ROOT[path], places))
+    p = as_nobody(_argv(path, NEEDS_ROOT[path], places))
     assert p.returncode == exit_codes.NEEDS_ROOT, (p.returncode, p.stderr)
     assert "root" in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert [Path(weights, n).read_text() for n in before] == values

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import InvalidRequestError
-from pycxl.outfiles import append_line, check_output_path, write_atomically
+from pycxl.base.errors import InvalidRequestError
+from pycxl.base.outfiles import append_line, check_output_path, write_atomically
 
 ROOT = Path(__file__).resolve().parents[2]
 TREE = str(ROOT / "tests" / "data" / "trees" / "two-dev" / "region")

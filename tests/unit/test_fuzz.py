@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pycxl.cli.main import COMMANDS, cli, main
 
 import pycxl
-from pycxl.errors import PycxlError
+from pycxl.base.errors import PycxlError
 
 ROOT = Path(__file__).resolve().parents[2]
 TREES = ROOT / "tests" / "data" / "trees"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.base.sysfs import Sysfs
 from pycxl.gpu import read_gpus
 from pycxl.gpu.nearest import nearest_node
 from pycxl.gpu.procfs import GPUS_DIR, information, read_inventory
 from pycxl.gpu.visible import Undecided, select_visible
-from pycxl.sysfs import Sysfs
 
 H200 = Path(__file__).parents[1] / "data" / "gpu" / "h200"
 BUS = "0000:00:06.0"
@@ -194,7 +194,7 @@ def test_declarations_parsed_at_install_match_the_headers(name: str, tmp_path: P
     header until pycxl is installed again)."""
     from cffi import recompiler
 
-    from pycxl._lib.loader import parsed_declarations
+    from pycxl.base._lib.loader import parsed_declarations
 
     try:
         built = importlib.import_module(f"pycxl._abi_{name}")
@@ -209,7 +209,7 @@ def test_declarations_parsed_at_install_match_the_headers(name: str, tmp_path: P
 
 NVML_START = """
 import sys
-from pycxl._lib.libs import LIBNVML
+from pycxl.base._lib.libs import LIBNVML
 from pycxl.gpu import nvml_session as s
 if sys.argv[1] == "broken":  # a bug in the start itself, on the starting thread
     def load():
@@ -234,7 +234,7 @@ print(sorted(t.name for t in threading.enumerate() if t.name.startswith("pycxl")
 def test_nvml_started_on_a_thread_reports_to_the_caller_that_waits(case: str) -> None:
     """begin() starts NVML on a thread; session() waits for it and says what happened:
     the library missing (this machine) in NVML's words, a bug as the bug."""
-    from pycxl._lib.libs import LIBNVML
+    from pycxl.base._lib.libs import LIBNVML
 
     if case == "absent" and LIBNVML.available():
         pytest.skip("NVML is installed here")
@@ -250,8 +250,8 @@ def test_nvml_started_on_a_thread_reports_to_the_caller_that_waits(case: str) ->
 # NVML's own declarations, and a driver that is not loaded at the first call.
 FAKE_NVML = """
 import os, sys, time
-from pycxl._lib.libs import LIBNVML
-from pycxl._lib.loader import parsed_declarations
+from pycxl.base._lib.libs import LIBNVML
+from pycxl.base._lib.loader import parsed_declarations
 from pycxl.gpu import nvml_session as s
 ffi = parsed_declarations("nvml")
 class Driver:

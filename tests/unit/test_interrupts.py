@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pycxl import bench
-from pycxl._lib import compiled
+from pycxl.base._lib import compiled
 from pycxl.measure.results import BandwidthResult
 from pycxl.numa.placement import NumaBuffer
 from pycxl.numa.policy import Policy

@@ -11,28 +11,58 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# module name prefix -> floor; the longest matching prefix decides
-FLOORS = {
-    "pycxl.errors": 0, "pycxl.units": 0, "pycxl.sysfs": 0, "pycxl.plan": 0,
-    "pycxl.waiting": 0, "pycxl.list_kinds": 0, "pycxl._lib": 0, "pycxl.native": 0,
-    "pycxl._bench": 0, "pycxl._lazy": 0, "pycxl.trace": 0, "pycxl.outfiles": 0,
-    "pycxl._log": 0, "pycxl.values": 0, "pycxl.jsontype": 0,
-    "pycxl.cxl": 1, "pycxl.numa": 1, "pycxl.gpu": 1, "pycxl.torch": 1, "pycxl.measure": 1,
-    "pycxl.testbed": 1,
-    "pycxl.pci": 1, "pycxl.pci_link": 1, "pycxl.pci_caps": 1, "pycxl.targets": 1,
-    "pycxl.counters": 1,
-    "pycxl.tiers": 2, "pycxl.system": 2,
-    "pycxl": 3, "pycxl.facade": 3, "pycxl.bench": 3, "pycxl.listing": 3, "pycxl.memdev_health": 3,
-    "pycxl.to_json": 3,
-    "pycxl.cli": 4,
+# The floors are the folders: each folder of pycxl/ (and cli/, native/) and its floor.
+# A module's floor is its folder's; the package's own __init__ is the top of the library
+# (floor 3: it exports the by-name API). No module sits loose in pycxl/ but __init__ and
+# what the build generates there (the cffi modules _abi_*, _bench).
+FOLDERS = {
+    "base": 0, "native": 0,
+    "cxl": 1, "numa": 1, "gpu": 1, "torch": 1, "measure": 1, "pci": 1, "counters": 1,
+    "testbed": 1,
+    "resolve": 2,
+    "byname": 3, "bench": 3, "ops": 3,
+    "cli": 4,
 }  # fmt: skip
+GENERATED = ("_abi_", "_bench")  # built into pycxl/ at install (setup.py's cffi modules)
 
 
 def floor(module: str) -> int:
-    """A module's floor: its longest prefix's, the same for a package and its modules
-    (no exceptions)."""
-    best = max((p for p in FLOORS if module == p or module.startswith(p + ".")), key=len)
-    return FLOORS[best]
+    """A module's floor: its folder's (the same for a package and its modules, no
+    exceptions); the package's __init__ and the generated modules' are their own."""
+    parts = module.split(".")
+    if module == "pycxl":
+        return 3
+    if len(parts) == 2 and parts[1].startswith(GENERATED):
+        return 0
+    return FOLDERS[parts[1]]
+
+
+def test_every_module_lives_in_a_floor_folder() -> None:
+    """A newcomer finds a module's floor from its folder: nothing loose in pycxl/, and
+    every folder named in the table."""
+    loose = [p.name for p in (ROOT / "pycxl").glob("*.py")
+             if p.name != "__init__.py" and not p.name.startswith(GENERATED)]  # fmt: skip
+    assert loose == [], f"modules outside a floor's folder: {loose}"
+    folders = {p.name for p in (ROOT / "pycxl").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}  # fmt: skip
+    assert folders | {"cli", "native"} == set(FOLDERS)
+
+
+def test_the_documented_floors_are_the_folders() -> None:
+    """docs/architecture.md's floor table names each folder on its floor."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("## Floors") :]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "|" in line[2:]]
+    documented: dict[str, int] = {}
+    for row in rows[1:]:  # the header first
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        number = cells[0].split()[0]
+        if not number.isdigit():
+            break
+        for folder in FOLDERS:
+            if f"`pycxl/{folder}/`" in cells[1] or f"`{folder}/`" in cells[1]:
+                documented[folder] = int(number)
+    assert documented == FOLDERS
 
 
 def modules() -> list[tuple[str, Path, bool]]:
@@ -138,19 +168,21 @@ def test_the_rule_is_checked_on_every_floor() -> None:
     assert floors == {0, 1, 2, 3, 4}
     # it sees relative, aliased and function-level imports
     found = {m: imports(m, path, p) for m, path, p in MODULES}
-    assert {"pycxl.targets", "pycxl.numa.launch", "pycxl.tiers"} <= found["pycxl.system"]
-    assert "pycxl.cxl.regions" in found["pycxl.facade"]
+    assert {"pycxl.measure.targets", "pycxl.numa.launch", "pycxl.resolve.tiers"} <= found[
+        "pycxl.resolve.system"
+    ]
+    assert "pycxl.cxl.regions" in found["pycxl.byname.facade"]
     assert "pycxl.numa.placement" in found["pycxl.gpu.memory"]  # inside a method
     # and it would catch the kind of import it exists for
-    assert floor("pycxl.system") > floor("pycxl.numa.placement")
+    assert floor("pycxl.resolve.system") > floor("pycxl.numa.placement")
 
 
 def test_names_are_parsed_on_the_resolver_floor_only() -> None:
     """tiers' name grammar is used from the resolver and above, never below."""
     for module, path, is_package in MODULES:
         if floor(module) < 2:
-            assert "pycxl.tiers" not in imports(module, path, is_package), module
-            assert "pycxl.system" not in imports(module, path, is_package), module
+            assert "pycxl.resolve.tiers" not in imports(module, path, is_package), module
+            assert "pycxl.resolve.system" not in imports(module, path, is_package), module
 
 
 def test_no_import_circles() -> None:

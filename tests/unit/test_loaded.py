@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from pycxl.base.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from pycxl.bench import dispatch
-from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
 from pycxl.measure import loaded
 from pycxl.measure.results import LoadedPoint, bench_result_json
 

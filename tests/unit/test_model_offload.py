@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError
+from pycxl.base.errors import InvalidRequestError
 from pycxl.numa.pages import pages_by_node
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from pycxl.torch.offload.adam import AdamSettings, CpuAdam
 from pycxl.torch.offload.layout import chunks_of, find_blocks, layout_blocks
 from pycxl.torch.offload.update_split import (

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.base.errors import NotFoundError
+from pycxl.base.sysfs import Sysfs
 from pycxl.cxl.sysfs_backend import read_topology
-from pycxl.errors import NotFoundError
-from pycxl.sysfs import Sysfs
 
 
 def topo(trees: Path, name: str):  # type: ignore[no-untyped-def]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.base.errors import InvalidRequestError, NotFoundError
 from pycxl.gpu import devices
 from pycxl.gpu.inventory import GpuInventory
 from pycxl.measure.results import bench_result_json
-from pycxl.system import snapshot
-from pycxl.tiers import is_gpu_name, parse_name, parse_names, token
+from pycxl.resolve.system import snapshot
+from pycxl.resolve.tiers import is_gpu_name, parse_name, parse_names, token
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_results_carry_their_pair_outside_the_json(trees: Path) -> None:
 
 
 def test_gpu_names_are_checked_before_the_driver(trees: Path) -> None:
-    from pycxl.tiers import gpu_token
+    from pycxl.resolve.tiers import gpu_token
 
     assert str(gpu_token(" gpu1 ")) == "gpu1" and gpu_token("all").kind == "all"
     with pytest.raises(InvalidRequestError, match="'dram0' is not a GPU"):

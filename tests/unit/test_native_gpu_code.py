@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycxl._lib.compiled import CopyPool
+from pycxl.base._lib.compiled import CopyPool
 
 ROOT = Path(__file__).resolve().parents[2]
 PTX = ("stream.ptx", "chase.ptx")

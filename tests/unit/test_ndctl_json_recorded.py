@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.listing import ListRequest, list_json
-from pycxl.system import snapshot
+from pycxl.byname.listing import ListRequest, list_json
+from pycxl.resolve.system import snapshot
 from tests.ndctl_compare import compare, flatten
 
 CASES = [

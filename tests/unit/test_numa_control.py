@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError, NotFoundError, OperationError
+from pycxl.base.errors import InvalidRequestError, NotFoundError, OperationError
 from pycxl.numa import placement
 from pycxl.numa.pages import NOT_PRESENT, process_usage
 from pycxl.numa.policy import Mode, Policy, get_thread_policy, thread_policy
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from tests.kernel.kernel_helpers import pycxl_cli
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -205,7 +205,7 @@ def test_run_preferred_and_cpunodebind() -> None:
     p = pycxl_cli(
         "run", "--cpunodebind", "dram0", "--", "grep", "Cpus_allowed_list", "/proc/self/status"
     )
-    from pycxl.sysfs import parse_cpulist
+    from pycxl.base.sysfs import parse_cpulist
 
     allowed = set(parse_cpulist(p.stdout.split()[-1])) & set(os.sched_getaffinity(0))
     assert p.returncode == 0 and allowed == set(cpus) & set(os.sched_getaffinity(0)), p.stdout

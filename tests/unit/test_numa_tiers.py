@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.base.errors import InvalidRequestError, NotFoundError
+from pycxl.base.sysfs import Sysfs
 from pycxl.numa import libnuma
 from pycxl.numa.nodes import read_nodes
-from pycxl.sysfs import Sysfs
-from pycxl.system import snapshot
-from pycxl.tiers import explicit_cxl_nodes
+from pycxl.resolve.system import snapshot
+from pycxl.resolve.tiers import explicit_cxl_nodes
 
 
 def test_region_tree_has_a_cxl_node(trees: Path) -> None:

@@ -40,7 +40,7 @@ from pycxl.cli.params import (
 )
 
 import pycxl
-from pycxl.errors import InvalidRequestError, NotFoundError, PycxlError
+from pycxl.base.errors import InvalidRequestError, NotFoundError, PycxlError
 
 from .test_fuzz import TREES, command, commands, host_state, run_in_child
 
@@ -87,7 +87,7 @@ def _id(v: Any) -> str:
 # --- (a) numbers ----------------------------------------------------------------------------
 def test_click_number_types_are_not_used() -> None:
     """click's INT and FLOAT read with int() and float(): every number goes through
-    pycxl's own types (pycxl.values), whose digits are ASCII."""
+    pycxl's own types (pycxl.base.values), whose digits are ASCII."""
     loose = params_of((click.types.IntParamType, click.types.FloatParamType))
     assert not loose, [(" ".join(path), p.name) for path, p in loose]
 
@@ -114,8 +114,8 @@ def test_ids_in_other_digits_are_refused(path: tuple[str, ...], param: click.Par
 
 
 def test_library_numbers_are_ascii_digits() -> None:
-    from pycxl.units import parse_size
-    from pycxl.values import address_text, integer_text, pid, real_text
+    from pycxl.base.units import parse_size
+    from pycxl.base.values import address_text, integer_text, pid, real_text
 
     for bad in [*OTHER_DIGITS, "1_000", "+1", " 1"]:
         for read in (parse_size, pid, lambda v: integer_text(v, "n"),
@@ -213,7 +213,7 @@ def test_objects_named_twice_are_planned_once(argv: list[str], tree: str) -> Non
 
 
 def test_name_lists_fold_and_refuse_empty_items() -> None:
-    from pycxl.tiers import split_names
+    from pycxl.resolve.tiers import split_names
 
     assert split_names("dram0,dram0,0") == ["dram0", "0"]
     assert flatten((("mem0", "mem1"), ("mem0",))) == ("mem0", "mem1")
@@ -303,7 +303,7 @@ def test_library_and_cli_share_the_alert_checker(tree: str) -> None:
 
 
 def test_messages_name_their_own_kind(tree: str) -> None:
-    from pycxl.tiers import gpu_name
+    from pycxl.resolve.tiers import gpu_name
 
     with pytest.raises(InvalidRequestError, match="such as gpu0"):
         gpu_name(" ")

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.base.errors import InvalidRequestError
+from pycxl.base.sysfs import Sysfs
+from pycxl.base.trace import parse_line
+from pycxl.byname.to_json import alert_config_json, firmware_info_json, health_json
 from pycxl.cxl.health import (
     HEALTH,
     decode_alert_config,
@@ -21,16 +25,12 @@ from pycxl.cxl.health import (
     decode_health,
     event_health,
 )
-from pycxl.errors import InvalidRequestError
 from pycxl.ops.check import parse_expectations, run_check
 from pycxl.ops.metrics import check_metrics, stat_metrics
 from pycxl.ops.prometheus import Metric, check_textfile_path, render, write_textfile
 from pycxl.ops.stat import stat
-from pycxl.pci_link import parse_speed, read_link
-from pycxl.sysfs import Sysfs
-from pycxl.system import snapshot
-from pycxl.to_json import alert_config_json, firmware_info_json, health_json
-from pycxl.trace import parse_line
+from pycxl.pci.link import parse_speed, read_link
+from pycxl.resolve.system import snapshot
 from tests import node_exporter
 
 DATA = Path(__file__).resolve().parents[1] / "data"

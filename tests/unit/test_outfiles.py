@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import InvalidRequestError, OperationError
-from pycxl.outfiles import append_line, check_output_path, write_atomically
+from pycxl.base.errors import InvalidRequestError, OperationError
+from pycxl.base.outfiles import append_line, check_output_path, write_atomically
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pycxl._lib.loader import SharedLibrary
-from pycxl.errors import LibraryNotFoundError
+from pycxl.base._lib.loader import SharedLibrary
+from pycxl.base.errors import LibraryNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_DEV = ROOT / "tests" / "data" / "trees" / "two-dev" / "region"
@@ -22,7 +22,7 @@ TWO_DEV = ROOT / "tests" / "data" / "trees" / "two-dev" / "region"
 
 def test_import_loads_no_library_and_no_numpy() -> None:
     code = (
-        "import sys, pycxl, pycxl.cxl, pycxl.tiers, pycxl.system\n"
+        "import sys, pycxl, pycxl.cxl, pycxl.resolve.tiers, pycxl.resolve.system\n"
         "maps = open('/proc/self/maps').read()\n"
         "bad = [m for m in ('numpy', '_cffi_backend', 'cffi') if m in sys.modules]\n"
         "libs = [l for l in ('libcxl', 'libnuma', 'libcuda') if l in maps]\n"
@@ -40,8 +40,8 @@ def test_missing_library_names_the_package() -> None:
 
 
 def test_real_libraries_load() -> None:
-    from pycxl._lib.libs import LIBCXL, LIBNUMA
-    from pycxl._lib.loader import has_symbol
+    from pycxl.base._lib.libs import LIBCXL, LIBNUMA
+    from pycxl.base._lib.loader import has_symbol
 
     _, numa = LIBNUMA.load()
     assert numa.numa_available() >= 0
@@ -56,7 +56,7 @@ def test_real_libraries_load() -> None:
 
 
 def test_gpus_absent_is_reported_not_raised() -> None:
-    from pycxl._lib.libs import LIBCUDA
+    from pycxl.base._lib.libs import LIBCUDA
     from pycxl.gpu import read_gpus
 
     if LIBCUDA.available():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import OperationError
-from pycxl.plan import Plan, PlanFailed, action, write
-from pycxl.sysfs import Sysfs
+from pycxl.base.errors import OperationError
+from pycxl.base.plan import Plan, PlanFailed, action, write
+from pycxl.base.sysfs import Sysfs
 
 
 def _tree(tmp_path: Path) -> Sysfs:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pycxl.errors import InvalidRequestError, OperationError
+from pycxl.base.errors import InvalidRequestError, OperationError
 from pycxl.gpu.host_engine import HostEngine
 from pycxl.gpu.prefetch import Prefetcher
 from pycxl.gpu.spans import host_span
@@ -293,7 +293,7 @@ def test_offload_results_are_built_whole_from_what_a_run_measures() -> None:
     """The result a run assembles (no GPU here: its figures given) has every field, and
     the bound follows link_time: one way forward, both ways at once backward."""
     from pycxl.measure.offload import _result, link_time
-    from pycxl.targets import Pair, Target
+    from pycxl.measure.targets import Pair, Target
 
     lb = 128 << 20
     fwd = link_time(16 * lb, 0, 50e9, 50e9, 90e9)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError, NotFoundError, PycxlError
+from pycxl.base.errors import InvalidRequestError, NotFoundError, PycxlError
 
 ROOT = Path(__file__).resolve().parents[2]
 TREES = ROOT / "tests" / "data" / "trees"
@@ -247,7 +247,7 @@ def test_libcxl_says_it_cannot_read_a_tree() -> None:
     ],
 )
 def test_arguments_are_checked_before_any_driver(args: list[str], code: int) -> None:
-    from pycxl.pci import nvidia_gpus
+    from pycxl.pci.devices import nvidia_gpus
 
     if nvidia_gpus():
         pytest.skip("this host has GPUs: gpu7 may exist")

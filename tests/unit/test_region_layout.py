@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.base.errors import InvalidRequestError, NotFoundError
+from pycxl.base.sysfs import Sysfs
 from pycxl.cxl.region_layout import RegionRequest, free_capacity, layout_region
 from pycxl.cxl.sysfs_backend import read_topology
 from pycxl.cxl.topology import CxlTopology
-from pycxl.errors import InvalidRequestError, NotFoundError
-from pycxl.sysfs import Sysfs
 from tests.kernel.kernel_helpers import pycxl_cli
 
 MiB = 1 << 20

@@ -370,7 +370,7 @@ def test_an_interrupt_with_a_view_alive_stays_an_interrupt_and_the_buffer_goes()
 
 
 def test_a_closed_buffer_with_a_view_alive_is_still_an_error() -> None:
-    from pycxl.errors import OperationError
+    from pycxl.base.errors import OperationError
 
     with pytest.raises(OperationError, match="still used by arrays"):  # noqa: SIM117
         with NumaBuffer(1 << 20, Policy.bind(0)) as buf:

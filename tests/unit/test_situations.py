@@ -42,9 +42,9 @@ from pycxl.cli import params as P
 from pycxl.cli.main import run as console_script
 
 import pycxl
-from pycxl.errors import PycxlError
-from pycxl.list_kinds import KIND_NAMES
-from pycxl.sysfs import Sysfs
+from pycxl.base.errors import PycxlError
+from pycxl.base.list_kinds import KIND_NAMES
+from pycxl.base.sysfs import Sysfs
 from tests.unit.test_fuzz import (
     CHILD_LIMIT_S,
     DOCUMENTED_EXITS,

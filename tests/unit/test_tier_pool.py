@@ -9,9 +9,9 @@ import ctypes
 import pytest
 
 import pycxl
-from pycxl._lib import compiled
-from pycxl.errors import InvalidRequestError, NotAvailableError, NotFoundError
-from pycxl.system import snapshot
+from pycxl.base._lib import compiled
+from pycxl.base.errors import InvalidRequestError, NotAvailableError, NotFoundError
+from pycxl.resolve.system import snapshot
 
 
 def test_the_allocators_pytorch_loads_are_exported_by_name() -> None:
@@ -31,7 +31,7 @@ def test_a_slot_that_is_not_open_allocates_nothing() -> None:
 
 
 def test_without_a_cuda_driver_the_pool_says_so(trees: object) -> None:
-    from pycxl._lib.libs import LIBCUDA
+    from pycxl.base._lib.libs import LIBCUDA
 
     if LIBCUDA.available():
         pytest.skip("a CUDA driver is present: tests/gpu runs the pool")

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 import pycxl
+from pycxl.base.errors import SysfsError
+from pycxl.base.sysfs import Sysfs
 from pycxl.counters import pmus
 from pycxl.counters.base import ALLOC, LOCAL, MEM_READ, MEM_WRITE, PCIE_RX, Reading, per_second
 from pycxl.counters.perf_event import PerfRefused, open_counter, read_count
-from pycxl.errors import SysfsError
 from pycxl.ops.top import top_row_json
-from pycxl.pci_caps import parse_cxl_capability
-from pycxl.pci_link import bandwidth
-from pycxl.sysfs import Sysfs
+from pycxl.pci.caps import parse_cxl_capability
+from pycxl.pci.link import bandwidth
 from tests.top_runs import bandwidth_under_top
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import pycxl
-from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.base.errors import InvalidRequestError, NotFoundError
 from pycxl.gpu.host_engine import HostEngine
 from pycxl.torch.offload.layers import LayerOffload
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pycxl.base.errors import InvalidRequestError, OperationError, SysfsError
+from pycxl.base.sysfs import Sysfs
 from pycxl.cxl.mailbox import Mailbox
-from pycxl.errors import InvalidRequestError, OperationError, SysfsError
-from pycxl.sysfs import Sysfs
 from tests.unit.test_fuzz import command, run_in_child
 
 ROOT = Path(__file__).resolve().parents[2]

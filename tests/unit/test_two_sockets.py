@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pycxl.errors import InvalidRequestError
+from pycxl.base.errors import InvalidRequestError
+from pycxl.base.plan import PlanFailed
+from pycxl.base.sysfs import Sysfs
+from pycxl.base.units import parse_size
 from pycxl.numa.access import cpu_figures
 from pycxl.numa.policy import (
     WEIGHTS_DIR,
@@ -23,11 +26,8 @@ from pycxl.numa.policy import (
     weights_plan,
 )
 from pycxl.numa.weights import WEIGHTINESS, weights_from_bandwidth
-from pycxl.plan import PlanFailed
-from pycxl.sysfs import Sysfs
-from pycxl.system import snapshot
+from pycxl.resolve.system import snapshot
 from pycxl.testbed.topologies import TOPOLOGIES
-from pycxl.units import parse_size
 
 HMAT = TOPOLOGIES["two-socket"].hmat
 assert HMAT is not None

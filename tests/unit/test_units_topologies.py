@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from pycxl.errors import InvalidRequestError, NotFoundError
+from pycxl.base.errors import InvalidRequestError, NotFoundError
+from pycxl.base.units import format_size, format_size_ndctl, parse_size
 from pycxl.testbed import TOPOLOGIES, topology
-from pycxl.units import format_size, format_size_ndctl, parse_size
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .._import import import_torch
 
 
@@ -115,7 +115,7 @@ class AdamSettings:
 
 def precision_kind(dtype: Any) -> int:
     """native/adam.c's code for a gradient's or weight's dtype."""
-    from ..._lib.compiled import ADAM_KINDS
+    from ...base._lib.compiled import ADAM_KINDS
 
     kind = ADAM_KINDS.get(str(dtype).removeprefix("torch."))
     if kind is None:
@@ -130,7 +130,7 @@ class CpuAdam:
     """The fused CPU step on a team of threads pinned to ``cpus`` (the tier's socket)."""
 
     def __init__(self, cpus: Sequence[int]) -> None:
-        from ..._lib.compiled import AdamTeam
+        from ...base._lib.compiled import AdamTeam
 
         if not cpus:
             raise InvalidRequestError("the CPU Adam step needs at least one CPU")
@@ -154,7 +154,7 @@ class CpuAdam:
         one size) from ``grad`` (a contiguous CPU tensor of that size, fp32, bf16 or
         fp16) times ``grad_scale``, writing the new weights into ``weight`` (its
         precision; None when the master is the weight) at step number ``step``."""
-        from ..._lib.compiled import ADAM_NO_WEIGHT
+        from ...base._lib.compiled import ADAM_NO_WEIGHT
 
         master, m, v = state
         n = master.numel()

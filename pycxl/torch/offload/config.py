@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import InvalidRequestError
-from ...values import lookahead as checked_lookahead, word
+from ...base.errors import InvalidRequestError
+from ...base.values import lookahead as checked_lookahead, word
 
 Update = Literal["auto", "cpu", "gpu"]
 Weights = Literal["resident", "stream"]

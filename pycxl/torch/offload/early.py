@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .adam import AdamSettings
 from .layout import Block, ParamSlot
 from .update_split import UpdateSplit, format_blocks

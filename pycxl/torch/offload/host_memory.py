@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .._import import import_torch
 
 # (bytes, pinned) -> a uint8 CPU tensor on the tier; pinned ones are registered with the GPU

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from ...gpu.engine import CopyBack
 from .._import import import_torch
 from .adam import AdamSettings, CpuAdam

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from ...gpu.engine import Engine, copy_to_device, copy_to_host
 from ...gpu.host_engine import HostEngine
 from .._import import import_torch

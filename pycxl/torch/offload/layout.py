@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .._import import import_torch
 
 ALIGN_ELEMENTS = 64  # 128 bytes of bf16, 256 of fp32: every piece starts aligned

@@ -35,7 +35,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .._import import import_torch
 from . import model_setup as setup, state as saved
 from .adam import AdamSettings, AdamSteps

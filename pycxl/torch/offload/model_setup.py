@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .._import import import_torch
 from .adam import AdamSettings
 from .config import OffloadConfig

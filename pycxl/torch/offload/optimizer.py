@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .._import import import_torch
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ...errors import InvalidRequestError
+from ...base.errors import InvalidRequestError
 from .config import OffloadConfig
 from .cpu_side import CpuSide
 from .gpu_side import GpuSide

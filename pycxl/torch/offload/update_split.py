@@ -65,7 +65,7 @@ class UpdateSplit:
 
 def format_blocks(ids: Sequence[int]) -> str:
     """Block numbers as ranges: ``0-3,7``."""
-    from ...values import format_ranges
+    from ...base.values import format_ranges
 
     return format_ranges(list(ids))
 

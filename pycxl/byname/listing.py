@@ -1,10 +1,11 @@
 """What ``pycxl list`` shows, as a library call: the kinds of object, one filter per
 kind (as ndctl's filter.c), and the JSON document.
 
-The kinds are declared once, in ``pycxl.list_kinds.KINDS``; the CLI makes its flags from them. As in
-``cxl list``, a filter given without any kind flag lists its own kind (``-m mem0`` lists
-that memdev, ``-d root`` the root decoders); with kind flags, filters narrow every kind
-they relate to (``-D -m mem0``: the decoders on mem0's path). With neither, a summary.
+The kinds are declared once, in ``pycxl.base.list_kinds.KINDS``; the CLI makes its flags
+from them. As in ``cxl list``, a filter given without any kind flag lists its own kind
+(``-m mem0`` lists that memdev, ``-d root`` the root decoders); with kind flags, filters
+narrow every kind they relate to (``-D -m mem0``: the decoders on mem0's path). With
+neither, a summary.
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import InvalidRequestError, NotFoundError
-from .list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
-from .values import ascii_digits, instance, is_digits, is_hex, serial
+from ..base.errors import InvalidRequestError, NotFoundError
+from ..base.list_kinds import KIND_NAMES, KINDS, SINGULAR, SUMMARY_KINDS
+from ..base.values import ascii_digits, instance, is_digits, is_hex, serial
 
 if TYPE_CHECKING:
     # the CXL model loads only where there is CXL, the JSON builders only for --json,
     # and the memdevs' mailbox answers (memdev_health) only for -H, -A, -L
-    from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-    from .cxl.topology import CxlTopology
-    from .gpu.inventory import GpuDevice
-    from .jsontype import Json
-    from .system import System
-    from .tiers import NodeTier
+    from ..base.jsontype import Json
+    from ..cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+    from ..cxl.topology import CxlTopology
+    from ..gpu.inventory import GpuDevice
+    from ..resolve.system import System
+    from ..resolve.tiers import NodeTier
 
 PORT_CLASSES = ("root", "switch", "endpoint")
 # what cxl list -v adds: every CXL object kind but memdevs (and dax devices, at -vvv)
@@ -369,8 +370,8 @@ def kind_json(
 def device_links(system: System, sel: Selection) -> dict[str, Any]:
     """The PCIe link of each memdev and GPU selected (by memdev and GPU name; None for a
     device without one), and each memdev's CXL capability (``lspci -vv``'s view)."""
-    from .pci_caps import read_cxl_capability
-    from .pci_link import read_link
+    from ..pci.caps import read_cxl_capability
+    from ..pci.link import read_link
 
     fs = system.sysfs()
     out: dict[str, Any] = {m.name: (read_link(m.host, fs), read_cxl_capability(m.host, fs))
@@ -392,8 +393,8 @@ def list_json(system: System, req: ListRequest) -> Any:
     single-key objects ('memdevs', 'root decoders', ...). The summary is an object with
     'memdevs', 'regions', 'numa_nodes', 'gpus' and 'absent' (what this host lacks).
     """
+    from ..resolve.system import System
     from . import to_json as js  # the JSON builders load for --json only
-    from .system import System
 
     instance(system, System, "system", "a System (pycxl.snapshot())")
     instance(req, ListRequest, "request", "a ListRequest, such as ListRequest.showing('memdevs')")

@@ -8,15 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from .errors import PycxlError
+from ..base.errors import PycxlError
 
 if TYPE_CHECKING:
-    from .cxl.health import DeviceHealth
-    from .cxl.mailbox import Unsupported
-    from .cxl.model import Memdev
-    from .cxl.poison import PoisonRecord
-    from .jsontype import Json
-    from .system import System
+    from ..base.jsontype import Json
+    from ..cxl.health import DeviceHealth
+    from ..cxl.mailbox import Unsupported
+    from ..cxl.model import Memdev
+    from ..cxl.poison import PoisonRecord
+    from ..resolve.system import System
 
 
 class DeviceQuestions(Protocol):
@@ -61,9 +61,9 @@ def read_device_info(
     device that refuses a command is reported, the rest go on."""
     if not req.device_info or not memdevs:
         return {}
-    from .cxl.device_ops import device_numbers
-    from .cxl.health import read_health
-    from .cxl.poison import read_poison
+    from ..cxl.device_ops import device_numbers
+    from ..cxl.health import read_health
+    from ..cxl.poison import read_poison
 
     if system.sysroot != "/":
         away = f"a recorded tree ({system.sysroot}): its devices are not here to ask"
@@ -90,8 +90,8 @@ def read_device_info(
 def device_json(system: System, info: DeviceInfo, req: DeviceQuestions) -> Json:
     """The keys ``-H``, ``-A`` and ``-L`` add to a memdev (ndctl's names); what could not
     be read is under ``<key>_unsupported`` with the reason."""
-    from .cxl.health import Health
-    from .cxl.mailbox import Unsupported
+    from ..cxl.health import Health
+    from ..cxl.mailbox import Unsupported
     from .to_json import alert_config_json, health_json
 
     out: Json = {}

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import InvalidRequestError
-from .measure.results import BandwidthResult
-from .numa.policy import read_weight_mode, read_weights, weights_plan
-from .numa.weights import RULE, weights_from_bandwidth
-from .plan import Plan
-from .sysfs import Sysfs
-from .system import System, given_or_read
+from ..base.errors import InvalidRequestError
+from ..base.plan import Plan
+from ..base.sysfs import Sysfs
+from ..measure.results import BandwidthResult
+from ..numa.policy import read_weight_mode, read_weights, weights_plan
+from ..numa.weights import RULE, weights_from_bandwidth
+from ..resolve.system import System, given_or_read
 
 Names = str | int | list[str | int] | tuple[str | int, ...]
 KERNEL = "triad"  # STREAM's triad: two reads and a write per element
@@ -75,7 +75,7 @@ def plan_weights(
     socket's DRAM and CXL) from ``initiator``'s CPUs (a node with CPUs; default: the one
     nearest the first node, else dram0) and derive their weights. Nothing is set: run
     ``apply_weights`` on the result (or read its plan)."""
-    from .bench.dispatch import measure_bandwidth
+    from ..bench.dispatch import measure_bandwidth
 
     s = given_or_read(system, gpus=False)
     s.require_live("tuning weights (it measures bandwidth)")

@@ -4,7 +4,7 @@
 once. Every name a user types (``cxl0``, ``dram0``, ``node3``, ``gpu1``, ``cpu5``, node
 lists such as ``0-2,cxl0`` or ``all``) is resolved here, against that one snapshot, into
 node ids, CPU ids, GPUs, or pairs of an initiator and the memory it reaches
-(``pycxl.targets``). Code below this floor (``cxl``, ``numa``, ``gpu``, ``measure``)
+(``pycxl.measure.targets``). Code below this floor (``cxl``, ``numa``, ``gpu``, ``measure``)
 takes what this returns and never resolves names itself.
 """
 
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, get_args
 
-from .cxl.read import Backend, read_cxl
-from .errors import InvalidRequestError, NotAvailableError, NotFoundError
-from .gpu.inventory import GpuDevice, GpuInventory, GpuSource
-from .sysfs import Sysfs
+from ..base.errors import InvalidRequestError, NotAvailableError, NotFoundError
+from ..base.sysfs import Sysfs
+from ..base.values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges, word
+from ..cxl.read import Backend, read_cxl
+from ..gpu.inventory import GpuDevice, GpuInventory, GpuSource
 from .tiers import (
     NodeTier,
     Token,
@@ -30,13 +31,12 @@ from .tiers import (
     parse_names,
     resolve,
 )
-from .values import SYSROOT_ENV, IdsBeyond, format_ranges, parse_ranges, word
 
 if TYPE_CHECKING:  # imported where used: `pycxl list` needs neither
-    from .cxl.topology import CxlTopology
-    from .numa.access import AccessFigures
-    from .numa.launch import LaunchSettings
-    from .targets import Pair, Target
+    from ..cxl.topology import CxlTopology
+    from ..measure.targets import Pair, Target
+    from ..numa.access import AccessFigures
+    from ..numa.launch import LaunchSettings
 
 
 @dataclass(frozen=True, repr=False)
@@ -75,7 +75,7 @@ class System:
         once: when a GPU name is first resolved, or the inventory is asked for."""
         if self.gpu_inventory is not None:
             return self.gpu_inventory
-        from .gpu.devices import read_gpus
+        from ..gpu.devices import read_gpus
 
         return read_gpus(self.sysfs(), via="auto")
 
@@ -157,7 +157,7 @@ class System:
             return self.gpus.devices
         tok = parse_name(name) if name is not None else None
         if tok is not None and tok.is_gpu:
-            from .pci import nvidia_gpus
+            from ..pci.devices import nvidia_gpus
 
             on_bus = nvidia_gpus(self.sysfs())
             if tok.number >= len(on_bus):
@@ -270,7 +270,7 @@ class System:
         """``target``'s memory and who reaches it, resolved once: host memory from
         ``initiator``'s CPUs (a node with CPUs, or one CPU; by default those of the node
         with CPUs nearest the target) or from a GPU; or a GPU's own memory, from itself."""
-        from .targets import Pair, Target
+        from ..measure.targets import Pair, Target
 
         to = parse_name(target)
         by = parse_name(initiator, "initiator") if initiator is not None else None
@@ -366,8 +366,8 @@ class System:
         physcpubind: Sequence[str] = (),
     ) -> LaunchSettings:
         """A memory policy and CPU set from numactl-style choices, validated."""
-        from .numa.launch import LaunchSettings
-        from .numa.policy import Policy
+        from ..numa.launch import LaunchSettings
+        from ..numa.policy import Policy
 
         chosen = [
             bool(membind), preferred is not None, bool(preferred_many), bool(interleave),
@@ -427,9 +427,9 @@ def snapshot(
     ('2,3') names nodes CXL on a machine without CXL (default: ``PYCXL_CXL_NODES``);
     ``cxl``: the CXL objects as just read (a region operation's read-back), instead of
     reading them again."""
-    from .gpu.devices import read_gpus
-    from .gpu.nvml_session import begin_reading
-    from .numa.nodes import read_nodes
+    from ..gpu.devices import read_gpus
+    from ..gpu.nvml_session import begin_reading
+    from ..numa.nodes import read_nodes
 
     fs = sysroot if isinstance(sysroot, Sysfs) else Sysfs(sysroot)
     if not isinstance(gpus, bool):
@@ -443,7 +443,7 @@ def snapshot(
     if cxl is None:
         cxl = read_cxl(fs, backend)
     else:
-        from .cxl.topology import CxlTopology
+        from ..cxl.topology import CxlTopology
 
         if not isinstance(cxl, CxlTopology):
             raise InvalidRequestError(f"cxl={cxl!r}: give a CxlTopology (pycxl.read_cxl)")

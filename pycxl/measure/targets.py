@@ -2,7 +2,7 @@
 ``Target`` (NUMA node memory with its tier, a GPU, or one CPU) and a ``Pair`` (an
 initiator and the memory it reaches, with the CPUs that run the accesses).
 
-``System`` (pycxl.system) makes them, once per name per command; nothing that takes
+``System`` (pycxl.resolve.system) makes them, once per name per command; nothing that takes
 them parses a name again: what a name is (tier, GPU, node) travels with it.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import InvalidRequestError, PlacementError
-from .units import format_size
+from ..base.errors import InvalidRequestError, PlacementError
+from ..base.units import format_size
 
 if TYPE_CHECKING:
-    from .gpu.inventory import GpuDevice
+    from ..gpu.inventory import GpuDevice
 
 
 @dataclass(frozen=True)

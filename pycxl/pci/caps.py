@@ -10,8 +10,8 @@ import os
 import struct
 from dataclasses import dataclass
 
-from .pci import PCI_DEVICES
-from .sysfs import Sysfs
+from ..base.sysfs import Sysfs
+from .devices import PCI_DEVICES
 
 EXT_START = 0x100  # extended capabilities start here (PCIe)
 EXT_DVSEC = 0x0023

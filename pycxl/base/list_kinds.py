@@ -1,5 +1,5 @@
 """The kinds of object ``pycxl list`` knows, declared once: its flags, filters and JSON
-containers are made from this table (``pycxl.listing``, ``pycxl list``).
+containers are made from this table (``pycxl.byname.listing``, ``pycxl list``).
 
 Kept free of imports, so the command line can build its options without loading the
 library.

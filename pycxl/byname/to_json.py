@@ -16,22 +16,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .jsontype import Json
-from .numa.access import cpu_figures
-from .units import format_size_ndctl
+from ..base.jsontype import Json
+from ..base.units import format_size_ndctl
+from ..numa.access import cpu_figures
 
 if TYPE_CHECKING:  # the CXL model loads where there is CXL, not for every list --json
-    from .cxl.health import AlertConfig, FirmwareInfo, Health
-    from .cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
-    from .cxl.poison import PoisonRecord
-    from .cxl.regions import RegionResult
+    from ..base.plan import Plan, Step
+    from ..cxl.health import AlertConfig, FirmwareInfo, Health
+    from ..cxl.model import Bus, DaxDevice, Decoder, Memdev, Port, Region
+    from ..cxl.poison import PoisonRecord
+    from ..cxl.regions import RegionResult
+    from ..gpu.inventory import GpuDevice
+    from ..numa.access import AccessFigures
+    from ..pci.caps import CxlCapability, Unread
+    from ..pci.link import Link
+    from ..resolve.tiers import NodeTier
     from .facade import PinProbe
-    from .gpu.inventory import GpuDevice
-    from .numa.access import AccessFigures
-    from .pci_caps import CxlCapability, Unread
-    from .pci_link import Link
-    from .plan import Plan, Step
-    from .tiers import NodeTier
     from .tuning import WeightTuning
 
 
@@ -166,7 +166,7 @@ def region_result_json(r: RegionResult) -> Json:
                          "decoder": t.decoder.name} for t in lay.targets],
         }  # fmt: skip
     if r.executed and r.region is not None:
-        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
+        from ..cxl.memory_blocks import HOLDS_LONGTERM_PINS
 
         doc.update(region_json(r.region, targets=True))
         doc["numa_node"] = r.numa_node
@@ -270,7 +270,7 @@ def pcie_link_json(link: Link | None) -> Json | None:
 def cxl_capability_json(cap: CxlCapability | Unread | None) -> Json | None:
     """A device's PCIe DVSEC for CXL Devices (lspci's CXLCap and CXLCtl); for one that
     could not be read, why."""
-    from .pci_caps import Unread
+    from ..pci.caps import Unread
 
     if cap is None:
         return None
@@ -372,7 +372,7 @@ def pin_probe_json(p: PinProbe) -> Json:
 
 def health_json(h: Health) -> Json:
     """ndctl's ``health`` object (``cxl list -H``)."""
-    from .cxl.health import HEALTH_STATUS_BITS, MEDIA_STATUS
+    from ..cxl.health import HEALTH_STATUS_BITS, MEDIA_STATUS
 
     j: Json = {k: bool(h.health_status & b) for k, b in HEALTH_STATUS_BITS.items()}
     j |= {name: h.media_status == code for code, name in MEDIA_STATUS.items()}
@@ -392,7 +392,7 @@ def health_json(h: Health) -> Json:
 
 def alert_config_json(a: AlertConfig) -> Json:
     """ndctl's ``alert_config`` object (``cxl list -A``)."""
-    from .cxl.health import ALERT_KINDS
+    from ..cxl.health import ALERT_KINDS
 
     j: Json = {f"{k}_valid": bool(a.valid & b) for k, b in ALERT_KINDS}
     j |= {f"{k}_writable": bool(a.programmable & b) for k, b in ALERT_KINDS}

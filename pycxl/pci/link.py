@@ -14,8 +14,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from .pci import PCI_DEVICES
-from .sysfs import Sysfs
+from ..base.sysfs import Sysfs
+from .devices import PCI_DEVICES
 
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

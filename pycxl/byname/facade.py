@@ -14,27 +14,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .cxl import regions as _regions
-from .errors import InvalidRequestError
-from .system import System, given_or_read, snapshot
-from .values import ascii_digits, instance, size as checked_size
+from ..base.errors import InvalidRequestError
+from ..base.values import ascii_digits, instance, size as checked_size
+from ..cxl import regions as _regions
+from ..resolve.system import System, given_or_read, snapshot
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .cxl.dax import DaxMapping
-    from .cxl.model import Region
-    from .cxl.region_layout import RegionRequest
-    from .cxl.regions import RegionResult
-    from .gpu.memory import HostMemory
-    from .gpu.tier_pool import TierPool
-    from .numa.longterm import PinnedPlacement
-    from .numa.placement import HugePages, NumaBuffer
-    from .numa.policy import Policy
-    from .sysfs import Sysfs
-    from .torch.offload import model as model_offload
-    from .torch.offload.layers import LayerOffload, Weights
-    from .torch.offload.model import ModelOffload
+    from ..base.sysfs import Sysfs
+    from ..cxl.dax import DaxMapping
+    from ..cxl.model import Region
+    from ..cxl.region_layout import RegionRequest
+    from ..cxl.regions import RegionResult
+    from ..gpu.memory import HostMemory
+    from ..gpu.tier_pool import TierPool
+    from ..numa.longterm import PinnedPlacement
+    from ..numa.placement import HugePages, NumaBuffer
+    from ..numa.policy import Policy
+    from ..torch.offload import model as model_offload
+    from ..torch.offload.layers import LayerOffload, Weights
+    from ..torch.offload.model import ModelOffload
 
 Names = str | int | Iterable[str | int]
 
@@ -58,8 +58,8 @@ def allocate(
     >>> buf = pycxl.allocate("64M", "cxl0")
     >>> buf.pages_by_node()                     # {1: 16384}
     """
-    from .numa import placement
-    from .numa.policy import Policy
+    from ..numa import placement
+    from ..numa.policy import Policy
 
     if (target is None) == (policy is None):
         raise InvalidRequestError("give a target or a policy (one of them)")
@@ -73,7 +73,7 @@ def allocate(
 def migrate(obj: Any, target: str | int, *, system: System | None = None) -> dict[int, int]:
     """Move the pages of a NumaBuffer, numpy array or other buffer to ``target``'s node
     (a NumaBuffer's later faults follow too); pages per node afterwards."""
-    from .numa import placement
+    from ..numa import placement
 
     nodes = given_or_read(system, gpus=False).placement_nodes(target)
     if len(nodes) != 1:
@@ -96,8 +96,8 @@ def host_memory(
     (zero-copy and DMA); ``close()`` unregisters and frees them. Pages the pin moved
     off the target (a CXL node onlined movable) are a PlacementError, unless
     ``allow_migration`` (then ``.placement`` says where they went)."""
-    from .gpu.context import GpuContext
-    from .gpu.memory import HostMemory
+    from ..gpu.context import GpuContext
+    from ..gpu.memory import HostMemory
 
     s = given_or_read(system)
     nodes = s.placement_nodes(target)
@@ -127,7 +127,7 @@ def probe_longterm_pins(
     """For each tier (default: every node with memory), place ``size`` bytes there, take
     a long-term pin on them (io_uring fixed buffers: the pin GPU registration takes) and
     report where the pages are afterwards. Nothing is left pinned or allocated."""
-    from .numa import placement
+    from ..numa import placement
 
     s = given_or_read(system, gpus=False)
     nodes = s.placement_nodes(targets if targets is not None else "all")
@@ -141,7 +141,7 @@ def probe_longterm_pins(
 
 
 def _pin_and_count(buf: NumaBuffer) -> PinnedPlacement:
-    from .numa.longterm import LongtermPin, pin_placement
+    from ..numa.longterm import LongtermPin, pin_placement
 
     pins: list[LongtermPin] = []
     try:
@@ -218,7 +218,7 @@ def pinned_tensor(
     on ``target``, pinned and registered for ``gpu``: PyTorch treats it as pinned
     (``is_pinned()``; ``non_blocking`` copies by DMA), and it is unregistered and freed
     with the tensor. PyTorch is needed only here."""
-    from .torch._import import import_torch
+    from ..torch._import import import_torch
 
     torch = import_torch("pinned_tensor")
     if not isinstance(dtype, torch.dtype):
@@ -260,12 +260,12 @@ def offload_layers(
     >>> model(x)                                   # each layer copied in ahead of use
     >>> offload.pages_by_node()                    # {1: 524288}: counted, not assumed
     """
-    from .gpu.cuda_engine import CudaEngine
-    from .gpu.host_engine import HostEngine
-    from .torch._import import import_torch
-    from .torch.offload.host_memory import tier_allocator
-    from .torch.offload.layers import LayerOffload
-    from .values import lookahead as checked_lookahead
+    from ..base.values import lookahead as checked_lookahead
+    from ..gpu.cuda_engine import CudaEngine
+    from ..gpu.host_engine import HostEngine
+    from ..torch._import import import_torch
+    from ..torch.offload.host_memory import tier_allocator
+    from ..torch.offload.layers import LayerOffload
 
     torch = import_torch()
     lookahead = checked_lookahead(lookahead)  # the one rule every ring keeps
@@ -281,7 +281,7 @@ def offload_layers(
                 "weights='resident' to train on the CPU with the parameters on the tier"
             )
     else:
-        from .gpu.context import GpuContext
+        from ..gpu.context import GpuContext
 
         found = s.gpu(gpu)
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
@@ -339,11 +339,11 @@ def offload_model(
     >>> model(**batch).loss.backward(); off.optimizer.step(); off.optimizer.zero_grad()
     >>> off.pages_by_node()                        # {1: 2621440}: counted, not assumed
     """
-    from .gpu.cuda_engine import CudaEngine
-    from .gpu.host_engine import HostEngine
-    from .torch._import import import_torch
-    from .torch.offload.host_memory import tier_allocator
-    from .torch.offload.model import ModelOffload
+    from ..gpu.cuda_engine import CudaEngine
+    from ..gpu.host_engine import HostEngine
+    from ..torch._import import import_torch
+    from ..torch.offload.host_memory import tier_allocator
+    from ..torch.offload.model import ModelOffload
 
     torch = import_torch()
     # the modes (lookahead too) are checked once, by the offload's OffloadConfig, before
@@ -364,7 +364,7 @@ def offload_model(
     if gpu is None:
         engine, device = HostEngine(), torch.device("cpu")
     else:
-        from .gpu.context import GpuContext
+        from ..gpu.context import GpuContext
 
         found = s.gpu(gpu)
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
@@ -396,7 +396,7 @@ def _with_tier(result: RegionResult, system: System) -> RegionResult:
 
 def _region(system: System, region: str | Region) -> Region:
     """A region of the one topology read: by name, or as given."""
-    from .cxl.model import Region
+    from ..cxl.model import Region
 
     if isinstance(region, str):
         return system.cxl.require().region(ascii_digits(region.strip(), "region"))
@@ -413,7 +413,7 @@ def create_region(
     """Create, commit, bind and (by default) online a region; the result names its NUMA
     node and tier (``cxl0``...). See ``RegionRequest`` for what can be asked.
     ``system``: the host to change (``pycxl.snapshot()``; default: this machine)."""
-    from .cxl.region_layout import RegionRequest
+    from ..cxl.region_layout import RegionRequest
 
     instance(request, RegionRequest, "request", "a RegionRequest, such as RegionRequest(ways=2)")
     host = _host(system, sysroot)
@@ -434,7 +434,7 @@ def enable_region(
     """Bind a committed region and online its memory (``zone``: normal by default; a
     region online in the other zone is moved); ``mode`` switches it between
     system-ram and devdax. The result names its tier."""
-    from .cxl.memory_blocks import check_zone
+    from ..cxl.memory_blocks import check_zone
 
     host = _host(system, sysroot)
     result = _regions.enable_region(
@@ -484,8 +484,8 @@ def map_dax(
     process: its memory, directly, as a buffer with a numpy view that
     ``pycxl.gpu.memory.HostMemory`` can register. ``size``: all of it by default, else a
     multiple of the device's alignment."""
-    from .cxl.dax import DaxMapping, read_dax_devices
-    from .errors import NotFoundError
+    from ..base.errors import NotFoundError
+    from ..cxl.dax import DaxMapping, read_dax_devices
 
     if system is not None and sysroot is not None:
         raise InvalidRequestError("give system= or sysroot=, not both")
@@ -507,7 +507,7 @@ def map_dax(
 
 
 def _sysfs(sysroot: str | None) -> Sysfs:
-    from .sysfs import Sysfs
+    from ..base.sysfs import Sysfs
 
     return Sysfs(sysroot)
 
@@ -517,7 +517,7 @@ def tier_pool(target: str | int, *, system: System | None = None) -> TierPool:
     id), opened once per process: GPU-addressable pinned memory on that node, checked
     there. ``.allocate(size)`` gives memory with ``__cuda_array_interface__``; ``.stats()``
     counts what it holds."""
-    from .gpu.tier_pool import open_pool
+    from ..gpu.tier_pool import open_pool
 
     s = given_or_read(system, gpus=False)
     nodes = s.placement_nodes(target)
@@ -535,8 +535,8 @@ def on_tier(target: str | int | TierPool, *, system: System | None = None) -> An
     >>> with pycxl.on_tier("cxl0"):
     ...     kv = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")   # on cxl0
     """
-    from .gpu.tier_pool import TierPool
-    from .torch import tier as torch_tier
+    from ..gpu.tier_pool import TierPool
+    from ..torch import tier as torch_tier
 
     pool = target if isinstance(target, TierPool) else tier_pool(target, system=system)
     return torch_tier.on_tier(pool)
@@ -548,7 +548,7 @@ def spill_to(
     """From now on, CUDA allocations that the GPU's memory refuses land on ``target``
     instead of raising out-of-memory. Call it before the first CUDA allocation; ``log``
     (default: PYCXL_SPILL_LOG=1) logs each spill with its size and call site."""
-    from .torch import tier as torch_tier
+    from ..torch import tier as torch_tier
 
     return torch_tier.spill_to(tier_pool(target, system=system), log_spills=log)
 
@@ -556,12 +556,12 @@ def spill_to(
 def move(tensor: Any, where: str | int, *, system: System | None = None) -> Any:
     """A copy of a CUDA tensor on tier ``where`` (``"cxl0"``) or in GPU ``where``'s memory
     (``"gpu0"``)."""
-    from .tiers import is_gpu_name
-    from .torch import tier as torch_tier
+    from ..resolve.tiers import is_gpu_name
+    from ..torch import tier as torch_tier
 
     torch = torch_tier.require_cuda_tensor(tensor)  # before any name or driver
     if isinstance(where, str) and is_gpu_name(where):
-        from .gpu.cuda_devices import ordinal_of
+        from ..gpu.cuda_devices import ordinal_of
 
         gpu = given_or_read(system).gpu(where)
         return torch_tier.move(tensor, torch.device("cuda", ordinal_of(gpu.pci_bus_id)))

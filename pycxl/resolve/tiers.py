@@ -13,13 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
-from .errors import InvalidRequestError, NotFoundError
-from .gpu.inventory import GpuDevice
-from .numa.nodes import NumaNode
-from .values import ascii_digits, is_digits, list_items
+from ..base.errors import InvalidRequestError, NotFoundError
+from ..base.values import ascii_digits, is_digits, list_items
+from ..gpu.inventory import GpuDevice
+from ..numa.nodes import NumaNode
 
 if TYPE_CHECKING:
-    from .targets import Target
+    from ..measure.targets import Target
 
 Tier = Literal["dram", "cxl", "cpuless"]
 # How a node's nearest CPU node is known: it has CPUs itself; its memdevs' host bridges
@@ -56,7 +56,7 @@ class NodeTier:
         normal memory of their own)."""
         if self.zone is None:
             return True if self.node.cpus else None
-        from .cxl.memory_blocks import HOLDS_LONGTERM_PINS
+        from ..cxl.memory_blocks import HOLDS_LONGTERM_PINS
 
         return HOLDS_LONGTERM_PINS[self.zone]
 
@@ -300,7 +300,7 @@ def resolve(
 ) -> Target:
     """Resolve a user-typed name (or a node id); an unknown name lists the names that
     exist."""
-    from .targets import Target  # here: `pycxl list` resolves no name
+    from ..measure.targets import Target  # here: `pycxl list` resolves no name
 
     tok = parse_name(name)
     text, kind = tok.text, tok.kind

@@ -4,7 +4,7 @@ NVIDIA GPUs among them. (Their links: ``pci_link.py``; their CXL capability:
 
 from __future__ import annotations
 
-from .sysfs import Sysfs
+from ..base.sysfs import Sysfs
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE

@@ -2,7 +2,7 @@
 
 Every path is relative to a *sysroot*: '/' on a live system, a recorded tree in tests.
 The sysroot comes from the argument, else ``PYCXL_SYSROOT``, else '/'; one that does not
-exist, or holds no sysfs tree, is an error (``pycxl.values.sysroot``), never an empty
+exist, or holds no sysfs tree, is an error (``pycxl.base.values.sysroot``), never an empty
 system. A recorded tree never reaches outside itself: an attribute or folder that is a
 link out of it, or an attribute that is not a plain file, is an error, never read,
 listed or written through.

@@ -5,8 +5,8 @@ read and the sysroot.
 Each kind of value has one checker, which the command line's parameter types and the
 library's public functions both call, so a bad value gets the same message either way
 and the floors below take typed values without checking them again (they keep only
-physical limits). Sizes are read by ``pycxl.units.parse_size``; tier names by
-``pycxl.tiers``; files pycxl writes by ``pycxl.outfiles``. Every refusal is an
+physical limits). Sizes are read by ``pycxl.base.units.parse_size``; tier names by
+``pycxl.resolve.tiers``; files pycxl writes by ``pycxl.base.outfiles``. Every refusal is an
 ``InvalidRequestError`` naming the value.
 """
 
