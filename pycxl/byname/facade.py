@@ -22,7 +22,6 @@ from ..resolve.system import System, given_or_read, snapshot
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..base.sysfs import Sysfs
     from ..cxl.dax import DaxMapping
     from ..cxl.model import Region
     from ..cxl.region_layout import RegionRequest
@@ -376,14 +375,10 @@ def offload_model(
                         update_in_backward=update_in_backward)  # fmt: skip
 
 
-def _host(system: System | None, sysroot: str | None) -> System:
-    """The host a region call changes, read once: ``system`` as given, or a snapshot of
-    ``sysroot``'s tree (the earlier keyword, kept: it builds the same System)."""
-    if system is not None and sysroot is not None:
-        raise InvalidRequestError("give system= or sysroot=, not both")
-    if system is not None:
-        return given_or_read(system)
-    return snapshot(sysroot, gpus=False)
+def _host(system: System | None) -> System:
+    """The host a region call changes, read once: ``system`` as given, or this
+    machine's, without its GPUs."""
+    return given_or_read(system, gpus=False)
 
 
 def _with_tier(result: RegionResult, system: System) -> RegionResult:
@@ -408,7 +403,6 @@ def create_region(
     *,
     system: System | None = None,
     dry_run: bool = False,
-    sysroot: str | None = None,
 ) -> RegionResult:
     """Create, commit, bind and (by default) online a region; the result names its NUMA
     node and tier (``cxl0``...). See ``RegionRequest`` for what can be asked.
@@ -416,7 +410,7 @@ def create_region(
     from ..cxl.region_layout import RegionRequest
 
     instance(request, RegionRequest, "request", "a RegionRequest, such as RegionRequest(ways=2)")
-    host = _host(system, sysroot)
+    host = _host(system)
     result = _regions.create_region(request, fs=host.sysfs(), dry_run=dry_run)
     return result if dry_run else _with_tier(result, host)
 
@@ -429,14 +423,13 @@ def enable_region(
     mode: str | None = None,
     system: System | None = None,
     dry_run: bool = False,
-    sysroot: str | None = None,
 ) -> RegionResult:
     """Bind a committed region and online its memory (``zone``: normal by default; a
     region online in the other zone is moved); ``mode`` switches it between
     system-ram and devdax. The result names its tier."""
     from ..cxl.memory_blocks import check_zone
 
-    host = _host(system, sysroot)
+    host = _host(system)
     result = _regions.enable_region(
         _region(host, region), online=online,
         zone=check_zone(zone) if zone is not None else None, mode=mode, fs=host.sysfs(),
@@ -451,10 +444,9 @@ def disable_region(
     force: bool = False,
     system: System | None = None,
     dry_run: bool = False,
-    sysroot: str | None = None,
 ) -> RegionResult:
     """Offline the region's memory and unbind its driver; the decode stays committed."""
-    host = _host(system, sysroot)
+    host = _host(system)
     return _regions.disable_region(_region(host, region), force=force, fs=host.sysfs(),
                                    dry_run=dry_run)  # fmt: skip
 
@@ -465,10 +457,9 @@ def destroy_region(
     force: bool = False,
     system: System | None = None,
     dry_run: bool = False,
-    sysroot: str | None = None,
 ) -> RegionResult:
     """Offline, disable and tear down a region; pmem needs ``force``."""
-    host = _host(system, sysroot)
+    host = _host(system)
     return _regions.destroy_region(_region(host, region), force=force, fs=host.sysfs(),
                                    dry_run=dry_run)  # fmt: skip
 
@@ -478,7 +469,6 @@ def map_dax(
     size: int | str | None = None,
     *,
     system: System | None = None,
-    sysroot: str | None = None,
 ) -> DaxMapping:
     """Map a devdax device (``dax0.0``), or the one of a region (``region0``), into this
     process: its memory, directly, as a buffer with a numpy view that
@@ -487,13 +477,11 @@ def map_dax(
     from ..base.errors import NotFoundError
     from ..cxl.dax import DaxMapping, read_dax_devices
 
-    if system is not None and sysroot is not None:
-        raise InvalidRequestError("give system= or sysroot=, not both")
-    fs = given_or_read(system, gpus=False).sysfs() if system is not None else _sysfs(sysroot)
+    fs = given_or_read(system, gpus=False).sysfs()
     if fs.root != "/":  # its /dev/daxX.Y would be this machine's device under the tree's name
         raise InvalidRequestError(
             f"mapping {name} needs this machine, not the recorded tree {fs.root}: leave "
-            "sysroot unset"
+            "system unset"
         )
     devices = read_dax_devices(fs)
     found = [d for d in devices if name in (d.name, d.region)]
@@ -504,12 +492,6 @@ def map_dax(
             f"{name} has {len(found)} dax devices; name one: " + ", ".join(d.name for d in found)
         )
     return DaxMapping(found[0], None if size is None else _bytes(size))
-
-
-def _sysfs(sysroot: str | None) -> Sysfs:
-    from ..base.sysfs import Sysfs
-
-    return Sysfs(sysroot)
 
 
 def tier_pool(target: str | int, *, system: System | None = None) -> TierPool:

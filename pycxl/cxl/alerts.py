@@ -125,7 +125,6 @@ def set_alert_config(
     changes: list[AlertChange],
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Turn ``memdev``'s warning alerts on (with thresholds) or off."""
@@ -140,7 +139,7 @@ def set_alert_config(
             "no alert named: give at least one --<alert>-alert on|off (life-used, "
             "over-temperature, under-temperature, volatile-mem-err, pmem-err)"
         )
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     what = "setting alert thresholds"
     if not dry_run:

@@ -65,14 +65,13 @@ def disable_memdev(
     *,
     force: bool = False,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Unbind ``memdev`` from cxl_mem (its endpoint port goes away); one in an active
     region only with ``force``. A memdev already disabled is left as it is."""
     memdev, force = device_ops.name(memdev, "memdev"), device_ops.flag(force, "force")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs)
     m = topo.find_memdev(memdev)
     warnings = _refuse_active(f"disabling {m.name}", _decoding(topo, [m]), force)
@@ -89,12 +88,11 @@ def enable_memdev(
     memdev: str,
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Bind ``memdev`` to cxl_mem (its endpoint port comes back)."""
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     steps = () if m.enabled else (_bind(MEMDEV_DRIVER, m.name, f"bind {m.name} to cxl_mem"),)
     plan = Plan(f"enable {m.name}", steps)
@@ -140,7 +138,6 @@ def disable_port(
     endpoint: bool = False,
     force: bool = False,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Unbind a switch or host-bridge port (or, with ``endpoint``, an endpoint port)
@@ -148,7 +145,7 @@ def disable_port(
     without ``force``; a root port is disabled as its bus (``disable_bus``)."""
     port, endpoint = device_ops.name(port, "port"), device_ops.flag(endpoint, "endpoint")
     force, dry_run = device_ops.flag(force, "force"), device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs)
     p = find_port(topo, port, endpoint=endpoint)
     if p.kind == "root":
@@ -182,14 +179,14 @@ def disable_port(
 
 def enable_port(
     port: str, *, endpoint: bool = False, enable_memdevs: bool = False,
-    system: device_ops.Host | None = None, sysroot: str | None = None, dry_run: bool = False,
+    system: device_ops.Host | None = None, dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Bind a port to cxl_port; with ``enable_memdevs``, also bind the memdevs below it
     that are disabled (their endpoints come back)."""
     port, endpoint = device_ops.name(port, "port"), device_ops.flag(endpoint, "endpoint")
     enable_memdevs = device_ops.flag(enable_memdevs, "enable_memdevs")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs)
     if endpoint:
         return _enable_endpoint(fs, topo, port, dry_run)
@@ -245,14 +242,13 @@ def disable_bus(
     *,
     force: bool = False,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Unbind a CXL root's platform device from cxl_acpi: every port, endpoint and
     region under it goes away until it is bound again (``enable_bus``)."""
     bus, force = device_ops.name(bus, "bus"), device_ops.flag(force, "force")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs)
     root = _find_bus(topo, bus)
     below = _below(topo, root)
@@ -269,14 +265,13 @@ def enable_bus(
     host: str = "ACPI0017:00",
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Bind a CXL root's platform device (``ACPI0017:00``) to cxl_acpi again: the ports
     and memdevs under it are enumerated afresh. ``host`` may also name the bus (root0)
     or its provider (ACPI.CXL), as ``disable_bus`` takes it."""
     host, dry_run = device_ops.name(host, "host"), device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs) if bus_present(fs) else None
     root = _bus_or_none(topo, host) if topo is not None else None
     name = root.host if root is not None else host

@@ -4,8 +4,8 @@ any write (root, the memdev named), and running its plan (or only showing it).
 The operations themselves live one area a module: ``labels``, ``binding`` (memdevs,
 ports and buses enabled and disabled), ``dpa``, ``poison``, ``alerts``, ``sanitize``,
 ``firmware``, ``partition`` and ``protocol_errors``. Each takes the host it reads and
-changes one way, ``system=``: a ``pycxl.System`` or its ``Sysfs`` (``sysroot=``, the
-earlier keyword, still opens a tree by its folder).
+changes one way, ``system=``: a ``pycxl.System`` or its ``Sysfs`` (a recorded tree:
+``pycxl.snapshot("path/to/tree")``).
 """
 
 from __future__ import annotations
@@ -58,14 +58,11 @@ class HasSysfs(Protocol):
 Host: TypeAlias = "Sysfs | HasSysfs"
 
 
-def host(system: Host | None, sysroot: str | None) -> Sysfs:
+def host(system: Host | None) -> Sysfs:
     """The tree an operation reads and writes: ``system``'s (a ``pycxl.System`` or a
-    ``Sysfs``), else ``sysroot``'s (the earlier keyword, kept: it opens the same tree);
-    neither: this machine's."""
-    if system is not None and sysroot is not None:
-        raise InvalidRequestError("give system= or sysroot=, not both")
+    ``Sysfs``), or this machine's."""
     if system is None:
-        return Sysfs(sysroot)
+        return Sysfs()
     if isinstance(system, Sysfs):
         return system
     if not callable(getattr(system, "sysfs", None)):

@@ -85,7 +85,6 @@ def reserve_dpa(
     decoder: str | None = None,
     force: bool = False,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Reserve ``size`` bytes (default: all that is free) of ``memdev``'s ``mode``
@@ -95,7 +94,7 @@ def reserve_dpa(
     size = None if size is None else count(size, "size")
     decoder = None if decoder is None else device_ops.name(decoder, "decoder")
     part: PartitionMode = word(mode, "type", PARTITION_MODES)  # type: ignore[assignment]
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = _memdev_with_endpoint(fs, memdev)
     free = _available(m, part)
     if size is None:
@@ -131,7 +130,7 @@ def reserve_dpa(
 
 def free_dpa(
     memdev: str, *, mode: str | None = None, decoder: str | None = None, force: bool = False,
-    system: device_ops.Host | None = None, sysroot: str | None = None, dry_run: bool = False,
+    system: device_ops.Host | None = None, dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Free the DPA of ``memdev``'s newest reservation that no region uses (of ``mode``
     where given)."""
@@ -139,7 +138,7 @@ def free_dpa(
     dry_run = device_ops.flag(dry_run, "dry_run")
     decoder = None if decoder is None else device_ops.name(decoder, "decoder")
     part = None if mode is None else word(mode, "type", PARTITION_MODES)
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = _memdev_with_endpoint(fs, memdev)
     auto, none = _newest_reservation(m, part)
     target = _pick(m, decoder, auto, force, none)

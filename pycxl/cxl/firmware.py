@@ -85,13 +85,13 @@ def firmware_info(fs: Sysfs, memdev: str) -> FirmwareInfo:
 
 def update_firmware(
     memdev: str, image: str, *, wait: bool = False, timeout: float = DEFAULT_WAIT_S,
-    system: device_ops.Host | None = None, sysroot: str | None = None, dry_run: bool = False,
+    system: device_ops.Host | None = None, dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Send ``image`` to ``memdev``'s firmware loader; with ``wait``, return once the
     device has taken it (``timeout`` seconds at most). A failure cancels the transfer."""
     memdev, wait = device_ops.name(memdev, "memdev"), device_ops.flag(wait, "wait")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     size = check_image(image)
     timeout = finite(timeout, "--timeout")
@@ -141,13 +141,12 @@ def cancel_firmware_update(
     memdev: str,
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Abort ``memdev``'s firmware update under way; none under way is an error (as
     ndctl)."""
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     path = loader_dir(fs, m.name)
     if not loader_state(fs, m.name).busy:

@@ -88,11 +88,10 @@ def read_labels(
     size: int | None = None,
     offset: int = 0,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
 ) -> bytes:
     """``size`` bytes (default: to the end) of ``memdev``'s label area from ``offset``."""
     memdev = device_ops.name(memdev, "memdev")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)
     device_ops.require_root(fs, "reading the label area (a mailbox command)")
@@ -106,7 +105,6 @@ def write_labels(
     *,
     offset: int = 0,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Write ``data`` into ``memdev``'s label area at ``offset``; the bytes it replaces
@@ -117,7 +115,7 @@ def write_labels(
         raise InvalidRequestError(f"label data {type(data).__name__}: give bytes")
     if not data:
         raise InvalidRequestError("the label data is empty: give a file with the bytes to write")
-    return _store(memdev, bytes(data), offset, device_ops.host(system, sysroot), dry_run, "write")
+    return _store(memdev, bytes(data), offset, device_ops.host(system), dry_run, "write")
 
 
 def zero_labels(
@@ -126,13 +124,12 @@ def zero_labels(
     size: int | None = None,
     offset: int = 0,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Zero ``size`` bytes (default: to the end) of ``memdev``'s label area."""
     memdev = device_ops.name(memdev, "memdev")
     dry_run = device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     offset, size = label_window(m, size, offset)
     return _store(memdev, bytes(size), offset, fs, dry_run, "zero")

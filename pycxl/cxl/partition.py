@@ -81,7 +81,7 @@ def volatile_size(name: str, p: Partitioning, mode: str, size: int | None,
 
 def set_partition(
     memdev: str, *, mode: str = PMEM, size: int | None = None, align: bool = False,
-    system: device_ops.Host | None = None, sysroot: str | None = None, dry_run: bool = False,
+    system: device_ops.Host | None = None, dry_run: bool = False,
 ) -> DeviceResult:  # fmt: skip
     """Make ``size`` bytes (default: all that can change) of ``memdev``'s capacity
     ``mode`` (ram or pmem), from its next reset."""
@@ -89,7 +89,7 @@ def set_partition(
     dry_run = device_ops.flag(dry_run, "dry_run")
     size = None if size is None else count(size, "size")
     mode = word(mode, "type", PARTITION_MODES)
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     device_ops.require_root(fs, "reading the device's partitioning (a mailbox command)")
     what = "setting the partition"

@@ -149,12 +149,11 @@ def inject_poison(
     address: int,
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Poison the 64-byte line at device address ``address`` of ``memdev`` (a test of
     the alerting path: the poison list, ``pycxl check`` and the monitor then show it)."""
-    return _poison(memdev, address, system, sysroot, dry_run, inject=True)
+    return _poison(memdev, address, system, dry_run, inject=True)
 
 
 def clear_poison(
@@ -162,21 +161,20 @@ def clear_poison(
     address: int,
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Clear the poison at device address ``address`` of ``memdev`` (the line is written
     with zeros)."""
-    return _poison(memdev, address, system, sysroot, dry_run, inject=False)
+    return _poison(memdev, address, system, dry_run, inject=False)
 
 
-def _poison(memdev: str, address: int, system: device_ops.Host | None, sysroot: str | None,
+def _poison(memdev: str, address: int, system: device_ops.Host | None,
             dry_run: bool, inject: bool) -> DeviceResult:  # fmt: skip
     from ..base.plan import Plan, write
     from . import device_ops
 
     memdev, dry_run = device_ops.name(memdev, "memdev"), device_ops.flag(dry_run, "dry_run")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     dpa = check_poison_address(m, address)
     path = debugfs_dir(fs, m.name)

@@ -57,14 +57,13 @@ def inject_protocol_error(
     error: str,
     *,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Inject ``error`` (cache-correctable ... mem-fatal) at downstream port ``dport``
     (its device name: 0000:0c:00.0, or pci0000:0c for a host bridge)."""
     dport, dry_run = device_ops.name(dport, "dport"), device_ops.flag(dry_run, "dry_run")
     error = word(error, "error type", PROTOCOL_ERRORS)
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs)
     known = [d.name for p in topo.all_ports for d in p.dports]
     if dport not in known:

@@ -29,7 +29,6 @@ def sanitize(
     wait: bool = False,
     timeout: float | None = None,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
     dry_run: bool = False,
 ) -> DeviceResult:
     """Start a sanitize (``erase``: a secure erase) of ``memdev``; with ``wait``, return
@@ -40,7 +39,7 @@ def sanitize(
         device_ops.flag(wait, "wait"),
         device_ops.flag(dry_run, "dry_run"),
     )
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     topo = device_ops.topology(fs)
     m = topo.find_memdev(memdev)
     attr = "erase" if erase else "sanitize"
@@ -85,12 +84,11 @@ def wait_sanitize(
     *,
     timeout: float | None = None,
     system: device_ops.Host | None = None,
-    sysroot: str | None = None,
 ) -> float:
     """Wait until ``memdev``'s sanitize has finished (at once when none runs); the
     seconds waited. ``timeout`` None waits as long as it takes."""
     memdev = device_ops.name(memdev, "memdev")
-    fs = device_ops.host(system, sysroot)
+    fs = device_ops.host(system)
     m = device_ops.topology(fs).find_memdev(memdev)
     if timeout is not None:
         timeout = finite(timeout, "--timeout")

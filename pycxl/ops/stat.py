@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..base.jsontype import Json
-from ..base.sysfs import Sysfs
 from ..base.values import count as whole_count, finite
 from ..numa.vmstat import Sample, TieringState, read_tiering, sample
 from ..resolve.system import System
@@ -92,18 +91,16 @@ def stat(
     system: System,
     interval: float | None = None,
     count: int | None = None,
-    sysroot: str | None = None,
 ) -> Iterator[StatReport]:
     """Reports as vmstat gives them: without ``interval`` one report (totals since
     boot); with it, ``count`` reports (forever when None), the first since boot, each
     later one with rates over ``interval`` seconds. The counters are read from the tree
-    ``system`` was read from (``sysroot``: another tree's folder, as earlier callers
-    gave it)."""
+    ``system`` was read from."""
     if interval is not None:
         interval = finite(interval, "interval (seconds)")
     if count is not None:
         count = whole_count(count, "count (reports)")
-    fs = system.sysfs() if sysroot is None else Sysfs(sysroot)
+    fs = system.sysfs()
     before = sample(fs)
     yield _report(system, before, None, read_tiering(fs))
     if interval is None:

@@ -101,3 +101,19 @@ def test_the_version_has_one_source() -> None:
     assert version("pycxl") == pycxl.__version__
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
     assert pycxl.__version__ not in pyproject and 'dynamic = ["version"]' in pyproject
+
+
+def test_the_public_api_takes_the_host_one_way() -> None:
+    """Every public function that takes a host takes it as ``system=`` (a recorded tree
+    is a System too: pycxl.snapshot(path), the one call that reads a tree by its
+    folder); the earlier ``sysroot=`` is gone."""
+    takers = []
+    for name in pycxl.__all__:
+        obj = getattr(pycxl, name)
+        if not inspect.isfunction(obj) or name == "snapshot":
+            continue
+        params = inspect.signature(obj).parameters
+        assert "sysroot" not in params, name
+        if "system" in params:
+            takers.append(name)
+    assert {"allocate", "create_region", "disable_memdev", "map_dax"} <= set(takers)

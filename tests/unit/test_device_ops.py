@@ -22,6 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 TREES = ROOT / "tests" / "data" / "trees"
 PMEM = str(TREES / "pmem-dev" / "fresh")
 REGION = str(TREES / "two-dev" / "region")
+
+
+def _tree(path: str) -> pycxl.System:
+    """A recorded tree as the host an operation is handed (``system=``)."""
+    return pycxl.snapshot(path, gpus=False)
+
+
 MiB = 1 << 20
 
 
@@ -91,7 +98,7 @@ def test_an_active_region_is_not_taken_away_without_force() -> None:
 
 
 def test_dry_runs_show_the_writes_each_operation_makes() -> None:
-    r = pycxl.reserve_dpa("mem0", size=256 * MiB, mode="pmem", sysroot=PMEM, dry_run=True)
+    r = pycxl.reserve_dpa("mem0", size=256 * MiB, mode="pmem", system=_tree(PMEM), dry_run=True)
     assert not r.executed
     writes = [(s.path, s.value) for s in r.plan]
     assert writes == [
@@ -99,29 +106,29 @@ def test_dry_runs_show_the_writes_each_operation_makes() -> None:
         ("/sys/bus/cxl/devices/decoder2.0/dpa_size", str(256 * MiB)),
     ]
     assert r.plan.steps[1].undo_writes == (("/sys/bus/cxl/devices/decoder2.0/dpa_size", "0"),)
-    d = pycxl.disable_memdev("0x52", sysroot=PMEM, dry_run=True)
+    d = pycxl.disable_memdev("0x52", system=_tree(PMEM), dry_run=True)
     assert [(s.path, s.value) for s in d.plan] == [("/sys/bus/cxl/drivers/cxl_mem/unbind",
                                                     "mem1")]  # fmt: skip
     assert d.plan.steps[0].undo_writes == (("/sys/bus/cxl/drivers/cxl_mem/bind", "mem1"),)
-    e = pycxl.enable_memdev("mem1", sysroot=PMEM, dry_run=True)
+    e = pycxl.enable_memdev("mem1", system=_tree(PMEM), dry_run=True)
     assert len(e.plan) == 0  # enabled already: nothing to do
-    p = pycxl.disable_port("port1", sysroot=PMEM, dry_run=True)
+    p = pycxl.disable_port("port1", system=_tree(PMEM), dry_run=True)
     assert p.details["memdevs"] == ["mem0", "mem1"]
     assert [(s.path, s.value) for s in p.plan] == [  # the memdevs below first, as ndctl asks
         ("/sys/bus/cxl/drivers/cxl_mem/unbind", "mem0"),
         ("/sys/bus/cxl/drivers/cxl_mem/unbind", "mem1"),
         ("/sys/bus/cxl/drivers/cxl_port/unbind", "port1"),
     ]
-    ep = pycxl.enable_port("port1", enable_memdevs=True, sysroot=PMEM, dry_run=True)
+    ep = pycxl.enable_port("port1", enable_memdevs=True, system=_tree(PMEM), dry_run=True)
     assert len(ep.plan) == 0  # bound already, memdevs too
-    b = pycxl.disable_bus("ACPI.CXL", sysroot=PMEM, dry_run=True)
+    b = pycxl.disable_bus("ACPI.CXL", system=_tree(PMEM), dry_run=True)
     assert [(s.path, s.value) for s in b.plan] == [
         ("/sys/bus/platform/drivers/cxl_acpi/unbind", "ACPI0017:00")
     ]
-    z = pycxl.zero_labels("mem0", size=4096, offset=8192, sysroot=PMEM, dry_run=True)
+    z = pycxl.zero_labels("mem0", size=4096, offset=8192, system=_tree(PMEM), dry_run=True)
     assert z.details == {"offset": 8192, "size": 4096}
     assert "3 Set LSA commands" in z.plan.steps[0].description  # 2040-byte pieces
-    s = pycxl.sanitize("mem0", force=True, sysroot=PMEM, dry_run=True)
+    s = pycxl.sanitize("mem0", force=True, system=_tree(PMEM), dry_run=True)
     assert [(x.path, x.value) for x in s.plan] == [
         ("/sys/bus/cxl/devices/mem0/security/sanitize", "1")
     ]
@@ -129,9 +136,9 @@ def test_dry_runs_show_the_writes_each_operation_makes() -> None:
 
 def test_memdevs_without_a_label_area_or_firmware_loader_say_so() -> None:
     with pytest.raises(NotAvailableError, match="no label storage area"):
-        pycxl.read_labels("mem0", sysroot=REGION)
+        pycxl.read_labels("mem0", system=_tree(REGION))
     with pytest.raises(NotFoundError):
-        pycxl.zero_labels("mem9", sysroot=PMEM)
+        pycxl.zero_labels("mem9", system=_tree(PMEM))
 
 
 def test_alert_requests_are_checked_as_ndctl_checks_them() -> None:
@@ -164,7 +171,7 @@ def test_firmware_images_are_checked_before_a_transfer(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequestError, match="no such file"):
         check_image(str(tmp_path / "none.bin"))
     with pytest.raises(NotAvailableError, match="no /sys/class/firmware/mem0"):
-        pycxl.update_firmware("mem0", str(good), sysroot=REGION, dry_run=True)
+        pycxl.update_firmware("mem0", str(good), system=_tree(REGION), dry_run=True)
 
 
 def test_partition_sizes_follow_ndctl() -> None:

@@ -294,9 +294,10 @@ def test_library_and_cli_share_the_alert_checker(tree: str) -> None:
 
     for alert, threshold in (("bogus", 5), ("life_used", -1), ("life_used", 101),
                              ("over_temperature", 2**20), ("life_used", True)):  # fmt: skip
+        host = pycxl.snapshot(tree, gpus=False)
         with pytest.raises(InvalidRequestError):
-            pycxl.set_alert_config("mem0", [AlertChange(alert, True, threshold)],
-                                   sysroot=tree, dry_run=True)  # fmt: skip
+            pycxl.set_alert_config("mem0", [AlertChange(alert, True, threshold)], system=host,
+                                   dry_run=True)  # fmt: skip
     argv = ["memdev", "set-alert-config", "mem0", "-L", "101", "--life-used-alert", "on"]
     code, _, err = run_in_child([*argv, "--dry-run", "--sysroot", tree])
     assert code == 2 and "from 0 to 100" in err, err
@@ -310,9 +311,9 @@ def test_messages_name_their_own_kind(tree: str) -> None:
     with pytest.raises(InvalidRequestError, match="0-3,8 or cpu2"):
         pycxl.snapshot(gpus=False).cpus("0,,1")
     with pytest.raises(InvalidRequestError, match="port1"):
-        pycxl.disable_port("", sysroot=tree, dry_run=True)
+        pycxl.disable_port("", system=pycxl.snapshot(tree, gpus=False), dry_run=True)
     with pytest.raises(NotFoundError, match="did you mean 'mem0'"):
-        pycxl.disable_memdev("MEM0", sysroot=tree, dry_run=True)
+        pycxl.disable_memdev("MEM0", system=pycxl.snapshot(tree, gpus=False), dry_run=True)
     code, _, err = run_in_child(["bench", "loaded-latency", "-t", "dram0", "--rates", "-1"])
     assert code == 2 and "rate '-1' GB/s" in err and "e+" not in err and "-1000" not in err
     code, _, err = run_in_child(["bench", "loaded-latency", "-t", "dram0", "--rates", "1",

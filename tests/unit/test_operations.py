@@ -191,7 +191,7 @@ def test_pcie_links_from_the_recorded_tree() -> None:
 # --- stat -----------------------------------------------------------------------------
 def test_stat_reports_on_the_recorded_region() -> None:
     root = str(DATA / "trees" / "two-dev" / "region")
-    (report,) = stat(snapshot(root, gpus=False), sysroot=root)
+    (report,) = stat(snapshot(root, gpus=False))
     by_name = {n.name: n for n in report.nodes}
     assert by_name["cxl0"].tier == "cxl" and by_name["cxl0"].total == 512 << 20
     assert report.interval_s is None and report.system_rates is None
@@ -245,7 +245,7 @@ def test_node_exporter_reads_what_check_and_stat_write(tmp_path: Path) -> None:
     system = snapshot(root, gpus=False)
     report = run_check(system, event_log="", device_health=False, fs=Sysfs(root))
     write_textfile(str(tmp_path / "check.prom"), check_metrics(report, system))
-    (st,) = stat(system, sysroot=root)
+    (st,) = stat(system)
     write_textfile(str(tmp_path / "stat.prom"), stat_metrics(st))
     lines = node_exporter.scrape(str(tmp_path), exporter)
     assert "node_textfile_scrape_error 0" in lines, lines[-20:]
