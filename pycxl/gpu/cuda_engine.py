@@ -69,6 +69,7 @@ class CudaEngine(Engine):
         return DeviceView(buffer, buffer.slot, nbytes)
 
     def host_span(self, obj: Any) -> tuple[int, int]:
+        self._current()  # the pinned check asks the driver, from whichever thread calls
         address, n = host_span(obj)
         _check_pinned(address, n)
         return address, n
@@ -94,9 +95,8 @@ class CudaEngine(Engine):
     def copy_in(self, dst: Any, src: Any) -> None:
         from . import driver as drv
 
-        d, s = device_span(dst), self.host_span(src)
+        d, s = device_span(dst), self.host_span(src)  # the context made current there
         n = same_size(d, s)
-        self._current()
         ffi, lib = drv.driver()
         rc = lib.cuMemcpyHtoDAsync_v2(d[0], ffi.cast("void *", s[0]), n, self._in.handle)
         drv.check("cuMemcpyHtoDAsync", rc)
@@ -104,9 +104,8 @@ class CudaEngine(Engine):
     def copy_out(self, dst: Any, src: Any) -> None:
         from . import driver as drv
 
-        d, s = self.host_span(dst), device_span(src)
+        d, s = self.host_span(dst), device_span(src)  # the context made current there
         n = same_size(d, s)
-        self._current()
         ffi, lib = drv.driver()
         rc = lib.cuMemcpyDtoHAsync_v2(ffi.cast("void *", d[0]), s[0], n, self._out.handle)
         drv.check("cuMemcpyDtoHAsync", rc)
