@@ -247,3 +247,95 @@ def test_a_layer_mixing_dtypes_is_refused_by_name() -> None:
     node = pycxl.snapshot(gpus=False).resolve("dram0").node
     with pytest.raises(InvalidRequestError, match="mixes parameter dtypes"):
         LayerOffload([layer], _on_tier(node), engine=HostEngine(), device="cpu")
+
+
+def test_an_optimizer_of_the_users_over_streamed_layers_trains_like_plain_pytorch() -> None:
+    """Between uses a streamed parameter is its home: an optimizer that changes it there
+    (in place) is seen, and the layer runs with the new weights next time."""
+    model, ref = _model(), _model()
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu")
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)
+    batches = _batches(4)
+    got = _train(model, batches, sgd(model.parameters()))
+    want = _train(ref, batches, sgd(ref.parameters()))
+    assert got == pytest.approx(want, rel=1e-5)
+    _same(model, ref)
+    assert offload.stats().reused > 0  # the layers at the turn: copied again once changed
+    offload.close()
+
+
+class _WithUnused(torch.nn.Module):
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.used = torch.nn.Linear(width, width)
+        self.unused = torch.nn.Linear(width, width)  # takes no gradient
+
+    def forward(self, x: Any) -> Any:
+        return torch.tanh(self.used(x))
+
+
+@pytest.mark.parametrize("weights", ["stream", "resident"])
+def test_a_layer_whose_parameter_takes_no_gradient_still_trains_the_rest(weights: str) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_WithUnused(), _WithUnused())
+    ref = copy.deepcopy(model)
+    if weights == "stream":
+        node = pycxl.snapshot(gpus=False).resolve("dram0").node
+        offload = LayerOffload(list(model), _on_tier(node), engine=HostEngine(), device="cpu",
+                               weights="stream", optimizer=ADAM)  # fmt: skip
+    else:
+        offload = pycxl.offload_layers(list(model), "dram0", gpu=None, weights="resident",
+                                       optimizer=ADAM)  # fmt: skip
+    batches = _batches(3)
+    got = _train(model, batches)
+    offload.synchronize()
+    want = _train(ref, batches, ADAM(ref.parameters()))  # Adam skips what has no gradient
+    assert got == pytest.approx(want, rel=1e-5)
+    _same(model, ref)
+    assert offload.stats().updates == 2 * 3
+    offload.close()
+
+
+def test_resident_layers_keep_frozen_and_mixed_dtype_parameters_on_the_tier() -> None:
+    """A frozen base weight beside a trained one (LoRA's shape), and a layer norm in
+    fp32 beside a bf16 linear: on the CPU every parameter lives on the tier."""
+    torch.manual_seed(0)
+    layer = torch.nn.Sequential(torch.nn.Linear(32, 32).to(torch.bfloat16), torch.nn.LayerNorm(32))
+    layer[0].weight.requires_grad_(False)
+    model = torch.nn.Sequential(copy.deepcopy(layer), copy.deepcopy(layer))
+    ref = copy.deepcopy(model)
+    offload = pycxl.offload_layers(list(model), "dram0", gpu=None, weights="resident",
+                                   optimizer=ADAM)  # fmt: skip
+    held = {t.data_ptr() for t in offload.host_tensors()}
+    homes = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+             for t in offload.host_tensors()]  # fmt: skip
+    for p in model.parameters():
+        assert any(lo <= p.data_ptr() < hi for lo, hi in homes), p.shape
+    assert held
+    batches = [(x.to(torch.bfloat16), y.to(torch.bfloat16)) for x, y in _batches(3)]
+
+    def loop(m: Any, opt: Any = None) -> list[float]:
+        out = []
+        for x, y in batches:
+            loss = torch.nn.functional.mse_loss(m(x).float(), y.float())
+            loss.backward()
+            out.append(loss.item())
+            if opt is not None:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        return out
+
+    got = loop(model)
+    offload.synchronize()
+    want = loop(ref, ADAM([p for p in ref.parameters() if p.requires_grad]))
+    assert got == pytest.approx(want, rel=1e-2)  # bf16 rounds where fp32 masters differ
+    assert torch.equal(model[0][0].weight, ref[0][0].weight)  # frozen: untouched
+    offload.close()
+
+
+def test_a_layer_holding_only_an_earlier_layers_parameters_is_refused() -> None:
+    shared = torch.nn.Linear(8, 8)
+    with pytest.raises(InvalidRequestError, match="no parameters of its own"):
+        pycxl.offload_layers([shared, shared], "dram0", gpu=None, weights="resident",
+                             optimizer=ADAM)  # fmt: skip

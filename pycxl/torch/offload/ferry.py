@@ -60,11 +60,14 @@ class WeightFerry:
     pinned for a GPU) streamed to ``device`` through a ring of ``lookahead + 1``
     buffers; ``before_copy(position)`` runs on the host before each copy of a block
     (to wait for its update); ``host_alloc(block)`` gives host memory like the block's
-    ``grads`` (for a later micro-batch's gradients); ``on_home(block, adding)`` runs
-    once all of a block's gradients of a backward pass are on their way home (``adding``:
-    onto an earlier micro-batch's). ``accumulate``: gradients add up across backward
-    passes in ``.grad`` (False: ``on_home`` consumes each pass's; ``.grad`` stays None).
-    Takes the parameters home at once."""
+    ``grads`` (for a later micro-batch's gradients); ``on_home(block, adding, sent)``
+    runs each time gradients of a block are on their way home: ``sent``, the
+    parameters whose gradients went (all of the block's once they have all arrived, or
+    those that had when the backward pass left the block); ``adding``: onto an earlier
+    micro-batch's. ``accumulate``: gradients add up across backward passes in ``.grad``
+    (False: ``on_home`` consumes each pass's; ``.grad`` stays None). Takes the
+    parameters home at once. A parameter changed in place at home (an optimizer of the
+    user's, ``copy_``) is copied to the device again when its block next runs."""
 
     def __init__(
         self,
@@ -75,7 +78,7 @@ class WeightFerry:
         lookahead: int,
         before_copy: Callable[[int], None],
         host_alloc: Callable[[Block], Any],
-        on_home: Callable[[Block, bool], None] | None = None,
+        on_home: Callable[[Block, bool, list[ParamSlot]], None] | None = None,
         accumulate: bool = True,
     ) -> None:
         torch = import_torch()
@@ -98,6 +101,9 @@ class WeightFerry:
         self._bound: dict[tuple[int, int], list[Any]] = {}  # (slot, block) -> parameter views
         self._held: set[int] = set()  # positions bound to a ring buffer now
         self._stale: set[int] = set()  # held while their home weights changed: dropped after
+        # each let-go block's parameters' versions then: changed in place since, its
+        # device copy is stale
+        self._versions: dict[int, list[int]] = {}
         self._backward_held: list[Block] = []
         self._training_order = False
         self._arrived = [0] * len(self.blocks)  # gradients accumulated this backward pass
@@ -164,6 +170,9 @@ class WeightFerry:
                 self._backward_held.remove(B)
         if backward:
             self._let_go_backward()  # the blocks after it are done
+        seen = self._versions.pop(k, None)
+        if seen is not None and seen != [p.param._version for p in B.everything]:
+            self.ring.invalidate(k)  # changed at home since it was let go
         view = self.ring.get(k, self._stream(), slot_index=slot)
         key = (view.slot, k)
         views = self._bound.get(key)
@@ -183,6 +192,7 @@ class WeightFerry:
         self.ring.done(k, self._stream())
         for p, home in zip(B.everything, self._home[k], strict=True):
             p.param.data = home
+        self._versions[k] = [p.param._version for p in B.everything]
         self._held.discard(k)
         if k in self._stale:
             self._stale.discard(k)
@@ -195,7 +205,7 @@ class WeightFerry:
         while self._backward_held:
             B = self._backward_held.pop()
             if self._arrived[self._position[id(B)]]:
-                self._send_home(B)
+                self._home_and_tell(B)
             self._let_go(B)
 
     # --- hooks -------------------------------------------------------------------------
@@ -244,9 +254,7 @@ class WeightFerry:
         k = self._position[id(B)]
         self._arrived[k] += 1
         if self._arrived[k] == len(B.params):
-            adding = self._send_home(B)
-            if self._on_home is not None:
-                self._on_home(B, adding)
+            self._home_and_tell(B)
 
     def _await_end(self) -> None:
         """Ask for a call when this backward pass ends (once per pass; a reentrant
@@ -264,9 +272,15 @@ class WeightFerry:
             self._backward_done()
 
     # --- gradients home ----------------------------------------------------------------
-    def _send_home(self, B: Block) -> bool:
-        """Copy the block's gradients that arrived home; whether they are added onto an
-        earlier micro-batch's."""
+    def _home_and_tell(self, B: Block) -> None:
+        """The block's gradients that arrived sent home, and ``on_home`` told."""
+        adding, sent = self._send_home(B)
+        if sent and self._on_home is not None:
+            self._on_home(B, adding, [B.params[j] for j in sent])
+
+    def _send_home(self, B: Block) -> tuple[bool, list[int]]:
+        """Copy the block's gradients that arrived home: whether they are added onto an
+        earlier micro-batch's, and which parameters' went."""
         k = self._position[id(B)]
         self._arrived[k] = 0
         eng = self.engine
@@ -276,7 +290,7 @@ class WeightFerry:
             if p.param.grad is not None and p.param.grad is not home[j]
         ]  # fmt: skip
         if not arrived:
-            return False
+            return False, []
         grads = []
         for j in arrived:
             g = B.params[j].param.grad
@@ -307,7 +321,7 @@ class WeightFerry:
         self._landed_params += [(k, j) for j in arrived]
         if adding:
             self._adds.append(self._adder.submit(self._add, B, arrived))
-        return adding
+        return adding, arrived
 
     def _add(self, B: Block, arrived: list[int]) -> None:
         """Once landed: each parameter's new gradient added to the one set aside, or
@@ -330,7 +344,7 @@ class WeightFerry:
         self._let_go_backward()
         for B, n in zip(self.blocks, self._arrived, strict=True):
             if n:  # some of its parameters took no gradient this time
-                self._send_home(B)
+                self._home_and_tell(B)
         landing, self._landing = self._landing, []
         for B in landing:
             self.engine.synchronize(B.flight.landed)

@@ -29,7 +29,7 @@ class LayerUpdate:
     pending: Future[None] | None = None  # the optimizer step in flight
     updated: Any = None  # device event: the new weights are on the device (resident)
     copies: list[CopyBack] = field(default_factory=list)  # gradients on their way home
-    arrived: int = 0  # gradients accumulated this backward pass (resident)
+    took: list[int] = field(default_factory=list)  # took a gradient this pass (resident)
 
     @classmethod
     def placed(
@@ -87,32 +87,39 @@ class LayerUpdate:
         except InvalidRequestError:
             return None
 
-    def step(self, grads: list[Any], weights: list[Any], fused: CpuAdam | None) -> None:
-        """One step from ``grads`` (landed, one per master), writing the new weights
-        into ``weights`` (the layer's dtype; the masters themselves where fp32)."""
+    def step(
+        self, grads: list[Any], weights: list[Any], fused: CpuAdam | None, which: list[int]
+    ) -> None:
+        """One step of the parameters ``which`` (positions) from ``grads`` (landed, one
+        per master), writing the new weights into ``weights`` (the layer's dtype; the
+        masters themselves where fp32). The others take no step, as torch's Adam skips a
+        parameter without a gradient."""
         torch = import_torch()
         settings = self.fused_settings() if fused is not None else None
         with torch.no_grad():
             if fused is not None and settings is not None:
-                self._fused_step(grads, weights, fused, settings)
+                self._fused_step(grads, weights, fused, settings, which)
             else:
-                self._torch_step(grads, weights)
+                self._torch_step(grads, weights, which)
 
     def _fused_step(
-        self, grads: list[Any], weights: list[Any], fused: CpuAdam, settings: AdamSettings
-    ) -> None:
+        self, grads: list[Any], weights: list[Any], fused: CpuAdam, settings: AdamSettings,
+        which: list[int],
+    ) -> None:  # fmt: skip
         """One pass per parameter: the gradient, the master and moments on the tier,
         and the weight in the layer's dtype."""
-        for master, grad, weight in zip(self.masters, grads, weights, strict=True):
+        for j in which:
+            master, grad, weight = self.masters[j], grads[j], weights[j]
             st = self.optimizer.state[master]
             st["step"] += 1
             out = None if weight.data_ptr() == master.data_ptr() else weight.view(-1)
             state = (master.data.view(-1), st["exp_avg"].view(-1), st["exp_avg_sq"].view(-1))
             fused.step(state, grad.contiguous().view(-1), out, int(st["step"].item()), settings)
 
-    def _torch_step(self, grads: list[Any], weights: list[Any]) -> None:
+    def _torch_step(self, grads: list[Any], weights: list[Any], which: list[int]) -> None:
         torch = import_torch()
-        for k, (m, g) in enumerate(zip(self.masters, grads, strict=True)):
+        for k in which:
+            m, g = self.masters[k], grads[k]
             if self.master_grads:  # gradients landed in host memory on the tier
                 mg = self.master_grads[k]
                 if mg.data_ptr() != g.data_ptr():

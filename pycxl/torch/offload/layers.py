@@ -42,7 +42,7 @@ from .._import import import_torch
 from .ferry import WeightFerry
 from .host_memory import HostAlloc, pages_of
 from .layer_update import LayerUpdate
-from .layout import Block, layout_blocks, piece
+from .layout import Block, ParamSlot, layout_blocks, piece
 
 Weights = Literal["stream", "resident"]
 
@@ -95,9 +95,15 @@ class LayerOffload:
         modules = list(layers)
         if not modules or not all(isinstance(m, torch.nn.Module) for m in modules):
             raise InvalidRequestError("layers: give a non-empty sequence of torch.nn.Module")
+        seen: set[int] = set()
         for i, module in enumerate(modules):
-            if next(module.parameters(), None) is None:
-                raise InvalidRequestError(f"layer {i} ({type(module).__name__}) has no parameters")
+            own = [p for p in module.parameters() if id(p) not in seen]
+            seen.update(id(p) for p in own)
+            if not own:
+                raise InvalidRequestError(
+                    f"layer {i} ({type(module).__name__}) has no parameters of its own (none, "
+                    "or only an earlier layer's): give layers that hold their parameters"
+                )
         if weights == "resident" and optimizer is None:
             raise InvalidRequestError(
                 "weights='resident' keeps the layers on the device: give an optimizer "
@@ -111,7 +117,10 @@ class LayerOffload:
         self._params_on_tier = not on_gpu and not self._streamed
         self._host_alloc = host_alloc
         trainable = {id(p): 0 for m in modules for p in m.parameters() if p.requires_grad}
-        self._blocks = layout_blocks(modules, trainable, with_frozen=self._streamed)
+        # resident, a layer's parameters may mix dtypes (nothing streams them as one)
+        self._blocks = layout_blocks(modules, trainable, with_frozen=True,
+                                     split_dtypes=not self._streamed)  # fmt: skip
+        self._position = {id(B): k for k, B in enumerate(self._blocks)}
         self._updates: list[LayerUpdate | None] = [None] * len(self._blocks)
         self._hooks: list[Any] = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="pycxl-update")
@@ -119,6 +128,7 @@ class LayerOffload:
         self._update_count = 0
         self._update_wait_s = 0.0
         self._bytes_to_host = 0
+        self._callback_task = -2  # the backward pass whose end is awaited (resident)
         self._place_host_memory()
         if optimizer is not None:
             for k, B in enumerate(self._blocks):
@@ -162,16 +172,22 @@ class LayerOffload:
                 B.weights = self._typed(B.total, B.dtype, self._on_gpu)
                 B.grads = self._typed(B.numel, B.dtype, self._on_gpu) if B.params else None
                 continue
-            B.weights = self._typed(B.numel, B.dtype, self._on_gpu)
+            # on the CPU every parameter lives on the tier; on a GPU the host keeps the
+            # trainable ones' new weights, and every parameter is on the device
+            B.weights = self._typed(B.total if self._params_on_tier else B.numel, B.dtype,
+                                    self._on_gpu)  # fmt: skip
             with torch.no_grad():
-                for p in B.params:
-                    home = piece(B.weights, p).view(p.shape)
-                    home.copy_(p.param.detach())
+                for p in B.everything:
                     if self._params_on_tier:
+                        home = piece(B.weights, p).view(p.shape)
+                        home.copy_(p.param.detach())
                         p.param.data = home
-                    elif p.param.device != self.device:
+                        continue
+                    if p in B.params:
+                        piece(B.weights, p).view(p.shape).copy_(p.param.detach())
+                    if p.param.device != self.device:
                         p.param.data = p.param.data.to(self.device)
-            if not self._params_on_tier:
+            if not self._params_on_tier and B.params:
                 B.grads = self._typed(B.numel, B.dtype, True)
 
     def _install_resident_hooks(self) -> None:
@@ -180,9 +196,9 @@ class LayerOffload:
         for k, B in enumerate(self._blocks):
             self._hooks.append(B.module.register_forward_pre_hook(
                 functools.partial(self._before_forward, k)))  # fmt: skip
-            for p in B.params:
+            for j, p in enumerate(B.params):
                 self._hooks.append(p.param.register_post_accumulate_grad_hook(
-                    functools.partial(self._grad_ready, k)))  # fmt: skip
+                    functools.partial(self._grad_ready, k, j)))  # fmt: skip
 
     # --- hooks (resident) -------------------------------------------------------------
     def _stream(self) -> Any:
@@ -194,35 +210,59 @@ class LayerOffload:
         if U is not None and U.updated is not None:
             self.engine.wait(self._stream(), U.updated)
 
-    def _grad_ready(self, k: int, param: Any) -> None:
+    def _grad_ready(self, k: int, j: int, param: Any) -> None:
+        U = self._updates[k]
+        assert U is not None
+        U.took.append(j)
+        self._await_end()
+        if len(U.took) == len(self._blocks[k].params):
+            self._begin_update(k)
+
+    def _begin_update(self, k: int) -> None:
+        """Resident: the layer's update of the parameters that took a gradient, their
+        gradients first copied to the host (on a GPU)."""
         B, U = self._blocks[k], self._updates[k]
         assert U is not None
-        U.arrived += 1
-        if U.arrived < len(B.params):
-            return
-        U.arrived = 0
+        took, U.took = sorted(U.took), []
+        self._wait_for_update(k)  # the last one's copies are its own
         if not self._params_on_tier:
             stream = self._stream()
-            U.copies = [copy_to_host(self.engine, p.param.grad, piece(B.grads, p).view(p.shape),
-                                     stream) for p in B.params]  # fmt: skip
+            U.copies = [copy_to_host(self.engine, B.params[j].param.grad,
+                                     piece(B.grads, B.params[j]).view(B.params[j].shape),
+                                     stream) for j in took]  # fmt: skip
             self._bytes_to_host += sum(c.nbytes for c in U.copies)
-            for p in B.params:
-                p.param.grad = None  # the copy holds the gradient until it has landed
-        self._wait_for_update(k)
-        U.pending = self._pool.submit(self._update, k)
+            for j in took:
+                B.params[j].param.grad = None  # the copy holds it until it has landed
+        U.pending = self._pool.submit(self._update, k, took)
+
+    def _await_end(self) -> None:
+        """Resident: a call when this backward pass ends, for layers some of whose
+        parameters took no gradient (once per pass)."""
+        torch = import_torch()
+        task = torch._C._current_graph_task_id()
+        if task != self._callback_task:
+            self._callback_task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    def _backward_done(self) -> None:
+        self._callback_task = -2
+        for k, U in enumerate(self._updates):
+            if U is not None and U.took:
+                self._begin_update(k)
 
     # --- the ferry's (streamed) ---------------------------------------------------------
-    def _sent_home(self, B: Block, adding: bool) -> None:
-        """A streamed layer's gradients are on their way home: its update begins (its
-        home weights change under it, so its device copy is stale)."""
+    def _sent_home(self, B: Block, adding: bool, sent: list[ParamSlot]) -> None:
+        """A streamed layer's gradients of ``sent`` are on their way home: their update
+        begins (the home weights change under it, so the device copy is stale)."""
         assert self.ferry is not None
-        k = self._blocks.index(B)
+        k = self._position[id(B)]
         U = self._updates[k]
         if U is None:
             return
         self.ferry.invalidate(B)
         self._wait_for_update(k)
-        U.pending = self._pool.submit(self._update, k)
+        took = [j for j, p in enumerate(B.params) if any(p is q for q in sent)]
+        U.pending = self._pool.submit(self._update, k, took)
 
     # --- the optimizer step of one layer (worker thread) ---------------------------
     def _grads_of(self, k: int) -> list[Any]:
@@ -231,7 +271,7 @@ class LayerOffload:
         B, U = self._blocks[k], self._updates[k]
         assert U is not None
         if self._params_on_tier:
-            return [p.param.grad for p in B.params]
+            return [p.param.grad for p in B.params]  # None for one that took none
         if self._streamed:
             self.engine.synchronize(B.flight.landed)
         for c in U.copies:
@@ -239,16 +279,19 @@ class LayerOffload:
         U.copies = []
         return [piece(B.grads, p).view(p.shape) for p in B.params]
 
-    def _update(self, k: int) -> None:
+    def _update(self, k: int, took: list[int]) -> None:
+        """The step of the layer's parameters ``took`` (positions among its trainable
+        ones; the others took no gradient this pass and, as in torch's Adam, no step)."""
         B, U = self._blocks[k], self._updates[k]
         assert U is not None
         weights = [piece(B.weights, p).view(p.shape) for p in B.params]
-        U.step(self._grads_of(k), weights, self._fused)
-        for p in B.params if self._params_on_tier else ():
-            p.param.grad = None
+        U.step(self._grads_of(k), weights, self._fused, took)
+        for j in took if self._params_on_tier else ():
+            B.params[j].param.grad = None
         if self._on_gpu and not self._streamed:
-            U.updated = copy_to_device(self.engine, [piece(B.weights, p) for p in B.params],
-                                       [p.param.data for p in B.params])  # fmt: skip
+            moved = [B.params[j] for j in took]
+            U.updated = copy_to_device(self.engine, [piece(B.weights, p) for p in moved],
+                                       [p.param.data for p in moved])  # fmt: skip
         with self._lock:
             self._update_count += 1
 
@@ -293,17 +336,27 @@ class LayerOffload:
     def host_grads(self, layer: int) -> list[Any]:
         """The gradients of layer ``layer``'s trainable parameters as last copied to
         the host, once they have landed (streamed layers without an optimizer: each
-        parameter's ``.grad`` is this memory too)."""
-        k = next((k for k, B in enumerate(self._blocks) if B.index == layer), None)
-        if k is None:
-            raise InvalidRequestError(f"layer {layer}: no such layer, or it takes no gradients")
-        B, U = self._blocks[k], self._updates[k]
-        if B.grads is None:
+        parameter's ``.grad`` is this memory too); a layer whose parameters mix dtypes
+        gives them by dtype, in the order its parameters first show each."""
+        mine = [k for k, B in enumerate(self._blocks) if B.index == layer]
+        if not mine:
+            raise InvalidRequestError(
+                f"layer {layer}: this offload's layers are 0 to {self._blocks[-1].index}"
+            )
+        if self._params_on_tier:
             raise InvalidRequestError("gradients stay with the parameters (on the tier)")
-        if U is not None:
-            for c in U.copies:
+        out: list[Any] = []
+        for k in mine:
+            B, U = self._blocks[k], self._updates[k]
+            for c in U.copies if U is not None else ():
                 c.wait()
-        return [piece(B.grads, p).view(p.shape) for p in B.params]
+            if B.grads is not None:
+                out += [piece(B.grads, p).view(p.shape) for p in B.params]
+        if not out:
+            raise InvalidRequestError(
+                f"layer {layer} takes no gradients: its parameters are frozen"
+            )
+        return out
 
     def stats(self) -> OffloadStats:
         """Bytes and copies so far, layers served from the ring without a copy, updates

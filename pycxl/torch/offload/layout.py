@@ -85,11 +85,16 @@ def _aligned(n: int) -> int:
 
 
 def layout_blocks(
-    modules: list[Any], group_of: Mapping[int, int], *, with_frozen: bool
+    modules: list[Any],
+    group_of: Mapping[int, int],
+    *,
+    with_frozen: bool,
+    split_dtypes: bool = False,
 ) -> list[Block]:
     """A Block for each module that has parameters to keep: trainable ones (their group
-    from ``group_of``, by id), and with ``with_frozen`` the frozen ones too. A block
-    whose parameters mix dtypes is refused by name."""
+    from ``group_of``, by id), and with ``with_frozen`` the frozen ones too. A module
+    whose parameters mix dtypes is refused by name, or with ``split_dtypes`` laid out as
+    one block per dtype (the same module and index: nothing streams them as one)."""
     out = []
     seen: set[int] = set()
     for i, module in enumerate(modules):
@@ -104,24 +109,34 @@ def layout_blocks(
         trainable = [p for p in params if p.requires_grad]
         frozen = [p for p in params if not p.requires_grad] if with_frozen else []
         kept = trainable + frozen
-        dtypes = {p.dtype for p in kept}
-        if len(dtypes) > 1:
+        dtypes = list(dict.fromkeys(p.dtype for p in kept))
+        if len(dtypes) > 1 and not split_dtypes:
             raise InvalidRequestError(
                 f"block {i} mixes parameter dtypes {sorted(map(str, dtypes))}: give its "
                 "parameters one dtype (model.to(torch.bfloat16))"
             )
-        at, slots = 0, []
-        for p in trainable:
-            slots.append(ParamSlot(p, group_of[id(p)], at, p.numel(), tuple(p.shape)))
-            at += _aligned(p.numel())
-        numel = at
-        still = []
-        for p in frozen:
-            still.append(ParamSlot(p, -1, at, p.numel(), tuple(p.shape)))
-            at += _aligned(p.numel())
-        if kept:
-            out.append(Block(i, module, slots, still, numel, at, kept[0].dtype))
+        for dtype in dtypes:
+            mine = [p for p in trainable if p.dtype == dtype]
+            still = [p for p in frozen if p.dtype == dtype]
+            out.append(_block(i, module, mine, still, group_of, dtype))
     return out
+
+
+def _block(
+    index: int, module: Any, trainable: list[Any], frozen: list[Any],
+    group_of: Mapping[int, int], dtype: Any,
+) -> Block:  # fmt: skip
+    """One block's layout: its trainable parameters first, each aligned, then frozen."""
+    at, slots = 0, []
+    for p in trainable:
+        slots.append(ParamSlot(p, group_of[id(p)], at, p.numel(), tuple(p.shape)))
+        at += _aligned(p.numel())
+    numel = at
+    still = []
+    for p in frozen:
+        still.append(ParamSlot(p, -1, at, p.numel(), tuple(p.shape)))
+        at += _aligned(p.numel())
+    return Block(index, module, slots, still, numel, at, dtype)
 
 
 def check_trainable(blocks: list[Block]) -> None:
