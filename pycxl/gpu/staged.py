@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..base._lib.compiled import CopyPool, Transfer
+from ..base._lib.compiled import CopyTeam, Transfer
 from ..base.errors import InvalidRequestError
 from ..numa import pages
 from ..numa.placement import NumaBuffer
@@ -81,7 +81,7 @@ class StagedCopier:
         ffi, _ = drv.driver()
         self._stage = [ffi.cast("void *", b.address) for b in self._buffers]  # for the driver
         self.stream = Stream(ctx)
-        self._pool = CopyPool(cpus)
+        self._pool = CopyTeam(cpus)
         self.threads = len(cpus)
 
     def to_device(self, dst: Any, src: Any) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycxl.base._lib.compiled import CopyPool
+from pycxl.base._lib.compiled import CopyTeam
 
 ROOT = Path(__file__).resolve().parents[2]
 PTX = ("stream.ptx", "chase.ptx")
@@ -62,7 +62,7 @@ def test_copy_threads_copy_every_byte(size: int, nt: int) -> None:
     side non-temporal stores write), with the same threads stream after stream."""
     src = np.random.default_rng(size).integers(0, 255, size + 8, dtype=np.uint8)[8:]
     dst = np.zeros(size + 24, dtype=np.uint8)[16:-8]  # 16-aligned start, an unaligned source
-    pool = CopyPool([0, 0])
+    pool = CopyTeam([0, 0])
     try:
         for _ in range(3):
             dst[:] = 0
@@ -92,7 +92,7 @@ def test_copy_stream_keeps_the_buffer_protocol(size: int, chunk: int, depth: int
     stage = [np.zeros(chunk, dtype=np.uint8) for _ in range(depth)]
     chunks = -(-size // chunk)
     cpus = sorted(os.sched_getaffinity(0))
-    pool = CopyPool([cpus[i % len(cpus)] for i in range(3)])
+    pool = CopyTeam([cpus[i % len(cpus)] for i in range(3)])
     try:
         for _ in range(2):  # the same threads, stream after stream
             host[:] = 0 if to_host else source
@@ -132,7 +132,7 @@ def test_copy_stream_stops_on_an_error() -> None:
     size, chunk = 4 << 20, 1 << 20
     host = np.full(size, 7, dtype=np.uint8)
     stage = [np.zeros(chunk, dtype=np.uint8) for _ in range(2)]
-    pool = CopyPool([0, 0])
+    pool = CopyTeam([0, 0])
     try:
         ptrs = [b.ctypes.data for b in stage]
         with pytest.raises(RuntimeError), pool.transfer(host.ctypes.data, ptrs, size, chunk,

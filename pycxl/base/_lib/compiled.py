@@ -205,7 +205,7 @@ class LoadThreads:
 
 
 # --- the copy threads of the staged copier (copy.c) ----------------------------------------
-class CopyPool:
+class CopyTeam:
     """Copy threads pinned to ``cpus``; stopped on ``close()`` or when collected."""
 
     def __init__(self, cpus: Sequence[int]) -> None:
