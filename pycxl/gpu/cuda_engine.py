@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ..base.errors import InvalidRequestError
-from .engine import Engine, same_size
+from .engine import Engine, same_size, within
 from .spans import device_span, host_span
 
 
@@ -66,7 +66,7 @@ class CudaEngine(Engine):
         return mem
 
     def slot_view(self, buffer: Any, nbytes: int) -> DeviceView:
-        return DeviceView(buffer, buffer.slot, nbytes)
+        return DeviceView(buffer, buffer.slot, within(nbytes, buffer.size))
 
     def host_span(self, obj: Any) -> tuple[int, int]:
         self._current()  # the pinned check asks the driver, from whichever thread calls

@@ -26,7 +26,8 @@ class Engine(Protocol):
         ...
 
     def slot_view(self, buffer: Any, nbytes: int) -> Any:
-        """What ``Prefetcher.get`` hands out: the first ``nbytes`` of ``buffer``."""
+        """What ``Prefetcher.get`` hands out: the first ``nbytes`` of ``buffer`` (refused
+        where the buffer is smaller)."""
         ...
 
     def host_span(self, obj: Any) -> tuple[int, int]:
@@ -93,6 +94,14 @@ def same_size(dst: tuple[int, int], src: tuple[int, int]) -> int:
     if dst[1] != src[1]:
         raise InvalidRequestError(f"a copy of {src[1]} bytes into {dst[1]} bytes")
     return src[1]
+
+
+def within(nbytes: int, size: int) -> int:
+    """``nbytes`` of a buffer of ``size`` bytes, refused where they do not fit (a view
+    past the buffer's end would let a copy run over the memory beyond it)."""
+    if not 0 <= nbytes <= size:
+        raise InvalidRequestError(f"a view of {nbytes} bytes of a buffer of {size} bytes")
+    return nbytes
 
 
 def copy_to_host(engine: Engine, src: Any, dst: Any, stream: Any) -> CopyBack:

@@ -7,7 +7,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Engine, same_size
+from .engine import Engine, same_size, within
 from .spans import host_span
 
 
@@ -28,6 +28,7 @@ class HostEngine(Engine):
         return buf
 
     def slot_view(self, buffer: Any, nbytes: int) -> HostView:
+        within(nbytes, len(buffer.data))
         memory = memoryview(buffer.data).cast("B")[:nbytes]
         return HostView(memory, buffer.slot, nbytes, ctypes.addressof(buffer.data))
 

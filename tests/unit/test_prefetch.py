@@ -275,6 +275,18 @@ def test_the_host_engine_streams_bytes_into_host_buffers() -> None:
             ring.done(i, None)
 
 
+def test_the_host_engine_refuses_copies_past_a_buffer_or_of_unequal_sizes() -> None:
+    engine = HostEngine()
+    buffer = engine.buffer(64)
+    with pytest.raises(InvalidRequestError, match="of a buffer of 64 bytes"):
+        engine.slot_view(buffer, 65)
+    view = engine.slot_view(buffer, 32)
+    with pytest.raises(InvalidRequestError, match="a copy of 16 bytes into 32 bytes"):
+        engine.copy_in(view, np.zeros(4, np.float32))
+    engine.copy_in(view, np.arange(8, dtype=np.float32))
+    assert bytes(view.memory) == np.arange(8, dtype=np.float32).tobytes()
+
+
 @pytest.mark.parametrize("layers", [1, 2, 3, 6])
 @pytest.mark.parametrize("backward", [False, True])
 def test_the_offload_bound_counts_the_copies_the_ring_makes(layers: int, backward: bool) -> None:
