@@ -259,7 +259,7 @@ def word_list(spec: object, what: str, choices: Iterable[str]) -> list[str]:
     allowed = list(choices)
     if not isinstance(spec, str):
         raise InvalidRequestError(f"{what} {spec!r}: use {', '.join(allowed)}")
-    items = list_items(spec, what, f"words such as {','.join(allowed[:2])}")
+    items = list_items(spec, what, f"one or more of {', '.join(allowed)}")
     for w in items:
         word(w, what, allowed)
     return items

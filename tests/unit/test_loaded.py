@@ -41,7 +41,7 @@ def test_mixes_are_named_and_refused() -> None:
     assert loaded.mix_names("all") == list(loaded.MIXES)
     assert loaded.mix_names("nt-write,read") == ["read", "nt-write"]
     for bad in ("4:1", "", "read,writes"):
-        with pytest.raises(InvalidRequestError, match="use read, 3:1"):
+        with pytest.raises(InvalidRequestError, match="read, 3:1"):
             loaded.mix_names(bad)
 
 

@@ -100,7 +100,7 @@ def test_monitor_ended_by_a_signal_leaves_tracing_as_it_was(sig: signal.Signals)
 
 TRACE_SETUP_SIGNALLED = """
 import os, signal, subprocess
-from pycxl import trace
+from pycxl.base import trace
 def tracefs():
     with open("/proc/self/mounts") as f:
         return [line.split()[1] for line in f if line.split()[2] == "tracefs"]
