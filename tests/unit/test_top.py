@@ -297,9 +297,11 @@ def test_every_figure_this_host_lacks_says_why_never_zero() -> None:
 def test_node_rows_and_the_process_view_rise_with_a_bandwidth_run() -> None:
     """The bench places its arrays on dram0, on base pages. The process view shows them
     resident there while it runs; and in the interval where its anonymous memory grew
-    most, the node's row counts at least the pages it gained (each new anonymous page
-    is an allocation; whatever else this shared machine allocates only adds), and the
-    node's allocations over the run at least the pages the bench placed."""
+    most, the node's rows around it count at least the pages it gained (each new
+    anonymous page is an allocation; whatever else this shared machine allocates only
+    adds; the neighbouring intervals too, since a busy machine can read the counters and
+    the process's maps a moment apart), and the node's allocations over the run at least
+    the pages the bench placed."""
     reports, result = bandwidth_under_top("dram0", "256M", 0.25)
     pages = int(result["pages_on_node"])
     dram0 = [next(n for n in r.nodes if n.name == "dram0") for r in reports]
@@ -307,7 +309,10 @@ def test_node_rows_and_the_process_view_rise_with_a_bandwidth_run() -> None:
             if r.process is not None else 0.0 for r in reports]  # fmt: skip
     i = max(range(len(reports)), key=grew.__getitem__)
     assert grew[i] * reports[i].interval_s >= 0.1 * pages * 4096, (grew, pages)  # a burst
-    assert (dram0[i].value(ALLOC) or 0.0) >= 0.8 * grew[i] / 4096, (dram0[i], grew[i])
+    around = range(max(i - 1, 0), min(i + 2, len(reports)))
+    allocated = sum((dram0[j].value(ALLOC) or 0.0) * reports[j].interval_s for j in around)
+    gained = grew[i] * reports[i].interval_s / 4096
+    assert allocated >= 0.8 * gained, ([dram0[j] for j in around], gained)
     counted = sum((n.value(ALLOC) or 0.0) * r.interval_s for n, r in zip(dram0, reports,
                                                                         strict=True))  # fmt: skip
     assert counted >= pages, (counted, pages)
