@@ -76,11 +76,11 @@ class EarlyUpdate:
         else:
             self._offload._early_cpu(B, params, copy_out=True)
 
-    def sent_home(self, B: Block, adding: bool, sent: list[ParamSlot]) -> None:
-        """Streamed: the block's gradients of ``sent`` are on their way home, onto the
-        earlier micro-batch's where ``adding`` (the adder thread's work: left for
-        step()); once all of them are, its CPU step begins; the GPU side begins none in
-        the backward pass here."""
+    def sent_home(self, B: Block, adding: bool, sent: list[int]) -> None:
+        """Streamed: the block's gradients of ``sent`` (positions in its parameters)
+        are on their way home, onto the earlier micro-batch's where ``adding`` (the
+        adder thread's work: left for step()); once all of them are, its CPU step
+        begins; the GPU side begins none in the backward pass here."""
         if len(sent) < len(B.params):
             return  # some took no gradient: the block waits for step(), as resident
         if self._side(B) != "cpu" or adding:

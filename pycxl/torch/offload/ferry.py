@@ -50,6 +50,32 @@ def ring_tensor(view: Any, device: Any) -> Any:
     return torch.frombuffer(view.memory, dtype=torch.uint8)
 
 
+class AtBackwardEnd:
+    """``callback`` called once when the backward pass running now ends: ``ask()`` from
+    its hooks (once per pass; a reentrant checkpoint's inner pass is a pass of its own),
+    ``forget()`` where the callback runs by other means (a pass that raised)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+        self._task = -2  # the backward pass whose end is awaited
+
+    def ask(self) -> None:
+        """Call back when this backward pass ends (asked again in it: once)."""
+        torch = import_torch()
+        task = torch._C._current_graph_task_id()
+        if task != self._task:
+            self._task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._ended)
+
+    def forget(self) -> None:
+        """No end awaited now."""
+        self._task = -2
+
+    def _ended(self) -> None:
+        self._task = -2
+        self._callback()
+
+
 def in_backward() -> bool:
     """Whether this thread is running a backward pass (autograd's engine)."""
     return bool(import_torch()._C._current_graph_task_id() != -1)
@@ -61,13 +87,14 @@ class WeightFerry:
     buffers; ``before_copy(position)`` runs on the host before each copy of a block
     (to wait for its update); ``host_alloc(block)`` gives host memory like the block's
     ``grads`` (for a later micro-batch's gradients); ``on_home(block, adding, sent)``
-    runs each time gradients of a block are on their way home: ``sent``, the
-    parameters whose gradients went (all of the block's once they have all arrived, or
-    those that had when the backward pass left the block); ``adding``: onto an earlier
-    micro-batch's. ``accumulate``: gradients add up across backward passes in ``.grad``
-    (False: ``on_home`` consumes each pass's; ``.grad`` stays None). Takes the
-    parameters home at once. A parameter changed in place at home (an optimizer of the
-    user's, ``copy_``) is copied to the device again when its block next runs."""
+    runs each time gradients of a block are on their way home: ``sent``, the positions
+    (in ``block.params``) of the parameters whose gradients went (all of the block's
+    once they have all arrived, or those that had when the backward pass left the
+    block); ``adding``: onto an earlier micro-batch's. ``accumulate``: gradients add up
+    across backward passes in ``.grad`` (False: ``on_home`` consumes each pass's;
+    ``.grad`` stays None). Takes the parameters home at once. A parameter changed in
+    place at home (an optimizer of the user's, ``copy_``) is copied to the device again
+    when its block next runs."""
 
     def __init__(
         self,
@@ -78,7 +105,7 @@ class WeightFerry:
         lookahead: int,
         before_copy: Callable[[int], None],
         host_alloc: Callable[[Block], Any],
-        on_home: Callable[[Block, bool, list[ParamSlot]], None] | None = None,
+        on_home: Callable[[Block, bool, list[int]], None] | None = None,
         accumulate: bool = True,
     ) -> None:
         torch = import_torch()
@@ -119,7 +146,7 @@ class WeightFerry:
             )
         self._adds: list[Future[None]] = []
         self._adder = ThreadPoolExecutor(1, thread_name_prefix="pycxl-grad-add")
-        self._callback_task = -2  # the backward pass whose end is awaited
+        self._end = AtBackwardEnd(self._backward_done)
         self._hooks: list[Any] = []
         self._install()
 
@@ -240,7 +267,7 @@ class WeightFerry:
 
     def _before_backward(self, B: Block, slot: int | None, grad: Any) -> None:
         self._take(B, backward=True, slot=slot)
-        self._await_end()
+        self._end.ask()
 
     def _before_accumulate(self, B: Block, j: int, grad: Any) -> None:
         k = self._position[id(B)]
@@ -248,22 +275,13 @@ class WeightFerry:
         if p.param.grad is not None and p.param.grad is self._home_grads[k][j]:
             self._set_aside.add(id(p.param))  # an earlier micro-batch's: added to later
             p.param.grad = None
-        self._await_end()
+        self._end.ask()
 
     def _accumulated(self, B: Block, param: Any) -> None:
         k = self._position[id(B)]
         self._arrived[k] += 1
         if self._arrived[k] == len(B.params):
             self._home_and_tell(B)
-
-    def _await_end(self) -> None:
-        """Ask for a call when this backward pass ends (once per pass; a reentrant
-        checkpoint's inner pass is a pass of its own)."""
-        torch = import_torch()
-        task = torch._C._current_graph_task_id()
-        if task != self._callback_task:
-            self._callback_task = task
-            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
 
     def _forget_a_broken_pass(self) -> None:
         """A backward pass that raised never reached its end: what it left is dropped
@@ -276,7 +294,7 @@ class WeightFerry:
         """The block's gradients that arrived sent home, and ``on_home`` told."""
         adding, sent = self._send_home(B)
         if sent and self._on_home is not None:
-            self._on_home(B, adding, [B.params[j] for j in sent])
+            self._on_home(B, adding, sent)
 
     def _send_home(self, B: Block) -> tuple[bool, list[int]]:
         """Copy the block's gradients that arrived home: whether they are added onto an
@@ -340,7 +358,7 @@ class WeightFerry:
     def _backward_done(self) -> None:
         """The end of a backward pass: blocks let go, every gradient home and landed,
         each parameter's ``.grad`` its home gradient."""
-        self._callback_task = -2
+        self._end.forget()
         self._let_go_backward()
         for B, n in zip(self.blocks, self._arrived, strict=True):
             if n:  # some of its parameters took no gradient this time

@@ -39,10 +39,10 @@ from ...base.errors import InvalidRequestError
 from ...gpu.engine import Engine, copy_to_device, copy_to_host
 from ...gpu.host_engine import HostEngine
 from .._import import import_torch
-from .ferry import WeightFerry
+from .ferry import AtBackwardEnd, WeightFerry
 from .host_memory import HostAlloc, pages_of
 from .layer_update import LayerUpdate
-from .layout import Block, ParamSlot, layout_blocks, piece
+from .layout import Block, layout_blocks, piece
 
 Weights = Literal["stream", "resident"]
 
@@ -128,7 +128,7 @@ class LayerOffload:
         self._update_count = 0
         self._update_wait_s = 0.0
         self._bytes_to_host = 0
-        self._callback_task = -2  # the backward pass whose end is awaited (resident)
+        self._end = AtBackwardEnd(self._backward_done)  # resident: layers left partial
         self._place_host_memory()
         if optimizer is not None:
             for k, B in enumerate(self._blocks):
@@ -183,7 +183,7 @@ class LayerOffload:
                         home.copy_(p.param.detach())
                         p.param.data = home
                         continue
-                    if p in B.params:
+                    if p in B.params:  # trainable: its host copy for the updates
                         piece(B.weights, p).view(p.shape).copy_(p.param.detach())
                     if p.param.device != self.device:
                         p.param.data = p.param.data.to(self.device)
@@ -214,7 +214,7 @@ class LayerOffload:
         U = self._updates[k]
         assert U is not None
         U.took.append(j)
-        self._await_end()
+        self._end.ask()
         if len(U.took) == len(self._blocks[k].params):
             self._begin_update(k)
 
@@ -235,23 +235,15 @@ class LayerOffload:
                 B.params[j].param.grad = None  # the copy holds it until it has landed
         U.pending = self._pool.submit(self._update, k, took)
 
-    def _await_end(self) -> None:
-        """Resident: a call when this backward pass ends, for layers some of whose
-        parameters took no gradient (once per pass)."""
-        torch = import_torch()
-        task = torch._C._current_graph_task_id()
-        if task != self._callback_task:
-            self._callback_task = task
-            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-
     def _backward_done(self) -> None:
-        self._callback_task = -2
+        """Resident: the backward pass ended; layers some of whose parameters took no
+        gradient begin their update with those that did."""
         for k, U in enumerate(self._updates):
             if U is not None and U.took:
                 self._begin_update(k)
 
     # --- the ferry's (streamed) ---------------------------------------------------------
-    def _sent_home(self, B: Block, adding: bool, sent: list[ParamSlot]) -> None:
+    def _sent_home(self, B: Block, adding: bool, sent: list[int]) -> None:
         """A streamed layer's gradients of ``sent`` are on their way home: their update
         begins (the home weights change under it, so the device copy is stale)."""
         assert self.ferry is not None
@@ -261,8 +253,7 @@ class LayerOffload:
             return
         self.ferry.invalidate(B)
         self._wait_for_update(k)
-        took = [j for j, p in enumerate(B.params) if any(p is q for q in sent)]
-        U.pending = self._pool.submit(self._update, k, took)
+        U.pending = self._pool.submit(self._update, k, sent)
 
     # --- the optimizer step of one layer (worker thread) ---------------------------
     def _grads_of(self, k: int) -> list[Any]:

@@ -18,7 +18,7 @@ from .._import import import_torch
 ALIGN_ELEMENTS = 64  # 128 bytes of bf16, 256 of fp32: every piece starts aligned
 
 
-@dataclass
+@dataclass(eq=False)  # one slot per parameter: found by identity, never by its tensors
 class ParamSlot:
     """One parameter of a block and where it sits in the block's flat layout."""
 
@@ -39,7 +39,7 @@ class InFlight:
     kept: list[Any] = field(default_factory=list)  # device gradients until they land
 
 
-@dataclass
+@dataclass(eq=False)  # a block is itself (``in``, ``index()``), never equal by its tensors
 class Block:
     """One block: its parameters' layout and its memory on the tier (set once, at
     set-up), and what of its update is in flight (``flight``, per step)."""
@@ -60,8 +60,7 @@ class Block:
     def part(self, flat: Any, which: int, p: ParamSlot) -> Any:
         """``p``'s piece of region ``which`` (0 master, 1 exp_avg, 2 exp_avg_sq) of a
         flat fp32 tensor laid out like ``state``."""
-        at = which * self.numel + p.offset
-        return flat[at : at + p.numel]
+        return self.part_span(flat, which, p.offset, p.offset + p.numel)
 
     def part_span(self, flat: Any, which: int, a: int, b: int) -> Any:
         """Elements ``a`` to ``b`` of region ``which`` (0 master, 1 exp_avg, 2
