@@ -51,6 +51,25 @@ def spill_command(module: str | None, log_spills: bool, tier: str,
     except BaseException:  # the program's own error: as python reports it, exit 1
         traceback.print_exc()
         raise SystemExit(1) from None
+    finally:
+        _summary()
+
+
+def _summary() -> None:
+    """What the spill did, on stderr, as the program ends (however it ends)."""
+    from pycxl.torch import tier as torch_tier
+
+    try:
+        reports = torch_tier.spill_reports()
+    except Exception as e:  # the program's own outcome matters more than the summary
+        click.echo(f"pycxl spill: no summary ({e})", err=True)
+        return
+    for r in reports:
+        for line in r.lines():
+            click.echo(f"pycxl spill: {line}", err=True)
+        if r.refused:
+            fix = f"free memory on node {r.node}, or spill to a larger tier"
+            click.echo(f"pycxl spill: {r.tier} could not take what HBM refused: {fix}", err=True)
 
 
 def _module_after_tier(program: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:

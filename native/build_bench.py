@@ -59,6 +59,12 @@ ffibuilder.cdef(
     uint64_t tier_alloc(int slot, size_t size, void *stream);
     void tier_free(uint64_t ptr, void *stream);
     int tier_trim(int slot);
+    int tier_use(int device, int64_t *out);
+    int tier_use_reset(int device, int what);
+    int tier_kind(int kind);
+    int tier_hbm_reserved(int device, uint64_t *now, uint64_t *high);
+    int tier_spill_mapped(uint64_t *now, uint64_t *high);
+    uint64_t tier_hbm_room(int device);
     void tier_log(int on);
     extern "Python" void tier_spilled(int slot, size_t size);
     void *adam_team_start(int nthreads, const int *cpus, int *err);

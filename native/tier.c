@@ -70,7 +70,8 @@ typedef struct { cu_location location; int flags; } cu_access;
 enum { LOC_DEVICE = 1, LOC_HOST = 2, LOC_HOST_NUMA = 3 };
 /* CUmemPool_attribute: what the device's stream-ordered pool keeps, and when it gives
  * freed memory back to the driver */
-enum { POOL_RELEASE_THRESHOLD = 4, POOL_RESERVED_CURRENT = 5, POOL_USED_CURRENT = 7 };
+enum { POOL_RELEASE_THRESHOLD = 4, POOL_RESERVED_CURRENT = 5, POOL_RESERVED_HIGH = 6,
+       POOL_USED_CURRENT = 7 };
 enum { ALLOC_PINNED = 1, ACCESS_READWRITE = 3, GRANULARITY_MINIMUM = 0, EVENT_NO_TIMING = 2 };
 
 static struct {
@@ -98,10 +99,14 @@ static struct {
     cu_result (*current_pool)(void **, int);
     cu_result (*pool_get)(void *, int, void *);
     cu_result (*pool_set)(void *, int, void *);
+    cu_result (*pool_trim)(void *, size_t);
     cu_result (*host_register)(void *, size_t, unsigned int);
     cu_result (*host_unregister)(void *);
     cu_result (*host_device_pointer)(cu_ptr *, void *, unsigned int);
 } tier_cu;
+
+/* What a spilling process's tier memory is made for (tier_kind) */
+enum { USE_KIND_OTHER = 0, USE_KIND_STATE = 1 };
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
 struct tier_seg {
@@ -112,6 +117,7 @@ struct tier_seg {
     void *host; /* registered slots: the host mapping (NULL: a VMM mapping) */
     cu_event freed; /* recorded on the stream of the last free */
     int slot;
+    int kind; /* what the spilling process made it for (USE_KIND_*), while live */
     struct tier_seg *next;
 };
 
@@ -122,6 +128,7 @@ struct tier_slot {
     size_t granularity;
     struct tier_seg *cached;
     uint64_t now, peak, allocations, bytes_total, refused, misplaced_pages, mapped;
+    uint64_t mapped_peak; /* since tier_use_reset */
     char error[256];
 };
 
@@ -146,6 +153,12 @@ static unsigned tier_bucket(cu_ptr p) { return (unsigned)((p >> 12) ^ (p >> 24))
 static void tier_remember(struct tier_seg *s) {
     s->next = tier_live[tier_bucket(s->ptr)];
     tier_live[tier_bucket(s->ptr)] = s;
+}
+
+static struct tier_seg *tier_find(cu_ptr p) {
+    for (struct tier_seg *s = tier_live[tier_bucket(p)]; s; s = s->next)
+        if (s->ptr == p) return s;
+    return NULL;
 }
 
 static struct tier_seg *tier_forget(cu_ptr p) {
@@ -194,6 +207,7 @@ static int load_driver(char *err, size_t errlen) {
     BIND(current_pool, "cuDeviceGetMemPool");
     BIND(pool_get, "cuMemPoolGetAttribute");
     BIND(pool_set, "cuMemPoolSetAttribute");
+    BIND(pool_trim, "cuMemPoolTrimTo");
     BIND(host_register, "cuMemHostRegister_v2");
     BIND(host_unregister, "cuMemHostUnregister");
     BIND(host_device_pointer, "cuMemHostGetDevicePointer_v2");
@@ -449,6 +463,7 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
         if (seg) bad = pages_elsewhere(seg->host ? (cu_ptr)(uintptr_t)seg->host : seg->ptr, seg->size, s->node);
         pthread_mutex_lock(&tier_lock);
         if (seg) s->mapped += seg->size;
+        if (s->mapped > s->mapped_peak) s->mapped_peak = s->mapped;
         if (seg && bad) {
             s->misplaced_pages += bad;
             s->mapped -= seg->size;
@@ -478,11 +493,14 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
     return (void *)(uintptr_t)seg->ptr;
 }
 
-/* 1 if ``p`` was a tier mapping (now cached for reuse after ``stream``'s work), else 0. */
-static int free_on(cu_ptr p, cu_stream stream) {
+/* 1 if ``p`` was a tier mapping (now cached for reuse after ``stream``'s work; ``kind``
+ * what it was made for), else 0. */
+static int free_on(cu_ptr p, cu_stream stream, int *kind) {
     pthread_mutex_lock(&tier_lock);
     struct tier_seg *seg = tier_forget(p);
     if (seg) {
+        if (kind) *kind = seg->kind;
+        seg->kind = USE_KIND_OTHER;
         struct tier_slot *s = &tier_slots[seg->slot];
         tier_cu.event_record(seg->freed, stream);
         s->now -= seg->size;
@@ -498,9 +516,48 @@ static int free_on(cu_ptr p, cu_stream stream) {
     __attribute__((visibility("default"))) void *pycxl_tier_malloc_##N(ssize_t size, int device, cu_stream stream) { \
         ensure_context(device); return size > 0 ? alloc_on(N, (size_t)size, stream) : NULL; } \
     __attribute__((visibility("default"))) void pycxl_tier_free_##N(void *ptr, ssize_t size, int device, cu_stream stream) { \
-        (void)size; ensure_context(device); free_on((cu_ptr)(uintptr_t)ptr, stream); }
+        (void)size; ensure_context(device); free_on((cu_ptr)(uintptr_t)ptr, stream, NULL); }
 SLOT_ALLOCATOR(0) SLOT_ALLOCATOR(1) SLOT_ALLOCATOR(2) SLOT_ALLOCATOR(3)
 SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
+
+/* What a spilling process holds, by device, counted as PyTorch's allocator statistics
+ * count it (``torch.cuda.memory_stats`` reads these under the spill): bytes and
+ * allocations in the small (under 1 MiB) and large classes and both together, and the
+ * bytes in the GPU's memory and on the tier apart, those on the tier by what they were
+ * made for. Each figure is current, peak, allocated (ever) and freed (ever); the peaks
+ * and totals are the user's to reset. ``lifetime_peak`` is not: the placement reads it. */
+enum { USE_BYTES, USE_BYTES_SMALL, USE_BYTES_LARGE, USE_COUNT, USE_COUNT_SMALL,
+       USE_COUNT_LARGE, USE_HBM, USE_TIER, USE_TIER_STATE, USE_FIGURES };
+struct use_figure { int64_t current, peak, allocated, freed; };
+static struct {
+    struct use_figure f[USE_FIGURES];
+    int64_t lifetime_peak;
+} use[TIER_DEVICES];
+static pthread_mutex_t use_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int use_kind = USE_KIND_OTHER;
+#define SMALL_CLASS ((size_t)1 << 20)
+
+static void figure_move(struct use_figure *f, int64_t by) {
+    f->current += by;
+    if (by > 0) f->allocated += by; else f->freed -= by;
+    if (f->current > f->peak) f->peak = f->current;
+}
+
+static void use_move(int dev, size_t size, int on_tier, int kind, int sign) {
+    if (dev < 0) return;
+    int64_t by = sign * (int64_t)size;
+    int small = size < SMALL_CLASS;
+    pthread_mutex_lock(&use_lock);
+    struct use_figure *f = use[dev].f;
+    figure_move(&f[USE_BYTES], by);
+    figure_move(&f[small ? USE_BYTES_SMALL : USE_BYTES_LARGE], by);
+    figure_move(&f[USE_COUNT], sign);
+    figure_move(&f[small ? USE_COUNT_SMALL : USE_COUNT_LARGE], sign);
+    figure_move(&f[on_tier ? USE_TIER : USE_HBM], by);
+    if (on_tier && kind == USE_KIND_STATE) figure_move(&f[USE_TIER_STATE], by);
+    if (f[USE_BYTES].current > use[dev].lifetime_peak) use[dev].lifetime_peak = f[USE_BYTES].current;
+    pthread_mutex_unlock(&use_lock);
+}
 
 /* Room in the GPU's memory for a spilling process: what the driver has free plus what
  * the device's stream-ordered pool (the one cuMemAllocAsync takes from) holds unused:
@@ -530,8 +587,24 @@ static size_t hbm_room(int dev, size_t want) {
     uint64_t reserved = 0, in_use = 0;
     if (tier_cu.current_pool(&pool, dev) == CU_OK &&
         tier_cu.pool_get(pool, POOL_RESERVED_CURRENT, &reserved) == CU_OK &&
-        tier_cu.pool_get(pool, POOL_USED_CURRENT, &in_use) == CU_OK && reserved > in_use)
+        tier_cu.pool_get(pool, POOL_USED_CURRENT, &in_use) == CU_OK && reserved > in_use) {
+        /* The headroom must be free in the driver's count, not idle in the pool: cuBLAS,
+         * cuDNN and kernels that need more local memory ask the driver, not the pool, and
+         * fail inside the library (CUBLAS_STATUS_INTERNAL_ERROR) when it has none. */
+        if (free_bytes < spill_headroom) {
+            size_t give = spill_headroom - free_bytes;
+            size_t idle = (size_t)(reserved - in_use);
+            tier_cu.pool_trim(pool, (size_t)reserved - (give < idle ? give : idle));
+            size_t after = 0;
+            if (tier_cu.mem_info(&after, &total) == CU_OK && after > free_bytes) {
+                size_t given = after - free_bytes;
+                idle = given < idle ? idle - given : 0;
+                free_bytes = after;
+            }
+            reserved = in_use + idle;
+        }
         free_bytes += (size_t)(reserved - in_use);
+    }
     if (pool && pool != room[dev].pool) {
         /* keep what is freed for reuse (as PyTorch's cudaMallocAsync backend does): given
          * back at every synchronisation, it would be mapped again at the next step */
@@ -544,29 +617,43 @@ static size_t hbm_room(int dev, size_t want) {
     return free_bytes;
 }
 
+/* ``p`` (NULL: refused), counted in the process's figures; a tier mapping keeps the kind
+ * of what it was made for, for its free. */
+static void *counted(void *p, int dev, size_t size, int on_tier) {
+    if (!p) return p;
+    if (on_tier) {
+        pthread_mutex_lock(&tier_lock);
+        struct tier_seg *seg = tier_find((cu_ptr)(uintptr_t)p);
+        if (seg) seg->kind = use_kind;
+        pthread_mutex_unlock(&tier_lock);
+    }
+    use_move(dev, size, on_tier, use_kind, 1);
+    return p;
+}
+
 /* The whole-process allocator: this thread's preferred tier, else the GPU's memory, else
  * the spill tier. */
 __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int device, cu_stream stream) {
     if (size <= 0) return NULL;
     ensure_context(device);
-    if (preferred_slot >= 0) return alloc_on(preferred_slot, (size_t)size, stream);
+    int dev = room_index(device);
+    if (preferred_slot >= 0) return counted(alloc_on(preferred_slot, (size_t)size, stream), dev, (size_t)size, 1);
     cu_ptr p = 0;
     cu_result rc = CU_OUT_OF_MEMORY;
-    int dev = room_index(device);
     int spill_now = spill_slot >= 0 && (size_t)size >= ((size_t)1 << 20) &&
                     hbm_room(dev, (size_t)size) < (size_t)size + spill_headroom;
     if (!spill_now) {
         rc = tier_cu.alloc_async(&p, (size_t)size, stream);
         if (rc == CU_OK) {
             if (dev >= 0) __atomic_add_fetch(&room[dev].used, (int64_t)size, __ATOMIC_RELAXED);
-            return (void *)(uintptr_t)p;
+            return counted((void *)(uintptr_t)p, dev, (size_t)size, 0);
         }
         if (dev >= 0) /* refused: ask the driver next time */
             __atomic_store_n(&room[dev].known, 0, __ATOMIC_RELAXED);
     }
     if (rc != CU_OUT_OF_MEMORY || spill_slot < 0) return NULL;
     __atomic_add_fetch(&hbm_refusals, 1, __ATOMIC_RELAXED);
-    void *out = alloc_on(spill_slot, (size_t)size, stream);
+    void *out = counted(alloc_on(spill_slot, (size_t)size, stream), dev, (size_t)size, 1);
     /* Python hears of a spill only on the thread that turned the log on (the program's
      * own, running Python code: its frames are the call site); another thread (autograd's)
      * taking the GIL inside an allocation that a Python thread may be waiting for could
@@ -578,11 +665,87 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
 
 __attribute__((visibility("default"))) void pycxl_cuda_free(void *ptr, ssize_t size, int device, cu_stream stream) {
     ensure_context(device);
-    if (!free_on((cu_ptr)(uintptr_t)ptr, stream)) {
+    int dev = room_index(device), kind = USE_KIND_OTHER;
+    if (free_on((cu_ptr)(uintptr_t)ptr, stream, &kind)) {
+        use_move(dev, (size_t)size, 1, kind, -1);
+    } else {
         tier_cu.free_async((cu_ptr)(uintptr_t)ptr, stream);
-        int dev = room_index(device);
         if (dev >= 0) __atomic_sub_fetch(&room[dev].used, (int64_t)size, __ATOMIC_RELAXED);
+        use_move(dev, (size_t)size, 0, kind, -1);
     }
+}
+
+/* The process's figures for ``device``: USE_FIGURES x (current, peak, allocated, freed),
+ * then the lifetime peak of the bytes. -1: no such device. */
+int tier_use(int device, int64_t *out) {
+    int dev = room_index(device);
+    if (dev < 0) return -1;
+    pthread_mutex_lock(&use_lock);
+    for (int i = 0; i < USE_FIGURES; i++) {
+        struct use_figure *f = &use[dev].f[i];
+        out[4 * i] = f->current, out[4 * i + 1] = f->peak;
+        out[4 * i + 2] = f->allocated, out[4 * i + 3] = f->freed;
+    }
+    out[4 * USE_FIGURES] = use[dev].lifetime_peak;
+    pthread_mutex_unlock(&use_lock);
+    return 0;
+}
+
+/* Reset the peaks (what = 0) or the totals ever allocated and freed (what = 1). */
+int tier_use_reset(int device, int what) {
+    int dev = room_index(device);
+    if (dev < 0) return -1;
+    pthread_mutex_lock(&use_lock);
+    for (int i = 0; i < USE_FIGURES; i++) {
+        struct use_figure *f = &use[dev].f[i];
+        if (what == 0) f->peak = f->current; else f->allocated = f->freed = 0;
+    }
+    pthread_mutex_unlock(&use_lock);
+    if (what == 0) {
+        void *pool = NULL;
+        uint64_t zero = 0; /* the driver resets a high mark to zero only */
+        if (tier_cu.loaded && tier_cu.current_pool(&pool, device) == CU_OK)
+            tier_cu.pool_set(pool, POOL_RESERVED_HIGH, &zero);
+        pthread_mutex_lock(&tier_lock);
+        if (spill_slot >= 0) tier_slots[spill_slot].mapped_peak = tier_slots[spill_slot].mapped;
+        pthread_mutex_unlock(&tier_lock);
+    }
+    return 0;
+}
+
+/* Bytes the spill tier maps now (in use or cached) and at its high mark; -1: no spill. */
+int tier_spill_mapped(uint64_t *now, uint64_t *high) {
+    if (spill_slot < 0) return -1;
+    pthread_mutex_lock(&tier_lock);
+    *now = tier_slots[spill_slot].mapped, *high = tier_slots[spill_slot].mapped_peak;
+    pthread_mutex_unlock(&tier_lock);
+    return 0;
+}
+
+/* Room for a spilling process in ``device``'s memory (hbm_room), SIZE_MAX where the
+ * driver cannot tell. */
+uint64_t tier_hbm_room(int device) {
+    if (!tier_cu.loaded) return UINT64_MAX;
+    ensure_context(device);
+    return hbm_room(room_index(device), (size_t)1 << 40);
+}
+
+/* What this thread's tier allocations are made for from now on (USE_KIND_*); the kind
+ * before. */
+int tier_kind(int kind) {
+    int before = use_kind;
+    use_kind = kind;
+    return before;
+}
+
+/* The driver's own figures for the device's stream-ordered pool, the one the spill
+ * takes HBM from: bytes reserved now and at their high mark. -1 where it cannot tell. */
+int tier_hbm_reserved(int device, uint64_t *now, uint64_t *high) {
+    void *pool = NULL;
+    if (!tier_cu.loaded || tier_cu.current_pool(&pool, device) != CU_OK) return -1;
+    if (tier_cu.pool_get(pool, POOL_RESERVED_CURRENT, now) != CU_OK ||
+        tier_cu.pool_get(pool, POOL_RESERVED_HIGH, high) != CU_OK) return -1;
+    return 0;
 }
 
 int tier_spill_to(int slot, size_t headroom) {
@@ -628,7 +791,7 @@ uint64_t tier_alloc(int slot, size_t size, void *stream) {
     return (uint64_t)(uintptr_t)alloc_on(slot, size, stream);
 }
 
-void tier_free(uint64_t ptr, void *stream) { free_on((cu_ptr)ptr, stream); }
+void tier_free(uint64_t ptr, void *stream) { free_on((cu_ptr)ptr, stream, NULL); }
 
 /* Give the cached mappings back (each after the GPU work of its last use). */
 int tier_trim(int slot) {

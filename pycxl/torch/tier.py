@@ -10,7 +10,10 @@ Two mechanisms over the tier pools of tier_pool.py:
   memory first (its stream-ordered pool, as PyTorch's ``backend:cudaMallocAsync``) and,
   where that is out of memory or a large allocation would leave less than HEADROOM free,
   the tier's. It must come before the first CUDA allocation (PyTorch allows one allocator
-  per process). ``on_tier`` then steers this thread's allocations through it.
+  per process). ``on_tier`` then steers this thread's allocations through it. PyTorch's
+  memory statistics are answered from tier.c's counts (spill_stats.py), and an
+  optimizer's state is made on the tier where the step would not fit with it in HBM
+  (spill_placement.py).
 
 Spills are counted (``TierPool.stats``), and with ``log=True`` (or PYCXL_SPILL_LOG=1) each
 one made on the thread that asked is logged with its size, tier and Python call site.
@@ -29,6 +32,7 @@ from ..base._lib import compiled
 from ..base._log import get_logger
 from ..base.errors import InvalidRequestError, NotAvailableError
 from ..gpu.tier_pool import TierPool
+from . import spill_placement, spill_report, spill_stats
 from ._import import import_torch
 
 log = get_logger("pycxl.spill")
@@ -36,6 +40,7 @@ SPILL_LOG_ENV = "PYCXL_SPILL_LOG"
 
 _spilling: TierPool | None = None  # the tier spill_to installed, once per process
 _pools: dict[int, Any] = {}  # slot -> its torch MemPool
+_placement: spill_placement.Placement | None = None  # the optimizer-state hooks, if any
 
 
 def _mem_pool(pool: TierPool) -> Any:
@@ -140,6 +145,9 @@ def spill_to(
         ) from None
     compiled.tier_spill_to(pool.slot, headroom)
     _spilling = pool
+    spill_stats.install(torch, pool.slot)
+    global _placement
+    _placement = spill_placement.install(torch, pool.slot, headroom)
     if log_spills is None:
         log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")
     if log_spills:
@@ -150,6 +158,20 @@ def spill_to(
 def spilling() -> TierPool | None:
     """The tier this process spills to, if any."""
     return _spilling
+
+
+def spill_reports() -> list[spill_report.SpillReport]:
+    """What the spill did, one report per CUDA device the process used (none where it
+    does not spill)."""
+    if _spilling is None:
+        return []
+    torch = import_torch()
+    out = []
+    for device in range(torch.cuda.device_count() if torch.cuda.is_initialized() else 0):
+        r = spill_report.report(_spilling, device)
+        if r.hbm_peak or r.tier_peak:
+            out.append(r)
+    return out
 
 
 def _log_spill(slot: int, size: int) -> None:

@@ -331,6 +331,65 @@ def tier_prefer(slot: int) -> int:
     return int(_compiled()[1].tier_prefer(slot))
 
 
+# tier.c's figures of a spilling process, by device, in its order; each is current, peak,
+# allocated and freed
+USE_FIGURES = ("bytes", "bytes_small", "bytes_large", "count", "count_small", "count_large",
+               "hbm_bytes", "tier_bytes", "tier_state_bytes")  # fmt: skip
+USE_KINDS = {"other": 0, "optimizer_state": 1}
+
+
+def tier_use(device: int) -> tuple[dict[str, tuple[int, int, int, int]], int]:
+    """What the spilling process holds on CUDA ``device``: each of USE_FIGURES as (current,
+    peak, allocated, freed), and the lifetime peak of its bytes."""
+    ffi, lib = _compiled()
+    n = len(USE_FIGURES)
+    out = ffi.new(f"int64_t[{4 * n + 1}]")
+    if lib.tier_use(device, out) != 0:
+        raise InvalidRequestError(f"CUDA device {device} is out of the spill's range")
+    values = [int(v) for v in out]
+    figures = {name: (values[4 * i], values[4 * i + 1], values[4 * i + 2], values[4 * i + 3])
+               for i, name in enumerate(USE_FIGURES)}  # fmt: skip
+    return figures, values[4 * n]
+
+
+def tier_use_reset(device: int, totals: bool) -> None:
+    """Reset the spilling process's peaks on ``device`` (or, ``totals``, its totals)."""
+    _compiled()[1].tier_use_reset(device, 1 if totals else 0)
+
+
+def tier_kind(kind: int) -> int:
+    """What this thread's tier allocations are made for from now on (USE_KINDS); returns
+    the kind before."""
+    return int(_compiled()[1].tier_kind(kind))
+
+
+def tier_hbm_reserved(device: int) -> tuple[int, int] | None:
+    """Bytes the device's stream-ordered pool reserves now and at its high mark (None:
+    the driver cannot tell)."""
+    ffi, lib = _compiled()
+    now, high = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    if lib.tier_hbm_reserved(device, now, high) != 0:
+        return None
+    return int(now[0]), int(high[0])
+
+
+def tier_spill_mapped() -> tuple[int, int] | None:
+    """Bytes the spill tier maps now (in use or kept for reuse) and at its high mark
+    (None: this process does not spill)."""
+    ffi, lib = _compiled()
+    now, high = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    if lib.tier_spill_mapped(now, high) != 0:
+        return None
+    return int(now[0]), int(high[0])
+
+
+def tier_hbm_room(device: int) -> int | None:
+    """Bytes a spilling process can still take of ``device``'s memory: the driver's free
+    memory and what its pool holds unused (None: the driver cannot tell)."""
+    room = int(_compiled()[1].tier_hbm_room(device))
+    return None if room >= (1 << 64) - 1 else room
+
+
 _spill_listener: list[Any] = []
 
 

@@ -1,0 +1,114 @@
+"""A training script that outgrows HBM, run unchanged (on the GPU machine; dram0 stands
+for the tier). A second process holds HBM, as a smaller card would, so that the script
+has 1/RATIO of its peak free; each run is a process of its own, same model and data:
+
+- hbm: nothing held: the reference losses, step time and peak;
+- oom: held, plain PyTorch: must fail with CUDA out of memory;
+- spill-fits: nothing held, ``pycxl spill TIER script.py``: what the spill costs a script
+  that fits;
+- spill-Nx: held so that 1/N of the peak is free, ``pycxl spill TIER script.py``.
+
+    python3 benchmarks/spill_pressure.py [--tier dram0] [--ratios 2,3] [-- SCRIPT ARGS]
+
+The default script is spill_scripts/gpt2_train.py; what follows ``--`` replaces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOLDER = r"""
+import sys, torch
+keep = int(sys.argv[1])
+free, _ = torch.cuda.mem_get_info()
+held = torch.empty(max(free - keep, 0), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("held", held.numel(), "free", torch.cuda.mem_get_info()[0], flush=True)
+sys.stdin.read()
+"""
+
+
+def run(cmd: list[str], timeout: float) -> dict:
+    began = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"still running after {timeout:.0f} s", "wall_s": timeout}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    row = json.loads(lines[-1]) if lines else {"error": _last_error(p.stderr)}
+    row["wall_s"] = round(time.monotonic() - began, 1)
+    if "error" in row or p.returncode:
+        row["stderr_tail"] = p.stderr.splitlines()[-30:]
+    return row
+
+
+def _last_error(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["(no output)"])[-1][:300]
+
+
+def held(keep: int):
+    h = subprocess.Popen([sys.executable, "-c", HOLDER, str(keep)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)  # fmt: skip
+    print("  holder:", h.stdout.readline().strip(), flush=True)
+    return h
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tier", default="dram0")
+    ap.add_argument("--ratios", default="2,3")
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("script", nargs="*")
+    a = ap.parse_args()
+    script = a.script or [os.path.join(HERE, "spill_scripts", "gpt2_train.py")]
+    plain = [sys.executable, *script]
+    rows = {"hbm": run(plain, a.timeout)}
+    ref = rows["hbm"]
+    print("hbm", json.dumps(ref), flush=True)
+    if "max_reserved" not in ref:
+        return
+    rows["spill-fits"] = run(["pycxl", "spill", a.tier, *script], a.timeout)
+    print("spill-fits", json.dumps(rows["spill-fits"]), flush=True)
+    context = ref["total"] - ref["free"] - ref["reserved"]  # the CUDA context and libraries
+    for ratio in [float(r) for r in a.ratios.split(",")]:
+        keep = int(ref["max_reserved"] / ratio) + context
+        h = held(keep)
+        try:
+            if ratio == float(a.ratios.split(",")[0]):
+                rows["oom"] = run(plain, a.timeout)
+                print("oom", json.dumps(rows["oom"]), flush=True)
+            name = f"spill-{ratio:g}x"
+            rows[name] = run(["pycxl", "spill", a.tier, *script], a.timeout)
+            print(name, json.dumps(rows[name]), flush=True)
+        finally:
+            h.stdin.close()
+            h.wait()
+    base = median(ref["step_ms"][2:])
+    print(f"\nhbm: {base:.1f} ms a step, peak reserved {ref['max_reserved'] / 2**30:.1f} GiB")
+    for name, row in rows.items():
+        if name == "hbm":
+            continue
+        if "losses" not in row:
+            print(f"{name}: {row.get('error')}")
+            continue
+        step = median(row["step_ms"][2:])
+        gap = max(abs(x - y) for x, y in zip(row["losses"], ref["losses"], strict=False))
+        print(f"{name}: {step:.1f} ms a step ({step / base:.2f}x hbm), losses within "
+              f"{gap:.2e}, max_allocated {row['max_allocated'] / 2**30:.1f} GiB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

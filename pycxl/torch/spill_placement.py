@@ -1,0 +1,108 @@
+"""Where a spilling process's optimizer state goes: HBM while the step fits, else the tier.
+
+An optimizer makes its state inside its first ``step()``, after a forward and a backward
+pass have shown the step's peak. What spills by default is whatever asks when HBM runs
+out (activations, which kernels read and write many times a step); the state is touched
+once a step. So at a step that will make state, the placement asks: would the next
+step's peak (this process's peak so far plus the state) fit in what the process holds of
+HBM plus the room left? If not, the state is made on the tier, where the optimizer's
+kernels update it in place over the link, and HBM keeps the activations.
+
+It hooks every optimizer through torch's global step hooks (``torch.optim.optimizer``'s
+``register_optimizer_step_pre_hook`` and ``_post_hook``): the script is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..base._lib import compiled
+from ..base._log import get_logger
+
+log = get_logger("pycxl.spill")
+
+# state bytes per parameter byte that each optimizer makes (torch.optim's own); others
+# are taken as Adam's two moments, the common case and the larger
+STATE_PER_PARAM = {
+    "Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "Adadelta": 2,
+    "Adagrad": 1, "RMSprop": 1, "Rprop": 2, "ASGD": 1, "SGD": 1, "SparseAdam": 2,
+}  # fmt: skip
+DEFAULT_STATE_PER_PARAM = 2
+
+
+def state_bytes_to_make(optimizer: Any) -> tuple[int, Any]:
+    """Bytes of the state ``optimizer``'s next step will make (for parameters with a
+    gradient and no state yet), and the device of the first such parameter (None: no
+    state to make)."""
+    name = type(optimizer).__name__
+    per = STATE_PER_PARAM.get(name, DEFAULT_STATE_PER_PARAM)
+    total, device = 0, None
+    for group in optimizer.param_groups:
+        if name == "SGD" and not group.get("momentum"):
+            continue
+        extra = 1 if group.get("amsgrad") else 0
+        for p in group["params"]:
+            if p.grad is None or optimizer.state.get(p):
+                continue
+            total += (per + extra) * p.numel() * p.element_size()
+            device = p.device if device is None else device
+    return total, device
+
+
+def state_belongs_on_tier(peak: int, state: int, held_in_hbm: int, room: int,
+                          headroom: int) -> bool:  # fmt: skip
+    """Whether a step whose peak so far is ``peak`` bytes would outgrow HBM with ``state``
+    more bytes in it: the process holds ``held_in_hbm`` and can take ``room`` more, less
+    the ``headroom`` the libraries keep."""
+    return peak + state > held_in_hbm + room - headroom
+
+
+@dataclass
+class Placement:
+    """Installed once per spilling process: the step hooks and what they decided."""
+
+    slot: int
+    headroom: int
+    state_on_tier: int = 0  # bytes of state the hooks sent to the tier
+    state_in_hbm: int = 0
+    _before: tuple[int, int] | None = None
+
+    def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        state, where = state_bytes_to_make(optimizer)
+        if where is None or where.type != "cuda" or state == 0:
+            return
+        device = where.index if where.index is not None else 0
+        figures, lifetime_peak = compiled.tier_use(device)
+        room = compiled.tier_hbm_room(device)
+        held = figures["hbm_bytes"][0]
+        if room is None or not state_belongs_on_tier(lifetime_peak, state, held, room,
+                                                     self.headroom):  # fmt: skip
+            self.state_in_hbm += state
+            return
+        log.info("optimizer state (%d bytes) made on the tier: the step's peak %d plus it "
+                 "passes the %d bytes of HBM held and free", state, lifetime_peak,
+                 held + room)  # fmt: skip
+        self.state_on_tier += state
+        self._before = (compiled.tier_prefer(self.slot),
+                        compiled.tier_kind(compiled.USE_KINDS["optimizer_state"]))  # fmt: skip
+
+    def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._before is not None:
+            compiled.tier_prefer(self._before[0])
+            compiled.tier_kind(self._before[1])
+            self._before = None
+
+
+def install(torch: Any, slot: int, headroom: int) -> Placement | None:
+    """Hook every optimizer's step; None where this torch has no global step hooks."""
+    opt = getattr(torch.optim, "optimizer", None)
+    pre: Callable[..., Any] | None = getattr(opt, "register_optimizer_step_pre_hook", None)
+    post: Callable[..., Any] | None = getattr(opt, "register_optimizer_step_post_hook", None)
+    if pre is None or post is None:
+        return None
+    placement = Placement(slot, headroom)
+    pre(placement.pre)
+    post(placement.post)
+    return placement

@@ -1,0 +1,58 @@
+"""What the spill did, for the summary ``pycxl spill`` prints at exit: HBM's peak, the
+tier's bytes by kind, the allocations that spilled, and where their pages were."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base._lib import compiled
+from ..base.units import format_size
+from ..gpu.tier_pool import TierPool
+
+
+@dataclass(frozen=True)
+class SpillReport:
+    """One CUDA device of a spilling process. Bytes are what the program asked for;
+    ``*_peak`` since the start (or PyTorch's last ``reset_peak_memory_stats``)."""
+
+    device: int
+    tier: str
+    node: int
+    hbm_peak: int
+    tier_now: int
+    tier_peak: int
+    state_on_tier_now: int  # the optimizer state the placement made on the tier
+    state_on_tier_peak: int
+    spilled: int  # allocations the GPU's memory could not take, sent to the tier
+    refused: int  # allocations the tier refused too (out-of-memory reached the program)
+    misplaced_pages: int  # pages found off the tier's node (such mappings are refused)
+    last_refusal: str
+
+    def lines(self) -> list[str]:
+        other_peak = self.tier_peak - self.state_on_tier_peak
+        out = [
+            f"cuda:{self.device}: HBM peak {format_size(self.hbm_peak)}; on {self.tier} "
+            f"(node {self.node}) {format_size(self.tier_now)} now, "
+            f"{format_size(self.tier_peak)} at peak",
+            f"  optimizer state {format_size(self.state_on_tier_peak)} at peak, other "
+            f"(activations, weights, gradients) at most {format_size(max(other_peak, 0))}; "
+            f"{self.spilled} allocations spilled, {self.misplaced_pages} pages off node "
+            f"{self.node}",
+        ]
+        if self.refused:
+            out.append(f"  {self.refused} refused by {self.tier} too: {self.last_refusal}")
+        return out
+
+
+def report(pool: TierPool, device: int) -> SpillReport:
+    """The spill onto ``pool`` seen from CUDA ``device`` now."""
+    figures, _ = compiled.tier_use(device)
+    stats = pool.stats()
+    return SpillReport(
+        device=device, tier=pool.tier, node=pool.node, hbm_peak=figures["hbm_bytes"][1],
+        tier_now=figures["tier_bytes"][0], tier_peak=figures["tier_bytes"][1],
+        state_on_tier_now=figures["tier_state_bytes"][0],
+        state_on_tier_peak=figures["tier_state_bytes"][1], spilled=stats.gpu_refusals,
+        refused=stats.refused, misplaced_pages=stats.misplaced_pages,
+        last_refusal=stats.last_error,
+    )  # fmt: skip

@@ -1,0 +1,118 @@
+"""The spill as a PyTorch program sees it, on the GPU machine (dram0 stands for the
+tier): PyTorch's memory statistics answer under it; an optimizer whose state would not
+fit beside the step's peak gets its state on the tier (not its activations), with the
+losses of a run that had the room; and ``pycxl spill`` ends with its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pycxl.resolve.system import snapshot
+
+pytestmark = pytest.mark.gpu
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def _node() -> int:
+    n = snapshot(gpus=False).resolve("dram0").node
+    assert n is not None
+    return n
+
+
+def _child(code: str, *args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                       capture_output=True, text=True, timeout=300, check=False,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+STATS = """
+import json, torch, pycxl
+pool = pycxl.spill_to("dram0")
+free, _ = torch.cuda.mem_get_info()
+blocker = torch.empty(free - 3 * (1 << 30), dtype=torch.uint8, device="cuda")
+xs = [torch.ones(1 << 28, device="cuda") for _ in range(4)]  # 1 GiB each: the last spill
+small = torch.ones(1000, device="cuda")
+m = torch.cuda.memory_stats()
+out = {"allocated": torch.cuda.memory_allocated(), "peak": torch.cuda.max_memory_allocated(),
+       "reserved": torch.cuda.memory_reserved(), "tier": m["tier_bytes.all.current"],
+       "hbm": m["hbm_bytes.all.current"], "count": m["allocation.all.current"],
+       "small": m["allocated_bytes.small_pool.current"], "summary": torch.cuda.memory_summary()}
+del xs
+out["after_free"] = torch.cuda.memory_allocated()
+out["peak_kept"] = torch.cuda.max_memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+out["peak_reset"] = torch.cuda.max_memory_allocated()
+out["spilled"] = pool.stats().gpu_refusals
+print(json.dumps(out))
+"""
+
+
+def test_pytorchs_memory_statistics_answer_under_the_spill() -> None:
+    out = _child(STATS)
+    blocker = out["hbm"] + out["tier"] - 4 * GiB - 4000
+    assert out["spilled"] >= 1 and out["tier"] >= GiB, out
+    assert out["allocated"] == out["hbm"] + out["tier"]
+    assert out["peak"] == out["allocated"] and out["reserved"] >= out["allocated"]
+    assert out["count"] == 6 and out["small"] == 4000
+    assert "PyTorch CUDA memory summary" in out["summary"]
+    assert out["after_free"] == blocker + 4000 and out["peak_kept"] == out["peak"]
+    assert out["peak_reset"] == out["after_free"]
+
+
+TRAIN = """
+import json, sys, torch, pycxl
+from pycxl.numa import pages
+pressure = sys.argv[1] == "pressure"
+pool = pycxl.spill_to("dram0")
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(16)]).cuda()  # 1 GiB
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+if pressure:  # what is left: the step's gradients (1 GiB) fit, 2 GiB of state more do not
+    free, _ = torch.cuda.mem_get_info()
+    blocker = torch.empty(free - 3 * (1 << 30), dtype=torch.uint8, device="cuda")
+x = torch.randn(64, 4096, device="cuda")
+losses = []
+for _ in range(4):
+    loss = model(x).square().mean()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    losses.append(loss.item())
+st = opt.state[model[0].weight]["exp_avg"]
+m = torch.cuda.memory_stats()
+print(json.dumps({"losses": losses, "state_pages": pages.span_by_node(st.data_ptr(), 1 << 20),
+                  "state_on_tier": m["tier_optimizer_state_bytes.all.current"],
+                  "spilled": pool.stats().gpu_refusals}))
+"""
+
+
+def test_optimizer_state_goes_to_the_tier_where_the_step_would_not_fit() -> None:
+    roomy = _child(TRAIN, "roomy")
+    tight = _child(TRAIN, "pressure")
+    node, state = _node(), 2 * 16 * (4096 * 4096 + 4096) * 4
+    assert tight["state_pages"] == {str(node): 256}, tight
+    # the state and its step counts (4 bytes a parameter); nothing else spilled
+    assert state <= tight["state_on_tier"] < state + MiB and tight["spilled"] == 0, tight
+    assert roomy["state_on_tier"] == 0 and str(node) not in roomy["state_pages"], roomy
+    assert tight["losses"] == roomy["losses"]  # the same fused kernel over the same bytes
+
+
+def test_pycxl_spill_ends_with_its_summary(tmp_path) -> None:
+    script = tmp_path / "train.py"
+    unchanged = TRAIN.replace('pool = pycxl.spill_to("dram0")\n', "")
+    script.write_text(textwrap.dedent(unchanged.replace("pool.stats().gpu_refusals", "0")))
+    p = subprocess.run(["pycxl", "spill", "dram0", str(script), "pressure"], capture_output=True,
+                       text=True, timeout=300, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "pycxl spill: cuda:0: HBM peak" in p.stderr, p.stderr[-2000:]
+    assert "optimizer state 2.00 GiB at peak" in p.stderr, p.stderr[-2000:]

@@ -1,0 +1,66 @@
+"""The spill's PyTorch side that runs without a GPU: its statistics in the shape PyTorch's
+own memory functions read (they format them here, with the real torch), and the optimizer
+state the placement expects a step to make (real torch optimizers on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pycxl.base._lib import compiled
+from pycxl.torch import spill_placement, spill_stats
+
+torch = pytest.importorskip("torch")
+MiB = 1 << 20
+
+
+def _figures() -> dict[str, tuple[int, int, int, int]]:
+    f = dict.fromkeys(compiled.USE_FIGURES, (0, 0, 0, 0))
+    f.update(bytes=(5 * MiB + 300, 9 * MiB, 20 * MiB, 15 * MiB - 300),
+             bytes_small=(300, 300, 300, 0), bytes_large=(5 * MiB, 9 * MiB, 20 * MiB, 15 * MiB),
+             count=(3, 4, 10, 7), count_small=(1, 1, 1, 0), count_large=(2, 3, 9, 7),
+             hbm_bytes=(MiB + 300, 5 * MiB, 12 * MiB, 11 * MiB - 300),
+             tier_bytes=(4 * MiB, 4 * MiB, 8 * MiB, 4 * MiB),
+             tier_state_bytes=(4 * MiB, 4 * MiB, 4 * MiB, 0))  # fmt: skip
+    return f
+
+
+def test_torchs_memory_functions_read_the_spills_statistics(monkeypatch) -> None:
+    nested = spill_stats.nested_stats(_figures(), (8 * MiB, 16 * MiB, 20 * MiB, 12 * MiB), ooms=2)
+    # torch.cuda.memory's functions, as they run in a spilling process (the patched entry
+    # point answers for the device); here the CPU build reads the same dict
+    monkeypatch.setattr(
+        torch.cuda.memory, "memory_stats_as_nested_dict", lambda device=None: nested
+    )
+    assert torch.cuda.memory_allocated(0) == 5 * MiB + 300
+    assert torch.cuda.max_memory_allocated(0) == 9 * MiB
+    assert torch.cuda.memory_reserved(0) == 8 * MiB
+    assert torch.cuda.max_memory_reserved(0) == 16 * MiB
+    flat = torch.cuda.memory_stats(0)
+    assert flat["tier_bytes.all.current"] == 4 * MiB and flat["hbm_bytes.all.peak"] == 5 * MiB
+    assert flat["tier_optimizer_state_bytes.all.current"] == 4 * MiB and flat["num_ooms"] == 2
+    summary = torch.cuda.memory_summary(0)
+    assert "CUDA OOMs: 2" in summary and "Allocated memory" in summary
+    assert "| Allocated memory      |   5120 KiB |   9216 KiB |  20480 KiB |" in summary, summary
+
+
+def test_the_state_a_step_will_make_is_counted_once() -> None:
+    w = torch.nn.Parameter(torch.zeros(1000))  # 4000 bytes
+    b = torch.nn.Parameter(torch.zeros(10))
+    for opt, per in ((torch.optim.AdamW([w, b]), 2), (torch.optim.Adam([w, b], amsgrad=True), 3),
+                     (torch.optim.SGD([w, b], lr=0.1, momentum=0.9), 1)):  # fmt: skip
+        assert spill_placement.state_bytes_to_make(opt) == (0, None)  # no gradients yet
+        w.grad = torch.ones_like(w)
+        made, where = spill_placement.state_bytes_to_make(opt)
+        assert (made, where.type) == (per * 4000, "cpu")  # b has no gradient: nothing for it
+        opt.step()
+        assert spill_placement.state_bytes_to_make(opt) == (0, None)  # made already
+        w.grad = None
+    plain = torch.optim.SGD([w], lr=0.1)  # no momentum: no state
+    w.grad = torch.ones_like(w)
+    assert spill_placement.state_bytes_to_make(plain) == (0, None)
+
+
+def test_state_goes_to_the_tier_only_where_the_step_would_not_fit() -> None:
+    fits = spill_placement.state_belongs_on_tier
+    assert not fits(peak=10 * MiB, state=4 * MiB, held_in_hbm=8 * MiB, room=7 * MiB, headroom=MiB)
+    assert fits(peak=10 * MiB, state=4 * MiB, held_in_hbm=8 * MiB, room=6 * MiB, headroom=MiB + 1)
