@@ -106,7 +106,7 @@ static struct {
 } tier_cu;
 
 /* What a spilling process's tier memory is made for (tier_kind) */
-enum { USE_KIND_OTHER = 0, USE_KIND_STATE = 1 };
+enum { USE_KIND_OTHER = 0, USE_KIND_STATE = 1, USE_KIND_SAVED = 2 };
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
 struct tier_seg {
@@ -524,10 +524,10 @@ SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
  * count it (``torch.cuda.memory_stats`` reads these under the spill): bytes and
  * allocations in the small (under 1 MiB) and large classes and both together, and the
  * bytes in the GPU's memory and on the tier apart, those on the tier by what they were
- * made for. Each figure is current, peak, allocated (ever) and freed (ever); the peaks
+ * made for (optimizer state, activations saved for the backward pass). Each figure is current, peak, allocated (ever) and freed (ever); the peaks
  * and totals are the user's to reset. ``lifetime_peak`` is not: the placement reads it. */
 enum { USE_BYTES, USE_BYTES_SMALL, USE_BYTES_LARGE, USE_COUNT, USE_COUNT_SMALL,
-       USE_COUNT_LARGE, USE_HBM, USE_TIER, USE_TIER_STATE, USE_FIGURES };
+       USE_COUNT_LARGE, USE_HBM, USE_TIER, USE_TIER_STATE, USE_TIER_SAVED, USE_FIGURES };
 struct use_figure { int64_t current, peak, allocated, freed; };
 static struct {
     struct use_figure f[USE_FIGURES];
@@ -555,6 +555,7 @@ static void use_move(int dev, size_t size, int on_tier, int kind, int sign) {
     figure_move(&f[small ? USE_COUNT_SMALL : USE_COUNT_LARGE], sign);
     figure_move(&f[on_tier ? USE_TIER : USE_HBM], by);
     if (on_tier && kind == USE_KIND_STATE) figure_move(&f[USE_TIER_STATE], by);
+    if (on_tier && kind == USE_KIND_SAVED) figure_move(&f[USE_TIER_SAVED], by);
     if (f[USE_BYTES].current > use[dev].lifetime_peak) use[dev].lifetime_peak = f[USE_BYTES].current;
     pthread_mutex_unlock(&use_lock);
 }
@@ -711,6 +712,14 @@ int tier_use_reset(int device, int what) {
         pthread_mutex_unlock(&tier_lock);
     }
     return 0;
+}
+
+/* 1 if ``p`` is the start of a live tier allocation, else 0. */
+int tier_owns(uint64_t p) {
+    pthread_mutex_lock(&tier_lock);
+    int found = tier_find((cu_ptr)p) != NULL;
+    pthread_mutex_unlock(&tier_lock);
+    return found;
 }
 
 /* Bytes the spill tier maps now (in use or cached) and at its high mark; -1: no spill. */

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..base._lib import compiled
 from ..base._log import get_logger
+from .spill_saved import SavedOffload
 
 log = get_logger("pycxl.spill")
 
@@ -65,6 +66,7 @@ class Placement:
 
     slot: int
     headroom: int
+    saved: SavedOffload | None = None  # told of each step's end
     state_on_tier: int = 0  # bytes of state the hooks sent to the tier
     state_in_hbm: int = 0
     _before: tuple[int, int] | None = None
@@ -93,6 +95,11 @@ class Placement:
             compiled.tier_prefer(self._before[0])
             compiled.tier_kind(self._before[1])
             self._before = None
+        where = next((p.device for g in optimizer.param_groups for p in g["params"]
+                      if p.is_cuda), None)  # fmt: skip
+        if self.saved is not None and where is not None:
+            self.saved.device = where.index if where.index is not None else 0
+            self.saved.step_ended()
 
 
 def install(torch: Any, slot: int, headroom: int) -> Placement | None:
@@ -102,7 +109,7 @@ def install(torch: Any, slot: int, headroom: int) -> Placement | None:
     post: Callable[..., Any] | None = getattr(opt, "register_optimizer_step_post_hook", None)
     if pre is None or post is None:
         return None
-    placement = Placement(slot, headroom)
+    placement = Placement(slot, headroom, saved=SavedOffload(torch, slot))
     pre(placement.pre)
     post(placement.post)
     return placement

@@ -23,19 +23,21 @@ class SpillReport:
     tier_peak: int
     state_on_tier_now: int  # the optimizer state the placement made on the tier
     state_on_tier_peak: int
+    saved_on_tier_peak: int  # activations the backward pass needs, kept there between
     spilled: int  # allocations the GPU's memory could not take, sent to the tier
     refused: int  # allocations the tier refused too (out-of-memory reached the program)
     misplaced_pages: int  # pages found off the tier's node (such mappings are refused)
     last_refusal: str
 
     def lines(self) -> list[str]:
-        other_peak = self.tier_peak - self.state_on_tier_peak
+        other_peak = self.tier_peak - self.state_on_tier_peak - self.saved_on_tier_peak
         out = [
             f"cuda:{self.device}: HBM peak {format_size(self.hbm_peak)}; on {self.tier} "
             f"(node {self.node}) {format_size(self.tier_now)} now, "
             f"{format_size(self.tier_peak)} at peak",
-            f"  optimizer state {format_size(self.state_on_tier_peak)} at peak, other "
-            f"(activations, weights, gradients) at most {format_size(max(other_peak, 0))}; "
+            f"  optimizer state {format_size(self.state_on_tier_peak)} at peak, saved "
+            f"activations {format_size(self.saved_on_tier_peak)}, other (spilled) at most "
+            f"{format_size(max(other_peak, 0))}; "
             f"{self.spilled} allocations spilled, {self.misplaced_pages} pages off node "
             f"{self.node}",
         ]
@@ -52,7 +54,8 @@ def report(pool: TierPool, device: int) -> SpillReport:
         device=device, tier=pool.tier, node=pool.node, hbm_peak=figures["hbm_bytes"][1],
         tier_now=figures["tier_bytes"][0], tier_peak=figures["tier_bytes"][1],
         state_on_tier_now=figures["tier_state_bytes"][0],
-        state_on_tier_peak=figures["tier_state_bytes"][1], spilled=stats.gpu_refusals,
+        state_on_tier_peak=figures["tier_state_bytes"][1],
+        saved_on_tier_peak=figures["tier_saved_bytes"][1], spilled=stats.gpu_refusals,
         refused=stats.refused, misplaced_pages=stats.misplaced_pages,
         last_refusal=stats.last_error,
     )  # fmt: skip

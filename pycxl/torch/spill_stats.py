@@ -14,8 +14,9 @@ What the figures mean under the spill:
 - reserved bytes: what the device's stream-ordered pool reserves (the driver's count) and
   what the tier maps, cached mappings included; the peak adds the two high marks, an
   upper bound where they did not coincide;
-- ``hbm_bytes``, ``tier_bytes`` and ``tier_optimizer_state_bytes`` (``memory_stats()``'s
-  ``hbm_bytes.all.current`` and so on): the bytes in HBM and on the tier apart;
+- ``hbm_bytes``, ``tier_bytes``, ``tier_optimizer_state_bytes`` and
+  ``tier_saved_activation_bytes`` (``memory_stats()``'s ``hbm_bytes.all.current`` and so
+  on): the bytes in HBM and on the tier apart, and what the tier holds on purpose;
 - ``num_ooms``: allocations the tier refused too (PyTorch raised out-of-memory).
 """
 
@@ -63,6 +64,7 @@ def nested_stats(figures: dict[str, Figure], reserved: Figure, ooms: int) -> dic
         "hbm_bytes": {"all": _stat(f["hbm_bytes"])},
         "tier_bytes": {"all": _stat(f["tier_bytes"])},
         "tier_optimizer_state_bytes": {"all": _stat(f["tier_state_bytes"])},
+        "tier_saved_activation_bytes": {"all": _stat(f["tier_saved_bytes"])},
         "num_alloc_retries": 0,
         "num_ooms": ooms,
         "num_sync_all_streams": 0,

@@ -116,3 +116,43 @@ def test_pycxl_spill_ends_with_its_summary(tmp_path) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     assert "pycxl spill: cuda:0: HBM peak" in p.stderr, p.stderr[-2000:]
     assert "optimizer state 2.00 GiB at peak" in p.stderr, p.stderr[-2000:]
+
+
+ACTIVATIONS = """
+import json, sys, torch, pycxl
+pool = pycxl.spill_to("dram0")
+torch.manual_seed(0)
+layers = [m for _ in range(8) for m in (torch.nn.Linear(4096, 4096), torch.nn.GELU())]
+model = torch.nn.Sequential(*layers).cuda()  # 0.5 GiB; each step saves 4 GiB of activations
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+if sys.argv[1] == "pressure":  # room for about 3 GiB of the step's 5
+    free, _ = torch.cuda.mem_get_info()
+    blocker = torch.empty(free - int(3.5 * (1 << 30)), dtype=torch.uint8, device="cuda")
+x = torch.randn(16384, 4096, device="cuda")
+losses, spilled = [], []
+def unplanned():
+    m = torch.cuda.memory_stats()
+    return (m["tier_bytes.all.allocated"] - m["tier_optimizer_state_bytes.all.allocated"]
+            - m["tier_saved_activation_bytes.all.allocated"])
+for _ in range(6):
+    before = unplanned()
+    loss = model(x).square().mean()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    losses.append(loss.item())
+    spilled.append(unplanned() - before)
+m = torch.cuda.memory_stats()
+print(json.dumps({"losses": losses, "spilled": spilled,
+                  "saved_peak": m["tier_saved_activation_bytes.all.peak"]}))
+"""
+
+
+def test_saved_activations_go_to_the_tier_once_a_step_spilled() -> None:
+    roomy = _child(ACTIVATIONS, "roomy")
+    tight = _child(ACTIVATIONS, "pressure")
+    assert roomy["spilled"] == [0] * 6 and roomy["saved_peak"] == 0, roomy
+    assert tight["spilled"][0] > 0 and tight["spilled"][-2:] == [0, 0], tight
+    assert tight["saved_peak"] >= tight["spilled"][0], tight
+    assert tight["losses"] == roomy["losses"]  # the backward pass reads exact copies

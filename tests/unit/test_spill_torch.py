@@ -21,6 +21,7 @@ def _figures() -> dict[str, tuple[int, int, int, int]]:
              hbm_bytes=(MiB + 300, 5 * MiB, 12 * MiB, 11 * MiB - 300),
              tier_bytes=(4 * MiB, 4 * MiB, 8 * MiB, 4 * MiB),
              tier_state_bytes=(4 * MiB, 4 * MiB, 4 * MiB, 0))  # fmt: skip
+    f["tier_saved_bytes"] = (0, 2 * MiB, 3 * MiB, 3 * MiB)
     return f
 
 
@@ -38,6 +39,7 @@ def test_torchs_memory_functions_read_the_spills_statistics(monkeypatch) -> None
     flat = torch.cuda.memory_stats(0)
     assert flat["tier_bytes.all.current"] == 4 * MiB and flat["hbm_bytes.all.peak"] == 5 * MiB
     assert flat["tier_optimizer_state_bytes.all.current"] == 4 * MiB and flat["num_ooms"] == 2
+    assert flat["tier_saved_activation_bytes.all.peak"] == 2 * MiB
     summary = torch.cuda.memory_summary(0)
     assert "CUDA OOMs: 2" in summary and "Allocated memory" in summary
     assert "| Allocated memory      |   5120 KiB |   9216 KiB |  20480 KiB |" in summary, summary
@@ -64,3 +66,15 @@ def test_state_goes_to_the_tier_only_where_the_step_would_not_fit() -> None:
     fits = spill_placement.state_belongs_on_tier
     assert not fits(peak=10 * MiB, state=4 * MiB, held_in_hbm=8 * MiB, room=7 * MiB, headroom=MiB)
     assert fits(peak=10 * MiB, state=4 * MiB, held_in_hbm=8 * MiB, room=6 * MiB, headroom=MiB + 1)
+
+
+def test_the_saved_activation_budget_grows_by_what_a_step_spilled() -> None:
+    from pycxl.torch import spill_saved
+
+    f = dict.fromkeys(compiled.USE_FIGURES, (0, 0, 0, 0))
+    # 10 MiB ever sent to the tier: 4 of them state, 2 saved activations, 4 spilled
+    f.update(tier_bytes=(0, 0, 10 * MiB, 10 * MiB), tier_state_bytes=(0, 0, 4 * MiB, 4 * MiB),
+             tier_saved_bytes=(0, 0, 2 * MiB, 2 * MiB))  # fmt: skip
+    assert spill_saved.spilled_unplanned(f) == 4 * MiB
+    assert spill_saved.next_budget(0, 8 * MiB) == 9 * MiB  # an eighth more
+    assert spill_saved.next_budget(9 * MiB, 0) == 9 * MiB  # a step that fit keeps it

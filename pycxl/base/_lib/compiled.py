@@ -334,8 +334,8 @@ def tier_prefer(slot: int) -> int:
 # tier.c's figures of a spilling process, by device, in its order; each is current, peak,
 # allocated and freed
 USE_FIGURES = ("bytes", "bytes_small", "bytes_large", "count", "count_small", "count_large",
-               "hbm_bytes", "tier_bytes", "tier_state_bytes")  # fmt: skip
-USE_KINDS = {"other": 0, "optimizer_state": 1}
+               "hbm_bytes", "tier_bytes", "tier_state_bytes", "tier_saved_bytes")  # fmt: skip
+USE_KINDS = {"other": 0, "optimizer_state": 1, "saved_activations": 2}
 
 
 def tier_use(device: int) -> tuple[dict[str, tuple[int, int, int, int]], int]:
@@ -381,6 +381,11 @@ def tier_spill_mapped() -> tuple[int, int] | None:
     if lib.tier_spill_mapped(now, high) != 0:
         return None
     return int(now[0]), int(high[0])
+
+
+def tier_owns(pointer: int) -> bool:
+    """Whether ``pointer`` starts a live tier allocation."""
+    return int(_compiled()[1].tier_owns(pointer)) == 1
 
 
 def tier_hbm_room(device: int) -> int | None:
