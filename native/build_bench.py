@@ -65,7 +65,7 @@ ffibuilder.cdef(
     int tier_hbm_reserved(int device, uint64_t *now, uint64_t *high);
     int tier_spill_mapped(uint64_t *now, uint64_t *high);
     int tier_owns(uint64_t p);
-    uint64_t tier_hbm_room(int device);
+    uint64_t tier_hbm_room(int device, int settle);
     void tier_log(int on);
     extern "Python" void tier_spilled(int slot, size_t size);
     void *adam_team_start(int nthreads, const int *cpus, int *err);

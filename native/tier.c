@@ -732,10 +732,14 @@ int tier_spill_mapped(uint64_t *now, uint64_t *high) {
 }
 
 /* Room for a spilling process in ``device``'s memory (hbm_room), SIZE_MAX where the
- * driver cannot tell. */
-uint64_t tier_hbm_room(int device) {
+ * driver cannot tell; ``settle``: first give the pool's idle memory back. */
+uint64_t tier_hbm_room(int device, int settle) {
     if (!tier_cu.loaded) return UINT64_MAX;
     ensure_context(device);
+    void *pool = NULL;
+    /* settled (after the caller synchronised): the pool's idle memory goes back to the
+     * driver, so the room is what a new large allocation can get, not idle pieces */
+    if (settle && tier_cu.current_pool(&pool, device) == CU_OK) tier_cu.pool_trim(pool, 0);
     return hbm_room(room_index(device), (size_t)1 << 40);
 }
 

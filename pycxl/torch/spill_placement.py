@@ -14,12 +14,14 @@ It hooks every optimizer through torch's global step hooks (``torch.optim.optimi
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..base._lib import compiled
 from ..base._log import get_logger
+from ..base.errors import NotAvailableError
 from .spill_saved import SavedOffload
 
 log = get_logger("pycxl.spill")
@@ -64,23 +66,35 @@ def state_belongs_on_tier(peak: int, state: int, held_in_hbm: int, room: int,
 class Placement:
     """Installed once per spilling process: the step hooks and what they decided."""
 
+    torch: Any
     slot: int
     headroom: int
     saved: SavedOffload | None = None  # told of each step's end
     state_on_tier: int = 0  # bytes of state the hooks sent to the tier
     state_in_hbm: int = 0
     _before: tuple[int, int] | None = None
+    handles: list[Any] = field(default_factory=list)
+
+    def remove(self) -> None:
+        """Unhook the optimizers' steps."""
+        for h in self.handles:
+            h.remove()
+        self.handles = []
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         state, where = state_bytes_to_make(optimizer)
         if where is None or where.type != "cuda" or state == 0:
             return
         device = where.index if where.index is not None else 0
+        self.torch.cuda.synchronize(device)  # once per optimizer, at its first step
         figures, lifetime_peak = compiled.tier_use(device)
-        room = compiled.tier_hbm_room(device)
+        room = compiled.tier_hbm_room(device, settle=True)
         held = figures["hbm_bytes"][0]
         if room is None or not state_belongs_on_tier(lifetime_peak, state, held, room,
                                                      self.headroom):  # fmt: skip
+            log.info("optimizer state (%d bytes) made in HBM: the step's peak %d plus it fits "
+                     "the %s bytes of HBM held and free", state, lifetime_peak,
+                     "unknown" if room is None else held + room)  # fmt: skip
             self.state_in_hbm += state
             return
         log.info("optimizer state (%d bytes) made on the tier: the step's peak %d plus it "
@@ -102,14 +116,16 @@ class Placement:
             self.saved.step_ended()
 
 
-def install(torch: Any, slot: int, headroom: int) -> Placement | None:
-    """Hook every optimizer's step; None where this torch has no global step hooks."""
-    opt = getattr(torch.optim, "optimizer", None)
+def install(torch: Any, slot: int, headroom: int) -> Placement:
+    """Hook every optimizer's step (``placement.remove()`` unhooks)."""
+    opt = importlib.import_module("torch.optim.optimizer")
     pre: Callable[..., Any] | None = getattr(opt, "register_optimizer_step_pre_hook", None)
     post: Callable[..., Any] | None = getattr(opt, "register_optimizer_step_post_hook", None)
     if pre is None or post is None:
-        return None
-    placement = Placement(slot, headroom, saved=SavedOffload(torch, slot))
-    pre(placement.pre)
-    post(placement.post)
+        raise NotAvailableError(
+            f"spilling needs torch's global optimizer step hooks (PyTorch 2.0 or later); "
+            f"this is PyTorch {torch.__version__}: upgrade it"
+        )
+    placement = Placement(torch, slot, headroom, saved=SavedOffload(torch, slot))
+    placement.handles = [pre(placement.pre), post(placement.post)]
     return placement

@@ -65,6 +65,7 @@ class SavedOffload:
         unplanned = spilled_unplanned(figures)
         spilled, self._unplanned_before = unplanned - self._unplanned_before, unplanned
         budget = next_budget(self.budget, spilled)
+        log.info("optimizer step ended: %d bytes spilled in it", spilled)
         if budget == self.budget:
             return
         log.info("the step spilled %d bytes: saved activations up to %d bytes go to the tier",

@@ -40,7 +40,7 @@ SPILL_LOG_ENV = "PYCXL_SPILL_LOG"
 
 _spilling: TierPool | None = None  # the tier spill_to installed, once per process
 _pools: dict[int, Any] = {}  # slot -> its torch MemPool
-_placement: spill_placement.Placement | None = None  # the optimizer-state hooks, if any
+_placement: spill_placement.Placement | None = None  # the optimizer step hooks
 
 
 def _mem_pool(pool: TierPool) -> Any:
@@ -119,7 +119,7 @@ def spill_to(
     rest of the process; so do large ones that would leave less than ``headroom`` bytes
     of it free (cuBLAS and cuDNN make their handles and workspaces on first use, on each
     thread, outside PyTorch's allocator). Call it before the first CUDA allocation."""
-    global _spilling
+    global _spilling, _placement
     torch = import_torch("spilling onto a tier")
     if _spilling is not None:
         if _spilling is pool:
@@ -135,19 +135,19 @@ def spill_to(
             "CUDA allocation (PyTorch takes one allocator per process), or run the "
             "unchanged program with pycxl spill TIER SCRIPT"
         )
+    placement = spill_placement.install(torch, pool.slot, headroom)  # refuses an old torch
     try:
         allocator = CUDAPluggableAllocator(compiled.module_path(), "pycxl_cuda_malloc",
                                            "pycxl_cuda_free")  # fmt: skip
         change_current_allocator(allocator)
     except RuntimeError as e:
+        placement.remove()
         raise InvalidRequestError(
             f"PyTorch refused a new allocator ({e}): call spill_to before the first CUDA allocation"
         ) from None
     compiled.tier_spill_to(pool.slot, headroom)
-    _spilling = pool
+    _spilling, _placement = pool, placement
     spill_stats.install(torch, pool.slot)
-    global _placement
-    _placement = spill_placement.install(torch, pool.slot, headroom)
     if log_spills is None:
         log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")
     if log_spills:

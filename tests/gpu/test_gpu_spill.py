@@ -75,7 +75,7 @@ pressure = sys.argv[1] == "pressure"
 pool = pycxl.spill_to("dram0")
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(16)]).cuda()  # 1 GiB
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 if pressure:  # what is left: the step's gradients (1 GiB) fit, 2 GiB of state more do not
     free, _ = torch.cuda.mem_get_info()
     blocker = torch.empty(free - 3 * (1 << 30), dtype=torch.uint8, device="cuda")

@@ -28,9 +28,9 @@ def _inputs(seed: int, shapes: list[tuple[int, ...]], dtype: Any) -> list[Any]:
 def _same_on_tier(op: Callable[..., Any], shapes: list[tuple[int, ...]], dtype: Any) -> None:
     node = pycxl.tier_pool("dram0").node
     hbm_in = _inputs(0, shapes, dtype)
-    want = op(*hbm_in)
-    with pycxl.on_tier("dram0"):
+    with pycxl.on_tier("dram0"):  # before the op, which may change its inputs in place
         tier_in = [x.clone() for x in hbm_in]
+    want = op(*hbm_in)
     for x in tier_in:  # the operands really are host memory on the tier's node
         assert pages.span_by_node(x.data_ptr(), x.numel() * x.element_size()) \
             .keys() == {node}  # fmt: skip

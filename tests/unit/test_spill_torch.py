@@ -78,3 +78,26 @@ def test_the_saved_activation_budget_grows_by_what_a_step_spilled() -> None:
     assert spill_saved.spilled_unplanned(f) == 4 * MiB
     assert spill_saved.next_budget(0, 8 * MiB) == 9 * MiB  # an eighth more
     assert spill_saved.next_budget(9 * MiB, 0) == 9 * MiB  # a step that fit keeps it
+
+
+def test_every_optimizers_step_reaches_the_placement() -> None:
+    """The hooks are torch's global ones: optimizers made before or after them, of any
+    class, run them at each step (a CPU one only passes through), and remove() unhooks."""
+    import torch.optim.optimizer as optimizer_module
+
+    w = torch.nn.Parameter(torch.zeros(3))
+    w.grad = torch.ones(3)
+    before = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    placement = spill_placement.install(torch, slot=0, headroom=0)
+    try:
+        assert list(optimizer_module._global_optimizer_pre_hooks.values()) == [placement.pre]
+        assert list(optimizer_module._global_optimizer_post_hooks.values()) == [placement.post]
+        after = torch.optim.AdamW([w])
+        before.step()
+        after.step()
+        assert placement.state_on_tier == placement.state_in_hbm == 0  # CPU state: not ours
+        assert after.state[w]["exp_avg"].device.type == "cpu"
+    finally:
+        placement.remove()
+    assert not optimizer_module._global_optimizer_pre_hooks
+    assert not optimizer_module._global_optimizer_post_hooks

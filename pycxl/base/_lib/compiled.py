@@ -388,10 +388,12 @@ def tier_owns(pointer: int) -> bool:
     return int(_compiled()[1].tier_owns(pointer)) == 1
 
 
-def tier_hbm_room(device: int) -> int | None:
+def tier_hbm_room(device: int, settle: bool = False) -> int | None:
     """Bytes a spilling process can still take of ``device``'s memory: the driver's free
-    memory and what its pool holds unused (None: the driver cannot tell)."""
-    room = int(_compiled()[1].tier_hbm_room(device))
+    memory and what its pool holds unused (None: the driver cannot tell). ``settle``
+    (with the device synchronised): the pool's idle memory is given back first, so the
+    answer is what one large allocation can get."""
+    room = int(_compiled()[1].tier_hbm_room(device, 1 if settle else 0))
     return None if room >= (1 << 64) - 1 else room
 
 
