@@ -154,5 +154,5 @@ def test_saved_activations_go_to_the_tier_once_a_step_spilled() -> None:
     tight = _child(ACTIVATIONS, "pressure")
     assert roomy["spilled"] == [0] * 6 and roomy["saved_peak"] == 0, roomy
     assert tight["spilled"][0] > 0 and tight["spilled"][-2:] == [0, 0], tight
-    assert tight["saved_peak"] >= tight["spilled"][0], tight
+    assert tight["saved_peak"] >= GiB, tight  # (the state's move to the tier made room too)
     assert tight["losses"] == roomy["losses"]  # the backward pass reads exact copies
