@@ -463,7 +463,6 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
         if (seg) bad = pages_elsewhere(seg->host ? (cu_ptr)(uintptr_t)seg->host : seg->ptr, seg->size, s->node);
         pthread_mutex_lock(&tier_lock);
         if (seg) s->mapped += seg->size;
-        if (s->mapped > s->mapped_peak) s->mapped_peak = s->mapped;
         if (seg && bad) {
             s->misplaced_pages += bad;
             s->mapped -= seg->size;
@@ -480,6 +479,7 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
             pthread_mutex_unlock(&tier_lock);
             return NULL;
         }
+        if (s->mapped > s->mapped_peak) s->mapped_peak = s->mapped; /* kept mappings only */
         pthread_mutex_unlock(&tier_lock);
     }
     pthread_mutex_lock(&tier_lock);
@@ -522,7 +522,7 @@ SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
 
 /* What a spilling process holds, by device, counted as PyTorch's allocator statistics
  * count it (``torch.cuda.memory_stats`` reads these under the spill): bytes and
- * allocations in the small (under 1 MiB) and large classes and both together, and the
+ * allocations in the small (1 MiB and under) and large classes and both together, and the
  * bytes in the GPU's memory and on the tier apart, those on the tier by what they were
  * made for (optimizer state, activations saved for the backward pass). Each figure is current, peak, allocated (ever) and freed (ever); the peaks
  * and totals are the user's to reset. ``lifetime_peak`` is not: the placement reads it. */
@@ -546,7 +546,7 @@ static void figure_move(struct use_figure *f, int64_t by) {
 static void use_move(int dev, size_t size, int on_tier, int kind, int sign) {
     if (dev < 0) return;
     int64_t by = sign * (int64_t)size;
-    int small = size < SMALL_CLASS;
+    int small = size <= SMALL_CLASS; /* PyTorch's small pool: 1 MiB and under */
     pthread_mutex_lock(&use_lock);
     struct use_figure *f = use[dev].f;
     figure_move(&f[USE_BYTES], by);

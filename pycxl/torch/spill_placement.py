@@ -72,7 +72,9 @@ class Placement:
     saved: SavedOffload | None = None  # told of each step's end
     state_on_tier: int = 0  # bytes of state the hooks sent to the tier
     state_in_hbm: int = 0
-    _before: tuple[int, int] | None = None
+    # optimizer id -> the thread's slot and kind before its step steered them: one
+    # entry per optimizer (a wrapper's step runs its inner optimizer's inside)
+    _before: dict[int, tuple[int, int]] = field(default_factory=dict)
     handles: list[Any] = field(default_factory=list)
 
     def remove(self) -> None:
@@ -81,7 +83,14 @@ class Placement:
             h.remove()
         self.handles = []
 
+    def _restore(self, optimizer: Any) -> None:
+        before = self._before.pop(id(optimizer), None)
+        if before is not None:
+            compiled.tier_prefer(before[0])
+            compiled.tier_kind(before[1])
+
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._restore(optimizer)  # a step that raised never reached its post hook
         state, where = state_bytes_to_make(optimizer)
         if where is None or where.type != "cuda" or state == 0:
             return
@@ -101,14 +110,11 @@ class Placement:
                  "passes the %d bytes of HBM held and free", state, lifetime_peak,
                  held + room)  # fmt: skip
         self.state_on_tier += state
-        self._before = (compiled.tier_prefer(self.slot),
-                        compiled.tier_kind(compiled.USE_KINDS["optimizer_state"]))  # fmt: skip
+        self._before[id(optimizer)] = (compiled.tier_prefer(self.slot),
+            compiled.tier_kind(compiled.USE_KINDS["optimizer_state"]))  # fmt: skip
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._before is not None:
-            compiled.tier_prefer(self._before[0])
-            compiled.tier_kind(self._before[1])
-            self._before = None
+        self._restore(optimizer)
         where = next((p.device for g in optimizer.param_groups for p in g["params"]
                       if p.is_cuda), None)  # fmt: skip
         if self.saved is not None and where is not None:

@@ -10,8 +10,10 @@ first ones saved (the last the backward pass needs), and the activations in use 
 HBM.
 
 The means are PyTorch's own (``torch.autograd.graph.saved_tensors_hooks``, installed for
-the process once a step has spilled: a script that fits never has them). Parameters,
-tensors under 1 MiB and those on the tier already are saved as they are. The budget
+the process once a step has spilled: a script that fits never has them). Leaves
+(parameters, inputs, buffers), views and expanded tensors, tensors under 1 MiB and those
+on the tier already are saved as they are, and unpacked only if unchanged since: with
+hooks installed, autograd leaves that check to them. The budget
 grows by what each optimizer step spilled, by an eighth more; it does not shrink.
 """
 
@@ -39,6 +41,14 @@ def next_budget(budget: int, spilled_in_step: int) -> int:
     """Bytes of saved activations to keep on the tier once a step spilled
     ``spilled_in_step`` bytes with ``budget`` kept there."""
     return budget + spilled_in_step + spilled_in_step // 8 if spilled_in_step > 0 else budget
+
+
+@dataclass
+class _Kept:
+    """A saved tensor left where it is, with its version when saved."""
+
+    tensor: Any
+    version: int
 
 
 @dataclass
@@ -79,21 +89,26 @@ class SavedOffload:
 
     def _worth_sending(self, t: Any) -> bool:
         torch = self.torch
-        if not t.is_cuda or t.numel() * t.element_size() < SMALLEST:
+        # a plain dense tensor that is all of its memory: a view or an expanded tensor
+        # would be copied whole (larger than what it frees), a subclass may have no
+        # memory of its own, and a leaf (weights, inputs, buffers) is held elsewhere
+        if type(t) is not torch.Tensor or not t.is_cuda or t.layout != torch.strided:
             return False
-        if isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter):
+        size: int = t.numel() * t.element_size()
+        if size < SMALLEST or t.is_leaf or t.untyped_storage().nbytes() != size:
+            return False
+        if isinstance(t._base, torch.nn.Parameter):
             return False  # weights live where they live: a copy would double them
-        if t.requires_grad and t.is_leaf:
-            return False
-        if compiled.tier_owns(t.data_ptr()):
+        if compiled.tier_owns(t.untyped_storage().data_ptr()):
             return False
         figures, _ = compiled.tier_use(t.device.index or 0)
-        size: int = t.numel() * t.element_size()
         return figures["tier_saved_bytes"][0] + size <= self.budget
 
     def pack(self, t: Any) -> Any:
         if not self._worth_sending(t):
-            return t
+            # kept with its version: with hooks installed autograd no longer checks that
+            # a saved tensor was left unchanged, so unpack does
+            return _Kept(t, t._version)
         before = (compiled.tier_prefer(self.slot), compiled.tier_kind(SAVED))
         try:
             copy = self.torch.empty_like(t)
@@ -106,6 +121,15 @@ class SavedOffload:
         return _OnTier(copy)
 
     def unpack(self, packed: Any) -> Any:
+        if isinstance(packed, _Kept):
+            if packed.tensor._version != packed.version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: [{packed.tensor.type()} {list(packed.tensor.shape)}]"
+                    f" is at version {packed.tensor._version}; expected version "
+                    f"{packed.version} instead (as PyTorch reports it without pycxl spill)"
+                )
+            return packed.tensor
         if not isinstance(packed, _OnTier):
             return packed
         back = self.torch.empty_like(packed.copy)  # in HBM (the spill's net below)

@@ -101,3 +101,22 @@ def test_every_optimizers_step_reaches_the_placement() -> None:
         placement.remove()
     assert not optimizer_module._global_optimizer_pre_hooks
     assert not optimizer_module._global_optimizer_post_hooks
+
+
+def test_a_tensor_changed_after_it_was_saved_is_refused_as_pytorch_refuses_it() -> None:
+    """With hooks installed autograd leaves the saved-version check to them: what pack
+    keeps where it is (here every CPU tensor) must still be refused if changed."""
+    from pycxl.torch.spill_saved import SavedOffload
+
+    saved = SavedOffload(torch, slot=0)
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+        a = torch.ones(4, requires_grad=True) * 2  # a non-leaf, as activations are
+        b = (a * a).sum()
+        b.backward(retain_graph=True)
+        ok = torch.autograd.grad((a * a).sum(), a)[0]
+        c = (a * a).sum()
+        with torch.no_grad():
+            a.mul_(3)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            c.backward()
+    assert torch.equal(ok, torch.full((4,), 4.0))
