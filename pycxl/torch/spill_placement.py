@@ -90,6 +90,7 @@ class Placement:
             compiled.tier_kind(before[1])
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Before a step: where it will make state, decide where that state goes."""
         self._restore(optimizer)  # a step that raised never reached its post hook
         state, where = state_bytes_to_make(optimizer)
         if where is None or where.type != "cuda" or state == 0:
@@ -114,6 +115,7 @@ class Placement:
             compiled.tier_kind(compiled.USE_KINDS["optimizer_state"]))  # fmt: skip
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After a step: the thread's allocations as before, the step's spill told."""
         self._restore(optimizer)
         where = next((p.device for g in optimizer.param_groups for p in g["params"]
                       if p.is_cuda), None)  # fmt: skip

@@ -71,6 +71,7 @@ class SavedOffload:
     _hooks: list[Any] = field(default_factory=list)
 
     def step_ended(self) -> None:
+        """Grow the budget by what the step spilled; install the hooks the first time."""
         figures, _ = compiled.tier_use(self.device)
         unplanned = spilled_unplanned(figures)
         spilled, self._unplanned_before = unplanned - self._unplanned_before, unplanned
@@ -105,6 +106,7 @@ class SavedOffload:
         return figures["tier_saved_bytes"][0] + size <= self.budget
 
     def pack(self, t: Any) -> Any:
+        """A saved tensor: copied to the tier where worth it and in budget, else kept."""
         if not self._worth_sending(t):
             # kept with its version: with hooks installed autograd no longer checks that
             # a saved tensor was left unchanged, so unpack does
@@ -121,6 +123,7 @@ class SavedOffload:
         return _OnTier(copy)
 
     def unpack(self, packed: Any) -> Any:
+        """The tensor the backward pass needs: brought back to HBM, or checked unchanged."""
         if isinstance(packed, _Kept):
             if packed.tensor._version != packed.version:
                 raise RuntimeError(
