@@ -105,8 +105,9 @@ static struct {
     cu_result (*host_device_pointer)(cu_ptr *, void *, unsigned int);
 } tier_cu;
 
-/* What a spilling process's tier memory is made for (tier_kind) */
+/* What a spilling process's tier memory is made for (tier_kind), by thread */
 enum { USE_KIND_OTHER = 0, USE_KIND_STATE = 1, USE_KIND_SAVED = 2 };
+static __thread int use_kind = USE_KIND_OTHER;
 
 /* One mapping: live (in the hash by address) or cached (on its slot's free list). */
 struct tier_seg {
@@ -484,6 +485,7 @@ static void *alloc_on(int slot, size_t size, cu_stream stream) {
     }
     pthread_mutex_lock(&tier_lock);
     seg->asked = size;
+    seg->kind = use_kind;
     s->now += seg->size;
     s->allocations++;
     s->bytes_total += size;
@@ -522,10 +524,11 @@ SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
 
 /* What a spilling process holds, by device, counted as PyTorch's allocator statistics
  * count it (``torch.cuda.memory_stats`` reads these under the spill): bytes and
- * allocations in the small (1 MiB and under) and large classes and both together, and the
- * bytes in the GPU's memory and on the tier apart, those on the tier by what they were
- * made for (optimizer state, activations saved for the backward pass). Each figure is current, peak, allocated (ever) and freed (ever); the peaks
- * and totals are the user's to reset. ``lifetime_peak`` is not: the placement reads it. */
+ * allocations in the small (1 MiB and under) and large classes and both together, and
+ * the bytes in the GPU's memory and on the tier apart, those on the tier by what they
+ * were made for (optimizer state, activations saved for the backward pass). Each figure
+ * is current, peak, allocated (ever) and freed (ever); the peaks and totals are the
+ * user's to reset. ``lifetime_peak`` is not: the placement reads it. */
 enum { USE_BYTES, USE_BYTES_SMALL, USE_BYTES_LARGE, USE_COUNT, USE_COUNT_SMALL,
        USE_COUNT_LARGE, USE_HBM, USE_TIER, USE_TIER_STATE, USE_TIER_SAVED, USE_FIGURES };
 struct use_figure { int64_t current, peak, allocated, freed; };
@@ -534,7 +537,6 @@ static struct {
     int64_t lifetime_peak;
 } use[TIER_DEVICES];
 static pthread_mutex_t use_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int use_kind = USE_KIND_OTHER;
 #define SMALL_CLASS ((size_t)1 << 20)
 
 static void figure_move(struct use_figure *f, int64_t by) {
@@ -556,7 +558,8 @@ static void use_move(int dev, size_t size, int on_tier, int kind, int sign) {
     figure_move(&f[on_tier ? USE_TIER : USE_HBM], by);
     if (on_tier && kind == USE_KIND_STATE) figure_move(&f[USE_TIER_STATE], by);
     if (on_tier && kind == USE_KIND_SAVED) figure_move(&f[USE_TIER_SAVED], by);
-    if (f[USE_BYTES].current > use[dev].lifetime_peak) use[dev].lifetime_peak = f[USE_BYTES].current;
+    if (f[USE_BYTES].current > use[dev].lifetime_peak)
+        use[dev].lifetime_peak = f[USE_BYTES].current;
     pthread_mutex_unlock(&use_lock);
 }
 
@@ -618,17 +621,10 @@ static size_t hbm_room(int dev, size_t want) {
     return free_bytes;
 }
 
-/* ``p`` (NULL: refused), counted in the process's figures; a tier mapping keeps the kind
- * of what it was made for, for its free. */
+/* ``p`` (NULL: refused), counted in the process's figures (a tier mapping keeps the
+ * thread's kind from alloc_on, for its free). */
 static void *counted(void *p, int dev, size_t size, int on_tier) {
-    if (!p) return p;
-    if (on_tier) {
-        pthread_mutex_lock(&tier_lock);
-        struct tier_seg *seg = tier_find((cu_ptr)(uintptr_t)p);
-        if (seg) seg->kind = use_kind;
-        pthread_mutex_unlock(&tier_lock);
-    }
-    use_move(dev, size, on_tier, use_kind, 1);
+    if (p) use_move(dev, size, on_tier, use_kind, 1);
     return p;
 }
 
@@ -638,7 +634,8 @@ __attribute__((visibility("default"))) void *pycxl_cuda_malloc(ssize_t size, int
     if (size <= 0) return NULL;
     ensure_context(device);
     int dev = room_index(device);
-    if (preferred_slot >= 0) return counted(alloc_on(preferred_slot, (size_t)size, stream), dev, (size_t)size, 1);
+    if (preferred_slot >= 0)
+        return counted(alloc_on(preferred_slot, (size_t)size, stream), dev, (size_t)size, 1);
     cu_ptr p = 0;
     cu_result rc = CU_OUT_OF_MEMORY;
     int spill_now = spill_slot >= 0 && (size_t)size >= ((size_t)1 << 20) &&

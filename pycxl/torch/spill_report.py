@@ -30,6 +30,7 @@ class SpillReport:
     last_refusal: str
 
     def lines(self) -> list[str]:
+        """The summary's lines, as ``pycxl spill`` prints them at exit."""
         other_peak = self.tier_peak - self.state_on_tier_peak - self.saved_on_tier_peak
         out = [
             f"cuda:{self.device}: HBM peak {format_size(self.hbm_peak)}; on {self.tier} "

@@ -13,8 +13,8 @@ The means are PyTorch's own (``torch.autograd.graph.saved_tensors_hooks``, insta
 the process once a step has spilled: a script that fits never has them). Leaves
 (parameters, inputs, buffers), views and expanded tensors, tensors under 1 MiB and those
 on the tier already are saved as they are, and unpacked only if unchanged since: with
-hooks installed, autograd leaves that check to them. The budget
-grows by what each optimizer step spilled, by an eighth more; it does not shrink.
+hooks installed, autograd leaves that check to them. The budget grows by what each
+optimizer step spilled, by an eighth more; it does not shrink.
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ class SavedOffload:
     slot: int
     device: int = 0
     budget: int = 0  # bytes of saved activations kept on the tier at a time
-    installed: bool = False
     _unplanned_before: int = 0
     _hooks: list[Any] = field(default_factory=list)
 
@@ -82,11 +81,10 @@ class SavedOffload:
         log.info("the step spilled %d bytes: saved activations up to %d bytes go to the tier",
                  spilled, budget)  # fmt: skip
         self.budget = budget
-        if not self.installed:
+        if not self._hooks:
             hooks = self.torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
             hooks.__enter__()  # for the rest of the process, on the thread that runs forward
             self._hooks.append(hooks)
-            self.installed = True
 
     def _worth_sending(self, t: Any) -> bool:
         torch = self.torch

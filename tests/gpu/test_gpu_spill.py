@@ -13,17 +13,11 @@ import textwrap
 
 import pytest
 
-from pycxl.resolve.system import snapshot
+from tests.gpu import dram0_node
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20
 GiB = 1 << 30
-
-
-def _node() -> int:
-    n = snapshot(gpus=False).resolve("dram0").node
-    assert n is not None
-    return n
 
 
 def _child(code: str, *args: str) -> dict:
@@ -99,7 +93,7 @@ print(json.dumps({"losses": losses, "state_pages": pages.span_by_node(st.data_pt
 def test_optimizer_state_goes_to_the_tier_where_the_step_would_not_fit() -> None:
     roomy = _child(TRAIN, "roomy")
     tight = _child(TRAIN, "pressure")
-    node, state = _node(), 2 * 16 * (4096 * 4096 + 4096) * 4
+    node, state = dram0_node(), 2 * 16 * (4096 * 4096 + 4096) * 4
     assert tight["state_pages"] == {str(node): 256}, tight
     # the state and its step counts (4 bytes a parameter); nothing else spilled
     assert state <= tight["state_on_tier"] < state + MiB and tight["spilled"] == 0, tight

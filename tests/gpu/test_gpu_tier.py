@@ -17,17 +17,11 @@ import pytest
 
 import pycxl
 from pycxl.numa import pages
-from pycxl.resolve.system import snapshot
+from tests.gpu import dram0_node
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20
 GiB = 1 << 30
-
-
-def _node() -> int:
-    n = snapshot(gpus=False).resolve("dram0").node
-    assert n is not None
-    return n
 
 
 def test_tier_memory_is_on_the_node_and_the_gpu_reads_and_writes_it() -> None:
@@ -35,7 +29,7 @@ def test_tier_memory_is_on_the_node_and_the_gpu_reads_and_writes_it() -> None:
     pool = pycxl.tier_pool("dram0")
     assert pool.registered == (os.environ.get("PYCXL_TIER_MEMORY") == "registered")
     with pool.allocate(256 * MiB) as mem:
-        assert mem.pages_by_node() == {_node(): 256 * MiB // 4096}
+        assert mem.pages_by_node() == {dram0_node(): 256 * MiB // 4096}
         t = torch.as_tensor(mem, device="cuda")  # __cuda_array_interface__: no copy
         assert t.data_ptr() == mem.ptr and t.numel() == 256 * MiB
         t.fill_(7)
@@ -51,7 +45,7 @@ def test_gpu_stream_on_tier_memory_runs_in_place_near_the_links_rate() -> None:
                                             samples=3)  # fmt: skip
     assert [r.kernel for r in zero] == ["copy", "scale", "add", "triad"]
     for r in zero:
-        assert r.node == _node() and r.pages_on_node == r.pages == 3 * 512 * MiB // 4096
+        assert r.node == dram0_node() and r.pages_on_node == r.pages == 3 * 512 * MiB // 4096
         # reads come over the link one way and writes go back the other: STREAM's count
         # of both may pass one direction's copy rate, never two of them
         assert 0.5 * copy.bytes_per_s < r.bytes_per_s < 2.2 * copy.bytes_per_s, (r, copy)
@@ -68,7 +62,7 @@ def test_tensors_in_on_tier_live_on_the_node_and_move_to_hbm_and_back() -> None:
     with pycxl.on_tier("dram0"):
         x = torch.arange(64 * MiB, dtype=torch.float32, device="cuda")
     assert pool.stats().bytes_now >= before + x.numel() * 4
-    assert pages.span_by_node(x.data_ptr(), x.numel() * 4) == {_node(): 64 * MiB * 4 // 4096}
+    assert pages.span_by_node(x.data_ptr(), x.numel() * 4) == {dram0_node(): 64 * MiB * 4 // 4096}
     y = pycxl.move(x, "gpu0")
     assert torch.equal(x, y) and y.data_ptr() != x.data_ptr()
     z = pycxl.move(y, "dram0")
@@ -114,7 +108,7 @@ print(json.dumps({"on_node": where, "sums": [float(x.sum()) for x in xs], "ok": 
 
 def test_a_process_that_spills_runs_on_where_hbm_is_full() -> None:
     pytest.importorskip("torch")
-    code = textwrap.dedent(SPILL).replace("NODE", str(_node()))
+    code = textwrap.dedent(SPILL).replace("NODE", str(dram0_node()))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]

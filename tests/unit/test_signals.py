@@ -33,8 +33,9 @@ PYCXL = [sys.executable, "-m", "pycxl.cli.main"]
 
 def _default_signals() -> None:
     """As a terminal's foreground job has them (a shell running tests in the background
-    ignores SIGINT and SIGQUIT, and pycxl keeps an ignored signal ignored)."""
-    for s in (signal.SIGINT, signal.SIGQUIT):
+    ignores SIGINT and SIGQUIT, nohup ignores SIGHUP, and pycxl keeps an ignored signal
+    ignored)."""
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(s, signal.SIG_DFL)
 
 
@@ -48,7 +49,7 @@ def tracefs():
 for path in tracefs():  # this private mount namespace starts with tracefs unmounted
     subprocess.run(["umount", path], check=True)
 def dfl():
-    for s in (signal.SIGINT, signal.SIGQUIT):
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(s, signal.SIG_DFL)
 p = subprocess.Popen([sys.executable, "-m", "pycxl.cli.main", "monitor"], stdout=subprocess.DEVNULL,
                      stderr=subprocess.PIPE, text=True, preexec_fn=dfl)

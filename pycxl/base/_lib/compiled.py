@@ -363,24 +363,25 @@ def tier_kind(kind: int) -> int:
     return int(_compiled()[1].tier_kind(kind))
 
 
+def _now_and_high(call: str, *args: int) -> tuple[int, int] | None:
+    """tier.c's ``call(*args, &now, &high)``: the pair, or None where it returns non-zero."""
+    ffi, lib = _compiled()
+    now, high = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    if getattr(lib, call)(*args, now, high) != 0:
+        return None
+    return int(now[0]), int(high[0])
+
+
 def tier_hbm_reserved(device: int) -> tuple[int, int] | None:
     """Bytes the device's stream-ordered pool reserves now and at its high mark (None:
     the driver cannot tell)."""
-    ffi, lib = _compiled()
-    now, high = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-    if lib.tier_hbm_reserved(device, now, high) != 0:
-        return None
-    return int(now[0]), int(high[0])
+    return _now_and_high("tier_hbm_reserved", device)
 
 
 def tier_spill_mapped() -> tuple[int, int] | None:
     """Bytes the spill tier maps now (in use or kept for reuse) and at its high mark
     (None: this process does not spill)."""
-    ffi, lib = _compiled()
-    now, high = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-    if lib.tier_spill_mapped(now, high) != 0:
-        return None
-    return int(now[0]), int(high[0])
+    return _now_and_high("tier_spill_mapped")
 
 
 def tier_owns(pointer: int) -> bool:
