@@ -8,6 +8,10 @@ has 1/RATIO of its peak free; each run is a process of its own, same model and d
   that fits;
 - spill-Nx: held so that 1/N of the peak is free, ``pycxl spill TIER script.py``.
 
+Each spill run is set beside its bound: the HBM step plus what the summary says crossed
+the link a step (state read and written, saved activations out and back) at the pinned
+copy rate measured in this run (the slower direction, on the tier's node).
+
     python3 benchmarks/spill_pressure.py [--tier dram0] [--ratios 2,3] [-- SCRIPT ARGS]
 
 The default script is spill_scripts/gpt2_train.py; what follows ``--`` replaces it.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +39,35 @@ sys.stdin.read()
 """
 
 
+RATE = r"""
+import json, torch
+n = 1 << 30
+dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+rates = []
+for dst, src in ((host, dev), (dev, host)):
+    best = 0.0
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); dst.copy_(src, non_blocking=True); b.record(); b.synchronize()
+        best = max(best, n / (a.elapsed_time(b) / 1e3))
+    rates.append(best)
+print(json.dumps({"d2h": rates[0], "h2d": rates[1]}))
+"""
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+OVER_LINK = re.compile(r"optimizer state ([\d.]+) (\w+) read and written, saved activations "
+                       r"([\d.]+) (\w+) out and back")  # fmt: skip
+
+
+def link_bytes(stderr_tail: list[str]) -> int | None:
+    """Bytes a step moves over the link, from ``pycxl spill``'s summary."""
+    for line in stderr_tail:
+        m = OVER_LINK.search(line)
+        if m:
+            return int(float(m[1]) * UNITS[m[2]] + float(m[3]) * UNITS[m[4]])
+    return None
+
+
 def run(cmd: list[str], timeout: float) -> dict:
     began = time.monotonic()
     try:
@@ -45,6 +79,7 @@ def run(cmd: list[str], timeout: float) -> dict:
     row["wall_s"] = round(time.monotonic() - began, 1)
     if "error" in row or p.returncode:
         row["stderr_tail"] = p.stderr.splitlines()[-30:]
+    row["link_bytes"] = link_bytes(p.stderr.splitlines()[-6:])
     return row
 
 
@@ -75,6 +110,13 @@ def main() -> None:
     a = ap.parse_args()
     script = a.script or [os.path.join(HERE, "spill_scripts", "gpt2_train.py")]
     plain = [sys.executable, *script]
+    # pinned host memory on the tier's node, as the spill's is
+    rate = json.loads(subprocess.run(["pycxl", "run", "--membind", a.tier, "--", sys.executable,
+                                      "-c", RATE], capture_output=True, text=True,
+                                     check=True).stdout)  # fmt: skip
+    link = min(rate["d2h"], rate["h2d"])
+    print(f"pinned copies: {rate['d2h'] / 1e9:.1f} GB/s out, {rate['h2d'] / 1e9:.1f} GB/s in",
+          flush=True)  # fmt: skip
     rows = {"hbm": run(plain, a.timeout)}
     ref = rows["hbm"]
     print("hbm", json.dumps(ref), flush=True)
@@ -106,8 +148,14 @@ def main() -> None:
             continue
         step = median(row["step_ms"][2:])
         gap = max(abs(x - y) for x, y in zip(row["losses"], ref["losses"], strict=False))
+        bound = ""
+        if row.get("link_bytes"):
+            ms = base + row["link_bytes"] / link * 1e3
+            bound = (f", bound {ms:.1f} ms ({row['link_bytes'] / 2**30:.2f} GiB over the link): "
+                     f"{step / ms:.2f}x the bound")  # fmt: skip
+        peak = row["max_allocated"] / 2**30
         print(f"{name}: {step:.1f} ms a step ({step / base:.2f}x hbm), losses within "
-              f"{gap:.2e}, max_allocated {row['max_allocated'] / 2**30:.1f} GiB")  # fmt: skip
+              f"{gap:.2e}, max_allocated {peak:.1f} GiB{bound}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ ffibuilder.cdef(
     int tier_trim(int slot);
     int tier_use(int device, int64_t *out);
     int tier_use_reset(int device, int what);
+    int64_t tier_spilled_rise(int device);
     int tier_kind(int kind);
     int tier_hbm_reserved(int device, uint64_t *now, uint64_t *high);
     int tier_spill_mapped(uint64_t *now, uint64_t *high);

@@ -530,11 +530,15 @@ SLOT_ALLOCATOR(4) SLOT_ALLOCATOR(5) SLOT_ALLOCATOR(6) SLOT_ALLOCATOR(7)
  * is current, peak, allocated (ever) and freed (ever); the peaks and totals are the
  * user's to reset. ``lifetime_peak`` is not: the placement reads it. */
 enum { USE_BYTES, USE_BYTES_SMALL, USE_BYTES_LARGE, USE_COUNT, USE_COUNT_SMALL,
-       USE_COUNT_LARGE, USE_HBM, USE_TIER, USE_TIER_STATE, USE_TIER_SAVED, USE_FIGURES };
+       USE_COUNT_LARGE, USE_HBM, USE_TIER, USE_TIER_STATE, USE_TIER_SAVED, USE_TIER_OTHER,
+       USE_FIGURES };
 struct use_figure { int64_t current, peak, allocated, freed; };
 static struct {
     struct use_figure f[USE_FIGURES];
     int64_t lifetime_peak;
+    /* the spilled bytes (on the tier, made for nothing in particular) at the last
+     * tier_spilled_rise and their high mark since: what a step spilled */
+    int64_t other_base, other_mark;
 } use[TIER_DEVICES];
 static pthread_mutex_t use_lock = PTHREAD_MUTEX_INITIALIZER;
 #define SMALL_CLASS ((size_t)1 << 20)
@@ -558,6 +562,11 @@ static void use_move(int dev, size_t size, int on_tier, int kind, int sign) {
     figure_move(&f[on_tier ? USE_TIER : USE_HBM], by);
     if (on_tier && kind == USE_KIND_STATE) figure_move(&f[USE_TIER_STATE], by);
     if (on_tier && kind == USE_KIND_SAVED) figure_move(&f[USE_TIER_SAVED], by);
+    if (on_tier && kind == USE_KIND_OTHER) {
+        figure_move(&f[USE_TIER_OTHER], by);
+        if (f[USE_TIER_OTHER].current > use[dev].other_mark)
+            use[dev].other_mark = f[USE_TIER_OTHER].current;
+    }
     if (f[USE_BYTES].current > use[dev].lifetime_peak)
         use[dev].lifetime_peak = f[USE_BYTES].current;
     pthread_mutex_unlock(&use_lock);
@@ -687,6 +696,20 @@ int tier_use(int device, int64_t *out) {
     out[4 * USE_FIGURES] = use[dev].lifetime_peak;
     pthread_mutex_unlock(&use_lock);
     return 0;
+}
+
+/* How far the spilled bytes on ``device`` rose above where they were at the last call
+ * (their high mark since, less that); the count starts again from now. -1: no such
+ * device. A step's rise is what HBM lacked at its peak; spills that stay from earlier
+ * steps are not counted again. */
+int64_t tier_spilled_rise(int device) {
+    int dev = room_index(device);
+    if (dev < 0) return -1;
+    pthread_mutex_lock(&use_lock);
+    int64_t rise = use[dev].other_mark - use[dev].other_base;
+    use[dev].other_base = use[dev].other_mark = use[dev].f[USE_TIER_OTHER].current;
+    pthread_mutex_unlock(&use_lock);
+    return rise;
 }
 
 /* Reset the peaks (what = 0) or the totals ever allocated and freed (what = 1). */

@@ -72,6 +72,7 @@ class Placement:
     saved: SavedOffload | None = None  # told of each step's end
     state_on_tier: int = 0  # bytes of state the hooks sent to the tier
     state_in_hbm: int = 0
+    steps: int = 0  # optimizer steps ended (every optimizer's)
     # optimizer id -> the thread's slot and kind before its step steered them: one
     # entry per optimizer (a wrapper's step runs its inner optimizer's inside)
     _before: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -117,6 +118,7 @@ class Placement:
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """After a step: the thread's allocations as before, the step's spill told."""
         self._restore(optimizer)
+        self.steps += 1
         where = next((p.device for g in optimizer.param_groups for p in g["params"]
                       if p.is_cuda), None)  # fmt: skip
         if self.saved is not None and where is not None:

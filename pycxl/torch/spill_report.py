@@ -24,31 +24,42 @@ class SpillReport:
     state_on_tier_now: int  # the optimizer state the placement made on the tier
     state_on_tier_peak: int
     saved_on_tier_peak: int  # activations the backward pass needs, kept there between
+    spilled_peak: int  # what HBM refused and no placement chose: kernels work on it there
     spilled: int  # allocations the GPU's memory could not take, sent to the tier
     refused: int  # allocations the tier refused too (out-of-memory reached the program)
     misplaced_pages: int  # pages found off the tier's node (such mappings are refused)
     last_refusal: str
+    steps: int  # optimizer steps the process made
+    saved_sent: int  # bytes of saved activations sent to the tier, ever
 
     def lines(self) -> list[str]:
         """The summary's lines, as ``pycxl spill`` prints them at exit."""
-        other_peak = self.tier_peak - self.state_on_tier_peak - self.saved_on_tier_peak
         out = [
             f"cuda:{self.device}: HBM peak {format_size(self.hbm_peak)}; on {self.tier} "
             f"(node {self.node}) {format_size(self.tier_now)} now, "
             f"{format_size(self.tier_peak)} at peak",
             f"  optimizer state {format_size(self.state_on_tier_peak)} at peak, saved "
-            f"activations {format_size(self.saved_on_tier_peak)}, other (spilled) at most "
-            f"{format_size(max(other_peak, 0))}; "
+            f"activations {format_size(self.saved_on_tier_peak)}, other (spilled) "
+            f"{format_size(self.spilled_peak)}; "
             f"{self.spilled} allocations spilled, {self.misplaced_pages} pages off node "
             f"{self.node}",
         ]
+        if self.steps and (self.state_on_tier_now or self.saved_sent):
+            # what crosses the link each step for what was placed on the tier: the
+            # optimizer reads and writes its state there, saved activations go and return
+            out.append(
+                f"  over the link a step (mean of {self.steps}): optimizer state "
+                f"{format_size(2 * self.state_on_tier_now)} read and written, saved "
+                f"activations {format_size(2 * self.saved_sent // self.steps)} out and back"
+            )
         if self.refused:
             out.append(f"  {self.refused} refused by {self.tier} too: {self.last_refusal}")
         return out
 
 
-def report(pool: TierPool, device: int) -> SpillReport:
-    """The spill onto ``pool`` seen from CUDA ``device`` now."""
+def report(pool: TierPool, device: int, steps: int) -> SpillReport:
+    """The spill onto ``pool`` seen from CUDA ``device`` now, after ``steps`` optimizer
+    steps."""
     figures, _ = compiled.tier_use(device)
     stats = pool.stats()
     return SpillReport(
@@ -56,7 +67,8 @@ def report(pool: TierPool, device: int) -> SpillReport:
         tier_now=figures["tier_bytes"][0], tier_peak=figures["tier_bytes"][1],
         state_on_tier_now=figures["tier_state_bytes"][0],
         state_on_tier_peak=figures["tier_state_bytes"][1],
-        saved_on_tier_peak=figures["tier_saved_bytes"][1], spilled=stats.gpu_refusals,
+        saved_on_tier_peak=figures["tier_saved_bytes"][1],
+        spilled_peak=figures["tier_other_bytes"][1], spilled=stats.gpu_refusals,
         refused=stats.refused, misplaced_pages=stats.misplaced_pages,
-        last_refusal=stats.last_error,
+        last_refusal=stats.last_error, steps=steps, saved_sent=figures["tier_saved_bytes"][2],
     )  # fmt: skip

@@ -65,6 +65,7 @@ def nested_stats(figures: dict[str, Figure], reserved: Figure, ooms: int) -> dic
         "tier_bytes": {"all": _stat(f["tier_bytes"])},
         "tier_optimizer_state_bytes": {"all": _stat(f["tier_state_bytes"])},
         "tier_saved_activation_bytes": {"all": _stat(f["tier_saved_bytes"])},
+        "tier_spilled_bytes": {"all": _stat(f["tier_other_bytes"])},
         "num_alloc_retries": 0,
         "num_ooms": ooms,
         "num_sync_all_streams": 0,

@@ -168,7 +168,7 @@ def spill_reports() -> list[spill_report.SpillReport]:
     torch = import_torch()
     out = []
     for device in range(torch.cuda.device_count() if torch.cuda.is_initialized() else 0):
-        r = spill_report.report(_spilling, device)
+        r = spill_report.report(_spilling, device, _placement.steps if _placement else 0)
         if r.hbm_peak or r.tier_peak:
             out.append(r)
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pycxl.base._lib import compiled
+from pycxl.base.errors import InvalidRequestError
 from pycxl.torch import spill_placement, spill_stats
 
 torch = pytest.importorskip("torch")
@@ -71,11 +72,10 @@ def test_state_goes_to_the_tier_only_where_the_step_would_not_fit() -> None:
 def test_the_saved_activation_budget_grows_by_what_a_step_spilled() -> None:
     from pycxl.torch import spill_saved
 
-    f = dict.fromkeys(compiled.USE_FIGURES, (0, 0, 0, 0))
-    # 10 MiB ever sent to the tier: 4 of them state, 2 saved activations, 4 spilled
-    f.update(tier_bytes=(0, 0, 10 * MiB, 10 * MiB), tier_state_bytes=(0, 0, 4 * MiB, 4 * MiB),
-             tier_saved_bytes=(0, 0, 2 * MiB, 2 * MiB))  # fmt: skip
-    assert spill_saved.spilled_unplanned(f) == 4 * MiB
+    # nothing spilled in this process (no GPU here): no rise, and the count is per device
+    assert compiled.tier_spilled_rise(0) == 0
+    with pytest.raises(InvalidRequestError, match="out of the spill's range"):
+        compiled.tier_spilled_rise(1 << 20)
     assert spill_saved.next_budget(0, 8 * MiB) == 9 * MiB  # an eighth more
     assert spill_saved.next_budget(9 * MiB, 0) == 9 * MiB  # a step that fit keeps it
 

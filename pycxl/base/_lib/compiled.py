@@ -334,7 +334,8 @@ def tier_prefer(slot: int) -> int:
 # tier.c's figures of a spilling process, by device, in its order; each is current, peak,
 # allocated and freed
 USE_FIGURES = ("bytes", "bytes_small", "bytes_large", "count", "count_small", "count_large",
-               "hbm_bytes", "tier_bytes", "tier_state_bytes", "tier_saved_bytes")  # fmt: skip
+               "hbm_bytes", "tier_bytes", "tier_state_bytes", "tier_saved_bytes",
+               "tier_other_bytes")  # fmt: skip
 USE_KINDS = {"other": 0, "optimizer_state": 1, "saved_activations": 2}
 
 
@@ -355,6 +356,15 @@ def tier_use(device: int) -> tuple[dict[str, tuple[int, int, int, int]], int]:
 def tier_use_reset(device: int, totals: bool) -> None:
     """Reset the spilling process's peaks on ``device`` (or, ``totals``, its totals)."""
     _compiled()[1].tier_use_reset(device, 1 if totals else 0)
+
+
+def tier_spilled_rise(device: int) -> int:
+    """How far the bytes spilled on ``device`` (on the tier for no placement's sake) rose
+    above where they stood at the last call: what HBM lacked since. Counts from now."""
+    rise = int(_compiled()[1].tier_spilled_rise(device))
+    if rise < 0:
+        raise InvalidRequestError(f"CUDA device {device} is out of the spill's range")
+    return rise
 
 
 def tier_kind(kind: int) -> int:
