@@ -47,7 +47,10 @@ def next_budget(budget: int, spilled_in_step: int) -> int:
 
 @dataclass
 class _Kept:
-    """A saved tensor left where it is, with its version when saved."""
+    """A saved tensor left where it is, with its version when saved. Detached: the
+    tensor itself would hold its grad_fn, which holds this (a cycle the collector cannot
+    see when the graph is dropped without a backward pass); the version counter is
+    shared, and autograd gives the grad_fn back on unpack."""
 
     tensor: Any
     version: int
@@ -82,7 +85,7 @@ class SavedOffload:
     budget: int = 0  # bytes of saved activations kept on the tier at a time
     _hooks: list[Any] = field(default_factory=list)
     _copier: dict[int, Any] = field(default_factory=dict)  # device -> copy stream
-    # activations whose copy out is under way (event, tensor, bytes): held until it ends
+    # activations whose copy out is under way (event, storage, bytes): held until it ends
     _leaving: deque[tuple[Any, Any, int]] = field(default_factory=deque)
     _leaving_bytes: int = 0
     # what went to the tier, in the order saved (the backward pass asks in reverse)
@@ -144,12 +147,12 @@ class SavedOffload:
         if not self._worth_sending(t):
             # kept with its version: with hooks installed autograd no longer checks that
             # a saved tensor was left unchanged, so unpack does
-            return _Kept(t, t._version)
+            return _Kept(t.detach(), t._version)
         before = (compiled.tier_prefer(self.slot), compiled.tier_kind(SAVED))
         try:
             copy = self.torch.empty_like(t)
         except RuntimeError:  # the tier is full too: keep it where it is
-            return _Kept(t, t._version)
+            return _Kept(t.detach(), t._version)
         finally:
             compiled.tier_prefer(before[0])
             compiled.tier_kind(before[1])
@@ -162,7 +165,9 @@ class SavedOffload:
             copy.copy_(t, non_blocking=True)
             sent = self.torch.cuda.Event()
             sent.record(copier)
-        self._leaving.append((sent, t, size))  # t's HBM is let go once the copy ends
+        # t's memory is let go once the copy ends: its storage is held, not t, whose
+        # grad_fn would keep the graph (and every copy saved in it) alive with it
+        self._leaving.append((sent, t.untyped_storage(), size))
         self._leaving_bytes += size
         while self._order and _spent(self._order[-1]):
             self._order.pop()  # a backward pass took them all: a new forward pass

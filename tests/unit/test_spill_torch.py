@@ -120,3 +120,24 @@ def test_a_tensor_changed_after_it_was_saved_is_refused_as_pytorch_refuses_it() 
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             c.backward()
     assert torch.equal(ok, torch.full((4,), 4.0))
+
+
+def test_a_graph_dropped_without_a_backward_pass_frees_what_it_saved() -> None:
+    """exp saves its own output: kept as it is, the saved tensor would hold the grad_fn
+    that holds it, a cycle the collector cannot see (the graph would never be freed)."""
+    import gc
+    import weakref
+
+    from pycxl.torch.spill_saved import SavedOffload
+
+    saved = SavedOffload(torch, slot=0)
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+        a = torch.ones(4, requires_grad=True)
+        out = (a * 2).exp()
+        dropped = weakref.ref(out)
+        del out
+        gc.collect()
+        assert dropped() is None, "the graph outlived its last reference"
+        y = (a * 2).exp()  # and one used: the gradient as without the hooks
+        y.sum().backward()
+    assert torch.allclose(a.grad, 2 * torch.full((4,), 2.0).exp())
