@@ -41,6 +41,7 @@ COMMANDS = {
     "stat": ("stat_cmd", "stat_command"),
     "labels": ("labels_cmd", "labels_command"),
     "spill": ("spill_cmd", "spill_command"),
+    "plan-train": ("plan_cmd", "plan_train_command"),
     "top": ("top_cmd", "top_command"),
     "memdev": ("memdev_cmd", "memdev_group"),
     "port": ("port_cmd", "port_group"),

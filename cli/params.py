@@ -229,6 +229,23 @@ class FiniteType(FloatParam):
             self.fail(str(e), param, ctx)
 
 
+class ParameterCountType(IntParam):
+    """A model's parameter count: 13B, 350M, 7e9 or digits (pycxl.base.values decides)."""
+
+    name = "parameters"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pycxl.base.values import parameter_count
+
+        try:
+            return value if isinstance(value, int) else parameter_count(str(value), _what(param))
+        except InvalidRequestError as e:
+            self.fail(str(e), param, ctx)
+
+
 SECONDS = FiniteType()
 
 
@@ -347,6 +364,8 @@ SIZE = SizeType()
 PAGE_SIZE = SizeType(minimum=PAGE_BYTES)  # buffers of at least one page
 CHASE_SIZE = SizeType(minimum=CHASE_MIN_SIZE)
 COUNT = CountType()
+PARAMETERS = ParameterCountType()
+RATE = FiniteType(metavar="RATE")
 SAMPLES = CountType(maximum=MAX_SAMPLES)  # -n/--samples: timed repeats
 INT_LIST = IntListType()
 NODES = NamesType("NODES")

@@ -26,7 +26,9 @@ What is here:
 - ``offload_layers``: a PyTorch model's layers streamed to the GPU from a tier while it
   computes, and their optimizer state kept and updated there (ZeRO-Offload);
   ``offload_model``: a whole model trained with its blocks' optimizer state on a tier,
-  each block updated on the CPU or the GPU, whichever finishes it first.
+  each block updated on the CPU or the GPU, whichever finishes it first; ``fit`` and
+  ``TrainShape``: whether a model trains so on this machine, where its bytes would live
+  and the step's bound, before any memory is taken.
 - ``list_json``, ``ListRequest``: what ``pycxl list --json`` prints.
 - ``top``: live traffic per GPU link and per memory tier, report by report.
 - CXL device operations, each validated, planned (``dry_run=True`` shows the writes) and
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         destroy_region as destroy_region,
         disable_region as disable_region,
         enable_region as enable_region,
+        fit as fit,
         host_memory as host_memory,
         map_dax as map_dax,
         migrate as migrate,
@@ -118,6 +121,7 @@ if TYPE_CHECKING:
     from .numa.policy import Policy as Policy
     from .ops.top import top as top
     from .resolve.system import System as System, snapshot as snapshot
+    from .torch.offload.fit import TrainShape as TrainShape
 
 # Every public name but the errors above, and the submodule each is loaded from on first
 # use ('' for a subpackage of that name); __all__ and dir() are made from it.
@@ -127,9 +131,10 @@ _LAZY = {
     **dict.fromkeys(
         ("allocate", "migrate", "host_memory", "probe_longterm_pins", "map_dax", "pinned_array",
          "pinned_tensor", "offload_layers", "offload_model", "create_region", "destroy_region",
-         "disable_region", "enable_region", "tier_pool", "on_tier", "spill_to", "move"),
+         "disable_region", "enable_region", "tier_pool", "on_tier", "spill_to", "move", "fit"),
         "byname.facade",
     ),
+    "TrainShape": "torch.offload.fit",
     "RegionRequest": "cxl.region_layout",
     # CXL device operations (ndctl's memdev, port and bus commands)
     **dict.fromkeys(("read_labels", "write_labels", "zero_labels"), "cxl.label_area"),

@@ -126,6 +126,26 @@ def count(value: object, what: str, minimum: int = 1, maximum: int | None = None
     return n
 
 
+MAX_PARAMETERS = 10**15  # far past any model one box trains
+_MODEL_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parameter_count(text: str, what: str = "parameters") -> int:
+    """A model's parameter count as people write it: ``13B``, ``1.1B``, ``350M``, ``7e9``
+    or digits (K, M, B or G, T: powers of 1000)."""
+    body = text.strip()
+    scale = _MODEL_SCALE.get(body[-1:].upper(), 0) if body and body[-1].isalpha() else 1
+    if scale:
+        body = body[:-1] if body[-1:].isalpha() else body
+    if not scale or _REAL.fullmatch(body) is None or body.startswith("-"):
+        raise InvalidRequestError(f"{what} {text!r}: give a count such as 13B, 350M or 7000000000")
+    value = float(body) * scale
+    if not 1 <= value <= MAX_PARAMETERS:
+        raise InvalidRequestError(f"{what} {text!r}: give a count from 1 to {MAX_PARAMETERS:.0e}")
+    n = round(value)
+    return n
+
+
 def lookahead(value: object) -> int:
     """How many blocks (layers) a ring copies ahead of the one in use, for every ring:
     0 (each copied as it is needed, nothing ahead) up to MAX_LAYERS."""

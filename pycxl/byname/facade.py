@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..numa.placement import HugePages, NumaBuffer
     from ..numa.policy import Policy
     from ..torch.offload import model as model_offload
+    from ..torch.offload.fit import Fit
     from ..torch.offload.layers import LayerOffload, Weights
     from ..torch.offload.model import ModelOffload
 
@@ -373,6 +374,61 @@ def offload_model(
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
                         weights=weights, lookahead=lookahead, overlap=overlap,
                         update_in_backward=update_in_backward)  # fmt: skip
+
+
+def fit(
+    model: Any,
+    target: Names,
+    gpu: str | None = "gpu0",
+    *,
+    tokens: int,
+    seq: int | None = None,
+    lookahead: int = 1,
+    hbm_free: int | str | None = None,
+    link: float | None = None,
+    cpu_update: float | None = None,
+    gpu_flops: float | None = None,
+    system: System | None = None,
+) -> Fit:
+    """Whether ``model`` (a torch model, ``meta`` device included, or a ``TrainShape``)
+    trains under ``offload_model`` with its state on ``target`` and ``gpu``, for steps
+    of ``tokens`` (sequences of ``seq``): the bytes each placement puts in HBM and on the
+    tier, which fit, and the step's bound, before any of its memory is taken. What is
+    not given is read or measured here: the tier's free memory, HBM's free memory, the
+    link's and the GPU's rates (``gpu=None``: no GPU here; give ``hbm_free`` and, for a
+    step time, ``link`` and ``gpu_flops``), the CPU update's rate on the tier.
+
+    >>> plan = pycxl.fit(model, "dram0", tokens=4096)
+    >>> print(plan.why)         # fits: weights resident, a step at least 412 ms (...)
+    """
+    from ..base.values import lookahead as checked_lookahead
+    from ..torch.offload import fit as planning, fit_machine
+    from ..torch.offload.host_memory import tier_allocator
+
+    lookahead = checked_lookahead(lookahead)
+    shape = model if isinstance(model, planning.TrainShape) else planning.TrainShape.of_model(model)
+    if gpu is None and hbm_free is None:
+        raise InvalidRequestError("without a GPU here, give hbm_free: the GPU's free memory")
+    s = given_or_read(system, gpus=gpu is not None)
+    nodes = s.placement_nodes(target)  # a bad name fails here, before anything is measured
+    free = sum(t.node.mem_available for t in s.nodes if t.node.id in nodes)
+    names = {s.tier_name(n) or f"node{n}" for n in nodes}
+    ctx = device = None
+    if gpu is not None:
+        from ..gpu.context import GpuContext
+        from ..torch._import import import_torch
+
+        found = s.gpu(gpu)
+        torch = import_torch()
+        torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
+        ctx = GpuContext.of(found)
+        device = torch.device("cuda", ctx.ordinal)
+    machine = fit_machine.read_machine(
+        ",".join(sorted(names)), free, tier_allocator(nodes, ctx), _tier_cpus(s, nodes), device,
+        hbm_free=None if hbm_free is None else _bytes(hbm_free), link=link,
+        cpu_update=cpu_update, flops=gpu_flops,
+    )  # fmt: skip
+    return planning.fit(shape, machine, tokens, seq=seq, lookahead=lookahead)
 
 
 def _host(system: System | None) -> System:

@@ -1,0 +1,171 @@
+"""pycxl.fit and pycxl plan-train without a GPU: a decoder's shape counted as its
+published count, or read from a model (meta included); the tier's bytes as
+offload_model lays the state out; the activation estimate against what autograd saves
+for transformers' Llama here; placements chosen by memory and by the rates' bound; bad
+input refused by name; the command's exit codes and JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import pycxl
+from pycxl.base.errors import InvalidRequestError
+from pycxl.base.values import parameter_count
+from pycxl.torch.offload.fit import Machine, TrainShape, activation_bytes, fit
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+GiB = 1 << 30
+LLAMA2_13B = TrainShape.decoder(layers=40, hidden=5120, intermediate=13824)
+
+
+def _llama(layers: int, hidden: int = 64, intermediate: int = 128, vocab: int = 256) -> Any:
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=hidden // 64 or 1,
+        num_key_value_heads=hidden // 64 or 1, max_position_embeddings=1024,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def test_a_decoder_shape_counts_as_its_published_count() -> None:
+    assert LLAMA2_13B.params == 13_015_864_320  # Llama 2 13B's
+    assert TrainShape.decoder(layers=32, hidden=4096).intermediate == 11008  # Llama 2 7B's
+    with_count = TrainShape.decoder(layers=40, hidden=5120, params=13 * 10**9)
+    assert with_count.rest_params == LLAMA2_13B.rest_params
+    assert with_count.block_params == 13 * 10**9 - LLAMA2_13B.rest_params
+    assert parameter_count("13B") == 13 * 10**9 and parameter_count("350M") == 350 * 10**6
+
+
+def test_the_shape_of_a_model_is_read_from_it_on_the_meta_device_too() -> None:
+    with torch.device("meta"):
+        model = _llama(3)
+    shape = TrainShape.of_model(model)
+    in_layers = sum(p.numel() for p in model.model.layers.parameters())
+    assert shape.block_params == in_layers and shape.layers == 3
+    assert shape.rest_params == sum(p.numel() for p in model.parameters()) - in_layers
+    assert (shape.hidden, shape.intermediate, shape.vocab, shape.dtype_bytes) == (64, 128, 256, 4)
+
+
+def test_the_tier_holds_the_state_as_offload_model_lays_it_out() -> None:
+    from pycxl.torch.offload.layout import find_blocks, layout_blocks
+
+    model = _llama(3)
+    group_of = {id(p): 0 for p in model.parameters()}
+    blocks = layout_blocks(find_blocks(model), group_of, with_frozen=False)
+    laid_out = sum(3 * B.numel * 4 for B in blocks)  # what model_setup.place_state takes
+    planned = fit(TrainShape.of_model(model), Machine("dram0", None, 1 << 40), 64)
+    state = planned.options[0].tier["optimizer_state"]
+    assert laid_out * 0.98 <= state <= laid_out  # the layout's alignment is the difference
+
+
+def _saved_bytes(model: Any, tokens: int) -> int:
+    """What autograd keeps for the backward pass of one step (storages, each once),
+    less the parameters and the input."""
+    seen: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids)
+    return sum(n for ptr, n in seen.items() if ptr not in params | {ids.data_ptr()})
+
+
+def test_the_activation_estimate_is_what_autograd_saves_for_a_llama_block() -> None:
+    tokens, counted = 1024, []
+    for hidden, intermediate in ((512, 1376), (1024, 2816)):
+        two, four = (_llama(n, hidden, intermediate, 4000).to(torch.bfloat16) for n in (2, 4))
+        per_two_blocks = _saved_bytes(four, tokens) - _saved_bytes(two, tokens)
+        shape = TrainShape.of_model(four)
+        estimate = activation_bytes(shape, tokens, False) * 2 // 4
+        estimate -= 10 * 4000 * tokens // 2  # the blocks' share only
+        counted.append(estimate / per_two_blocks)
+    assert all(0.85 <= r <= 1.15 for r in counted), counted
+
+
+def _machine(hbm: float, tier: float, **rates: float) -> Machine:
+    return Machine("dram0", int(hbm * GiB), int(tier * GiB), **rates)
+
+
+def test_the_placement_is_the_fastest_that_fits() -> None:
+    shape = TrainShape.decoder(layers=22, hidden=2048, intermediate=5632)  # a 1.1B
+    roomy = fit(shape, _machine(139, 100), 4096)
+    assert roomy.chosen is not None and roomy.chosen.name == "resident"
+    tight = fit(shape, _machine(12, 100), 4096)  # activations and resident weights do not fit
+    assert tight.chosen is not None and tight.chosen.name == "resident + checkpointing"
+    rates = {"link": 50e9, "cpu_update": 2e9, "gpu_flops": 600e12}
+    timed = fit(shape, _machine(139, 100, **rates), 4096)
+    steps = [o.step_s for o in timed.options]
+    assert None not in steps and steps == sorted(steps)  # type: ignore[type-var]
+    assert timed.chosen is timed.options[0] and "bound by" in timed.chosen.bound
+    slow_gpu = fit(shape, _machine(139, 100, link=50e9, cpu_update=2e9, gpu_flops=1e12), 4096)
+    assert slow_gpu.options[0].bound.startswith("bound by compute")
+
+
+def test_what_fits_nowhere_says_how_much_more_and_where() -> None:
+    planned = fit(LLAMA2_13B, _machine(139, 120), 4096)
+    assert planned.chosen is None
+    short = 16 * LLAMA2_13B.block_params - 120 * GiB  # 12 bytes of state, 4 of pinned copies
+    assert f"{short / GiB:.1f} GiB more free on dram0" in planned.why, planned.why
+    no_hbm = fit(LLAMA2_13B, _machine(4, 400), 4096)
+    assert "more HBM" in no_hbm.why and "fewer tokens" in no_hbm.why, no_hbm.why
+
+
+def test_bad_input_is_refused_by_name() -> None:
+    shape = TrainShape.decoder(layers=2, hidden=64, vocab=100)
+    with pytest.raises(InvalidRequestError, match="tokens 0"):
+        fit(shape, _machine(1, 1), 0)
+    with pytest.raises(InvalidRequestError, match="seq 9"):
+        fit(shape, _machine(1, 1), 8, seq=9)
+    with pytest.raises(InvalidRequestError, match="fewer than the embeddings"):
+        TrainShape.decoder(layers=2, hidden=64, vocab=100, params=1000)
+    with pytest.raises(InvalidRequestError, match="layers 0"):
+        TrainShape.decoder(layers=0, hidden=64)
+    with pytest.raises(InvalidRequestError, match="give hbm_free"):
+        pycxl.fit(shape, "dram0", None, tokens=8)
+
+
+def test_fit_reads_the_tier_and_measures_the_cpu_update_here() -> None:
+    planned = pycxl.fit(_llama(2), "dram0", None, tokens=64, hbm_free="8G")
+    node = pycxl.snapshot(gpus=False).resolve("dram0").node
+    assert planned.machine.hbm_free == 8 * GiB and planned.machine.tier == "dram0"
+    assert 0 < planned.machine.tier_free <= pycxl.snapshot(gpus=False).tier(node).node.mem_total
+    assert planned.machine.cpu_update is not None and planned.machine.cpu_update > 1e6
+    assert planned.chosen is not None and planned.chosen.step_s is None  # no GPU rates given
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pycxl.cli.main", "plan-train", *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_plan_train_says_what_fits_and_exits_1_where_nothing_does() -> None:
+    small = ["--params", "1.1B", "--layers", "22", "--hidden", "2048", "--tokens", "4096"]
+    fits = _plan(*small, "--hbm", "80G", "--link", "50", "--tflops", "600", "--cpu-update", "2")
+    assert fits.returncode == 0, fits.stderr
+    assert "fits: weights resident, a step at least" in fits.stdout, fits.stdout
+    big = _plan("--params", "13B", "--layers", "40", "--hidden", "5120", "--tokens", "4096",
+                "--hbm", "139G", "--cpu-update", "2", "--json")  # fmt: skip
+    assert big.returncode == 1 and "fits in no placement" in big.stderr, big.stderr
+    doc = json.loads(big.stdout)
+    assert doc["chosen"] is None and doc["placements"][0]["short_tier"] > 0
+    assert doc["machine"]["hbm_free"] == 139 * GiB
+
+
+def test_plan_train_refuses_bad_input_and_a_missing_gpu_by_name() -> None:
+    bad = _plan("--params", "13X", "--layers", "40", "--hidden", "5120", "--tokens", "4096")
+    assert bad.returncode == 2 and "13X" in bad.stderr and "Traceback" not in bad.stderr
+    if not pycxl.snapshot().gpus.devices:
+        gone = _plan("--layers", "2", "--hidden", "64", "--tokens", "8")
+        assert gone.returncode in (4, 5) and "--hbm" in gone.stderr, gone.stderr
