@@ -87,8 +87,7 @@ def plan_train_command(params: int | None, layers: int, hidden: int, intermediat
     \b
     pycxl plan-train --params 13B --layers 40 --hidden 5120 --tokens 4096
     pycxl plan-train --layers 32 --hidden 4096 --tokens 8192 --seq 4096 --tier cxl0
-    pycxl plan-train --params 8B --layers 32 --hidden 4096 --tokens 4096 \\
-        --hbm 80G --link 50 --tflops 600
+    pycxl plan-train --params 8B --layers 32 --hidden 4096 --tokens 4096 --hbm 80G --link 50
     """
     import pycxl
 
