@@ -20,6 +20,7 @@ NOT_AVAILABLE = 4  # hardware, kernel driver or shared library absent
 NOT_FOUND = 5  # a named target or object does not exist
 CHECK_WARNING = 6  # pycxl check: warnings, no failure
 CHECK_FAILURE = 7  # pycxl check: at least one failure
+DOES_NOT_FIT = 8  # pycxl plan-train: no placement fits
 INTERNAL = 70  # a bug in pycxl (sysexits' EX_SOFTWARE)
 NOT_EXECUTABLE = 126  # pycxl run: the command cannot be executed (as a shell says)
 COMMAND_NOT_FOUND = 127  # pycxl run: no such command (as a shell says)

@@ -7,8 +7,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import AS_JSON, COUNT, PARAMETERS, RATE, SIZE
+from pycxl.base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH
+from pycxl.torch.offload.fit import MAX_INTERMEDIATE, MAX_VOCAB
+
+from .exit_codes import DOES_NOT_FIT
+from .params import AS_JSON, PARAMETERS, RATE, SIZE, CountType
 from .render import emit_json, emit_table
+
+LAYERS = CountType(maximum=MAX_LAYERS)
+TOKENS = CountType(maximum=MAX_TOKENS)
 
 if TYPE_CHECKING:
     from pycxl.torch.offload.fit import Fit, Option
@@ -22,31 +29,52 @@ if TYPE_CHECKING:
     default=None,
     help="The model's parameters (13B, 350M); default: counted from the shape.",
 )
-@click.option("--layers", type=COUNT, required=True, help="Repeated blocks (decoder layers).")
-@click.option("--hidden", type=COUNT, required=True, help="Hidden size.")
+@click.option("--layers", type=LAYERS, required=True, help="Repeated blocks (decoder layers).")
+@click.option("--hidden", type=CountType(maximum=MAX_WIDTH), required=True, help="Hidden size.")
 @click.option(
     "--intermediate",
-    type=COUNT,
+    type=CountType(maximum=MAX_INTERMEDIATE),
     default=None,
     help="The MLP's intermediate size (default: Llama's, 8/3 of hidden).",
 )
-@click.option("--vocab", type=COUNT, default=32000, show_default=True, help="Vocabulary size.")
+@click.option(
+    "--vocab",
+    type=CountType(maximum=MAX_VOCAB),
+    default=32000,
+    show_default=True,
+    help="Vocabulary size.",
+)
 @click.option("--tied", is_flag=True, help="The embedding and the head are one matrix.")
-@click.option("--tokens", type=COUNT, required=True, help="Tokens a step (batch x sequence).")
-@click.option("--seq", type=COUNT, default=None, help="Sequence length (default: --tokens).")
+@click.option(
+    "--tokens", type=TOKENS, required=True, help="Tokens a micro-batch (batch x sequence)."
+)
+@click.option("--seq", type=TOKENS, default=None, help="Sequence length (default: --tokens).")
+@click.option(
+    "--accumulation",
+    type=TOKENS,
+    default=1,
+    show_default=True,
+    help="Micro-batches a step (gradient accumulation).",
+)
 @click.option(
     "--tier",
     default="dram0",
     show_default=True,
     help="Where the optimizer state would live (dram0, cxl0, node ids).",
 )
-@click.option("--gpu", default="gpu0", show_default=True, help="The GPU to train on.")
+@click.option("--gpu", default=None, help="The GPU to train on (default: gpu0; not with --hbm).")
 @click.option(
     "--hbm",
     "hbm_free",
     type=SIZE,
     default=None,
     help="Free GPU memory to plan for (a GPU elsewhere: nothing is read of one here).",
+)
+@click.option(
+    "--tier-free",
+    type=SIZE,
+    default=None,
+    help="Free memory on the tier to plan for (default: what it has free now).",
 )
 @click.option(
     "--link",
@@ -68,21 +96,22 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--lookahead",
-    type=COUNT,
+    type=CountType(minimum=0, maximum=MAX_LAYERS),
     default=1,
     show_default=True,
     help="Blocks copied ahead when weights are streamed.",
 )
 @AS_JSON
 def plan_train_command(params: int | None, layers: int, hidden: int, intermediate: int | None,
-                       vocab: int, tied: bool, tokens: int, seq: int | None, tier: str, gpu: str,
-                       hbm_free: int | None, link: float | None, tflops: float | None,
+                       vocab: int, tied: bool, tokens: int, seq: int | None,
+                       accumulation: int, tier: str, gpu: str | None, hbm_free: int | None,
+                       tier_free: int | None, link: float | None, tflops: float | None,
                        cpu_update: float | None, lookahead: int,
                        as_json: bool) -> None:  # fmt: skip
     """Whether a decoder of this shape trains under offload_model (its blocks' optimizer
     state on TIER, their weights resident on the GPU or streamed, with or without
     activation checkpointing), where each part would live, and the step's bound, from
-    this machine's free memory and measured rates. Exit 1 where nothing fits.
+    this machine's free memory and measured rates. Exit 8 where nothing fits.
 
     \b
     pycxl plan-train --params 13B --layers 40 --hidden 5120 --tokens 4096
@@ -91,21 +120,28 @@ def plan_train_command(params: int | None, layers: int, hidden: int, intermediat
     """
     import pycxl
 
+    if gpu is not None and hbm_free is not None:
+        raise pycxl.InvalidRequestError(
+            "--gpu reads a GPU here and --hbm plans for one elsewhere: give one of them"
+        )
     shape = pycxl.TrainShape.decoder(layers=layers, hidden=hidden, intermediate=intermediate,
                                      vocab=vocab, params=params, tied=tied)  # fmt: skip
-    try:
-        plan = pycxl.fit(
-            shape, tier, None if hbm_free is not None else gpu, tokens=tokens, seq=seq,
-            lookahead=lookahead, hbm_free=hbm_free, link=None if link is None else link * 1e9,
-            cpu_update=None if cpu_update is None else cpu_update * 1e9,
-            gpu_flops=None if tflops is None else tflops * 1e12,
-        )  # fmt: skip
-    except (pycxl.NotFoundError, pycxl.NotAvailableError) as e:
-        if hbm_free is not None or "GPU" not in str(e):
+    system = pycxl.snapshot(gpus=hbm_free is None)
+    if hbm_free is None:
+        gpu = gpu or "gpu0"
+        try:
+            system.gpu(gpu)
+        except (pycxl.NotFoundError, pycxl.NotAvailableError) as e:
+            e.args = (f"{e}; to plan for a GPU elsewhere, give its free memory (--hbm 80G) "
+                      "and its rates (--link, --tflops)",)  # fmt: skip
             raise
-        e.args = (f"{e}; to plan for a GPU elsewhere, give its free memory (--hbm 80G) and "
-                  "its rates (--link, --tflops)",)  # fmt: skip
-        raise
+    plan = pycxl.fit(
+        shape, tier, None if hbm_free is not None else gpu, tokens=tokens, seq=seq,
+        lookahead=lookahead, accumulation=accumulation, hbm_free=hbm_free, tier_free=tier_free,
+        link=None if link is None else link * 1e9,
+        cpu_update=None if cpu_update is None else cpu_update * 1e9,
+        gpu_flops=None if tflops is None else tflops * 1e12, system=system,
+    )  # fmt: skip
     if as_json:
         emit_json(plan.to_dict())
     else:
@@ -113,7 +149,7 @@ def plan_train_command(params: int | None, layers: int, hidden: int, intermediat
     if plan.chosen is None:
         if as_json:
             click.echo(f"pycxl plan-train: {plan.why}", err=True)
-        raise SystemExit(1)
+        raise click.exceptions.Exit(DOES_NOT_FIT)
 
 
 def _show(plan: Fit) -> None:

@@ -384,7 +384,9 @@ def fit(
     tokens: int,
     seq: int | None = None,
     lookahead: int = 1,
+    accumulation: int = 1,
     hbm_free: int | str | None = None,
+    tier_free: int | str | None = None,
     link: float | None = None,
     cpu_update: float | None = None,
     gpu_flops: float | None = None,
@@ -392,26 +394,34 @@ def fit(
 ) -> Fit:
     """Whether ``model`` (a torch model, ``meta`` device included, or a ``TrainShape``)
     trains under ``offload_model`` with its state on ``target`` and ``gpu``, for steps
-    of ``tokens`` (sequences of ``seq``): the bytes each placement puts in HBM and on the
+    of ``accumulation`` micro-batches of ``tokens`` (sequences of ``seq``): the bytes
+    each placement puts in HBM and on the
     tier, which fit, and the step's bound, before any of its memory is taken. What is
     not given is read or measured here: the tier's free memory, HBM's free memory, the
     link's and the GPU's rates (``gpu=None``: no GPU here; give ``hbm_free`` and, for a
-    step time, ``link`` and ``gpu_flops``), the CPU update's rate on the tier.
+    step time, ``link`` and ``gpu_flops``), the CPU update's rate on the tier (measured
+    on ``target``'s memory even where ``tier_free`` plans for more of it than is here).
 
     >>> plan = pycxl.fit(model, "dram0", tokens=4096)
     >>> print(plan.why)         # fits: weights resident, a step at least 412 ms (...)
     """
-    from ..base.values import lookahead as checked_lookahead
+    from ..base.values import finite
     from ..torch.offload import fit as planning, fit_machine
     from ..torch.offload.host_memory import tier_allocator
 
-    lookahead = checked_lookahead(lookahead)
+    tokens, seq, lookahead, accumulation = planning.checked_step(tokens, seq, lookahead,
+                                                                 accumulation)  # fmt: skip
+    for what, rate in (("link", link), ("cpu_update", cpu_update), ("gpu_flops", gpu_flops)):
+        if rate is not None:
+            finite(rate, what, 0.0, planning.MAX_RATE)
+    hbm = None if hbm_free is None else _bytes(hbm_free)
     shape = model if isinstance(model, planning.TrainShape) else planning.TrainShape.of_model(model)
-    if gpu is None and hbm_free is None:
+    if gpu is None and hbm is None:
         raise InvalidRequestError("without a GPU here, give hbm_free: the GPU's free memory")
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before anything is measured
     free = sum(t.node.mem_available for t in s.nodes if t.node.id in nodes)
+    free = free if tier_free is None else _bytes(tier_free)
     names = {s.tier_name(n) or f"node{n}" for n in nodes}
     ctx = device = None
     if gpu is not None:
@@ -425,10 +435,10 @@ def fit(
         device = torch.device("cuda", ctx.ordinal)
     machine = fit_machine.read_machine(
         ",".join(sorted(names)), free, tier_allocator(nodes, ctx), _tier_cpus(s, nodes), device,
-        hbm_free=None if hbm_free is None else _bytes(hbm_free), link=link,
-        cpu_update=cpu_update, flops=gpu_flops,
+        hbm_free=hbm, link=link, cpu_update=cpu_update, flops=gpu_flops,
     )  # fmt: skip
-    return planning.fit(shape, machine, tokens, seq=seq, lookahead=lookahead)
+    return planning.fit(shape, machine, tokens, seq=seq, lookahead=lookahead,
+                        accumulation=accumulation)  # fmt: skip
 
 
 def _host(system: System | None) -> System:

@@ -46,6 +46,7 @@ def test_the_docs_table_and_the_code_name_the_same_codes() -> None:
 # Situation -> command -> the arguments that meet it. CXL objects that do not exist are
 # named in a copy of a recorded two-memdev tree with one region (--sysroot is added);
 # "{file}" is a small file.
+PLAN_TRAIN = ["--layers", "2", "--hidden", "64", "--tokens", "8", "--hbm", "1G"]  # no GPU read
 NOT_FOUND = {  # a named object or target that does not exist: 5
     ("list",): ["-m", "mem9"],
     ("memdev", "clear-media-poison"): ["mem9", "-a", "0x1000", "--dry-run"],
@@ -82,6 +83,7 @@ NOT_FOUND = {  # a named object or target that does not exist: 5
     ("where",): ["999999999"],
     ("top",): ["-p", "999999999", "-c", "1"],
     ("spill",): ["node99", "{file}"],
+    ("plan-train",): [*PLAN_TRAIN, "--tier", "node99"],
 }
 NO_CXL = {  # on a host without CXL, objects a CXL host has: 4
     ("memdev", "clear-media-poison"): ["mem0", "-a", "0x1000", "--dry-run"],

@@ -113,6 +113,59 @@ def test_the_placement_is_the_fastest_that_fits() -> None:
     assert slow_gpu.options[0].bound.startswith("bound by compute")
 
 
+def test_hbm_holds_what_offload_model_puts_there() -> None:
+    from pycxl.torch.offload.ferry import LANDING_MAX
+    from pycxl.torch.offload.gpu_side import CHUNK_ELEMENTS, SLOTS
+
+    shape = TrainShape.decoder(layers=22, hidden=2048, intermediate=5632)
+    block = -(-shape.block_params // 22)
+    planned = {o.name: o for o in fit(shape, _machine(139, 100), 4096, lookahead=2).options}
+    streamed, resident = planned["stream"].hbm, planned["resident"].hbm
+    assert streamed["block_weights"] == 3 * block * 2  # the ring: lookahead + 1 blocks
+    assert streamed["block_gradients"] == (LANDING_MAX + 1) * block * 2
+    assert resident["block_weights"] == resident["block_gradients"] == shape.block_params * 2
+    # fp32 master and two moments, bf16 weights and gradient, a piece each of SLOTS buffers
+    assert resident["update_buffers"] == SLOTS * min(CHUNK_ELEMENTS, block) * (4 * 4 + 2 * 2)
+    # where the rates give every block to the CPU, the GPU side takes no buffers
+    cpu_only = fit(shape, _machine(139, 100, link=1e6, cpu_update=1e12, gpu_flops=1e15), 4096)
+    assert all(o.hbm["update_buffers"] == 0 for o in cpu_only.options)
+
+
+def test_frozen_parameters_and_accumulation_are_placed_as_offload_model_places_them() -> None:
+    model = _llama(3)
+    for b in model.model.layers:
+        b.mlp.requires_grad_(False)  # the MLPs frozen: weights, no gradients or state
+    shape = TrainShape.of_model(model)
+    frozen = sum(p.numel() for b in model.model.layers for p in b.mlp.parameters())
+    assert shape.frozen_block_params == frozen
+    assert shape.block_params == sum(p.numel() for p in model.model.layers.parameters()) - frozen
+    planned = {o.name: o for o in fit(shape, Machine("dram0", None, 1 << 40), 64).options}
+    n, d = shape.block_params, shape.dtype_bytes
+    assert planned["resident"].hbm["block_weights"] == (n + frozen) * d
+    assert planned["resident"].hbm["block_gradients"] == n * d
+    assert planned["stream"].tier["pinned_gradients_weights"] == (2 * n + frozen) * d
+    accumulated = {o.name: o for o in fit(shape, Machine("dram0", None, 1 << 40), 64,
+                                          accumulation=4).options}  # fmt: skip
+    assert accumulated["stream"].tier["pinned_gradients_weights"] == (3 * n + frozen) * d
+    assert accumulated["resident"].tier == planned["resident"].tier
+
+
+def test_the_link_carries_what_each_placement_moves_a_step() -> None:
+    shape = TrainShape.decoder(layers=24, hidden=2048)
+    n, d = shape.block_params, shape.dtype_bytes
+    # a CPU so fast that the split gives it every block: only weights and gradients move
+    m = _machine(139, 400, link=1e10, cpu_update=1e15, gpu_flops=1e15)
+    planned = {o.name: o for o in fit(shape, m, 4096).options}
+    block = -(-n // 24)
+    assert planned["resident"].parts_s["link"] == pytest.approx(24 * block * d / 1e10)
+    assert planned["stream"].parts_s["link"] == pytest.approx(3 * n * d / 1e10)
+    four = {o.name: o for o in fit(shape, m, 4096, accumulation=4).options}
+    assert four["stream"].parts_s["link"] == pytest.approx(4 * 3 * n * d / 1e10)
+    assert four["resident"].parts_s["compute"] == pytest.approx(
+        4 * planned["resident"].parts_s["compute"]
+    )
+
+
 def test_what_fits_nowhere_says_how_much_more_and_where() -> None:
     planned = fit(LLAMA2_13B, _machine(139, 120), 4096)
     assert planned.chosen is None
@@ -124,13 +177,21 @@ def test_what_fits_nowhere_says_how_much_more_and_where() -> None:
 
 def test_bad_input_is_refused_by_name() -> None:
     shape = TrainShape.decoder(layers=2, hidden=64, vocab=100)
-    with pytest.raises(InvalidRequestError, match="tokens 0"):
+    with pytest.raises(InvalidRequestError, match="tokens must be at least 1, not 0"):
         fit(shape, _machine(1, 1), 0)
+    with pytest.raises(InvalidRequestError, match="layers must be at most 4096"):
+        TrainShape.decoder(layers=99_999_999, hidden=64)
+    with pytest.raises(InvalidRequestError, match="link -1"):
+        _machine(1, 1, link=-1.0)
+    with pytest.raises(InvalidRequestError, match=r"give a torch\.nn\.Module"):
+        pycxl.fit(None, "dram0", None, tokens=8, hbm_free="1G")
+    with pytest.raises(InvalidRequestError, match="gpu_flops nan"):
+        pycxl.fit(shape, "dram0", None, tokens=8, hbm_free="1G", gpu_flops=float("nan"))
     with pytest.raises(InvalidRequestError, match="seq 9"):
         fit(shape, _machine(1, 1), 8, seq=9)
     with pytest.raises(InvalidRequestError, match="fewer than the embeddings"):
         TrainShape.decoder(layers=2, hidden=64, vocab=100, params=1000)
-    with pytest.raises(InvalidRequestError, match="layers 0"):
+    with pytest.raises(InvalidRequestError, match="layers must be at least 1, not 0"):
         TrainShape.decoder(layers=0, hidden=64)
     with pytest.raises(InvalidRequestError, match="give hbm_free"):
         pycxl.fit(shape, "dram0", None, tokens=8)
@@ -150,17 +211,20 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
-def test_plan_train_says_what_fits_and_exits_1_where_nothing_does() -> None:
+def test_plan_train_says_what_fits_and_exits_8_where_nothing_does() -> None:
     small = ["--params", "1.1B", "--layers", "22", "--hidden", "2048", "--tokens", "4096"]
-    fits = _plan(*small, "--hbm", "80G", "--link", "50", "--tflops", "600", "--cpu-update", "2")
+    fits = _plan(*small, "--hbm", "80G", "--tier-free", "100G", "--link", "50", "--tflops",
+                 "600", "--cpu-update", "2")  # fmt: skip
     assert fits.returncode == 0, fits.stderr
     assert "fits: weights resident, a step at least" in fits.stdout, fits.stdout
     big = _plan("--params", "13B", "--layers", "40", "--hidden", "5120", "--tokens", "4096",
-                "--hbm", "139G", "--cpu-update", "2", "--json")  # fmt: skip
-    assert big.returncode == 1 and "fits in no placement" in big.stderr, big.stderr
+                "--hbm", "139G", "--tier-free", "120G", "--cpu-update", "2", "--json")  # fmt: skip
+    assert big.returncode == 8 and "fits in no placement" in big.stderr, big.stderr
     doc = json.loads(big.stdout)
     assert doc["chosen"] is None and doc["placements"][0]["short_tier"] > 0
-    assert doc["machine"]["hbm_free"] == 139 * GiB
+    assert doc["machine"]["hbm_free"] == 139 * GiB and doc["machine"]["tier_free"] == 120 * GiB
+    both = _plan(*small, "--hbm", "80G", "--gpu", "gpu0")
+    assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr
 
 
 def test_plan_train_refuses_bad_input_and_a_missing_gpu_by_name() -> None:

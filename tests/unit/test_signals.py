@@ -248,6 +248,7 @@ def _drain(master: int) -> None:
 
 # --- a reader that goes away ---------------------------------------------------------------
 # Each command, with arguments that print at once and cheaply; the reason where none do.
+PLAN_TRAIN = ["--layers", "2", "--hidden", "64", "--tokens", "8", "--hbm", "1G"]  # rates given
 PIPED = {
     "list": ["list", "-vvv", "--sysroot", REGION],
     "region": ["region", "create", "--dry-run", "--sysroot", str(TREES / "two-dev" / "fresh")],
@@ -261,6 +262,7 @@ PIPED = {
     "stat": ["stat", "--sysroot", REGION],
     "labels": ["labels", "-F", "nfd", "--no-health", "--sysroot", REGION],
     "spill": ["spill", "--help"],  # the program's own output is Python's to handle
+    "plan-train": ["plan-train", *PLAN_TRAIN, "--link", "50", "--tflops", "1", "--cpu-update", "1"],
     "top": ["top", "-c", "1", "-d", "0.05", "-b"],
     "memdev": ["memdev", "zero-labels", "all", "--dry-run", "--sysroot", PMEM],
     "port": ["port", "disable", "all", "-f", "--dry-run", "--sysroot", REGION],

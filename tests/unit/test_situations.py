@@ -65,7 +65,8 @@ SAFE = {"target": ["dram0"], "tier": ["dram0"], "gpu": ["gpu0"], "fmt": ["json"]
         "regions": ["all"], "command": ["--", "true"], "interval": ["0.05"],
         "count": ["1"], "memdevs": ["all"], "memdev": ["mem0"], "ports": ["all"],
         "buses": ["root0"], "dport": ["0000:0c:00.0"], "address": ["0x1000"],
-        "infile": ["README.md"], "error": ["mem-correctable"]}  # fmt: skip
+        "infile": ["README.md"], "error": ["mem-correctable"], "layers": ["2"],
+        "hidden": ["64"], "tokens": ["8"]}  # fmt: skip
 LIST_TYPES = (P.NamesType, P.ObjectNamesType, P.IntListType, P.RatesType, P.WeightsType)
 NUMBER_TYPES = (P.FiniteType, P.CountType, P.SizeType, P.IntListType, P.RatesType, P.PidType,
                 click.types.IntParamType, click.types.FloatParamType)  # fmt: skip

@@ -5,13 +5,17 @@ trains on and the machine's free memory and rates, so it is tested without a GPU
 What each placement holds is offload_model's own layout (model_setup.py, ferry.py,
 gpu_side.py, rest.py):
 
-- on the tier, for every parameter of the blocks: the fp32 master and two Adam moments
-  (12 bytes) and, with a GPU, pinned gradients and weights (2 x the weights' bytes);
+- on the tier, for every trainable parameter of the blocks: the fp32 master and two Adam
+  moments (12 bytes) and, with a GPU, pinned gradients and weights (2 x the weights'
+  bytes; frozen parameters' weights too, where streamed); streamed with gradient
+  accumulation, a second set of gradients for the micro-batch on its way home;
 - in HBM, resident: the blocks' weights and gradients; streamed: a ring of
-  ``lookahead + 1`` blocks' weights and two blocks' gradients on their way home;
+  ``lookahead + 1`` blocks' weights and the gradients of up to three blocks (the one
+  being made and ``LANDING_MAX`` on their way home);
 - in HBM either way: the rest of the model (embeddings, final norm, head) with its
-  gradients, fp32 masters and moments, the GPU side's update buffers, the CUDA context
-  and libraries, and the activations.
+  gradients, fp32 masters and moments, the GPU side's update buffers (``SLOTS`` pieces of
+  at most ``CHUNK_ELEMENTS``, where the GPU updates any block), the CUDA context and
+  libraries, and the activations.
 
 The activations are estimated from the shape: what autograd saves for a decoder block
 with SDPA attention and a gated MLP in bf16, ``24 h + 8 i`` bytes a token a block (as
@@ -22,9 +26,11 @@ one block's worth recomputed. It is an estimate: the figure that decides a tight
 the one a real step shows.
 
 The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token, 8
-with checkpointing, and causal attention's ``6 L s h`` a token), at the rate the GPU
-sustains; the link's busier direction for what crosses it a step (weights and gradients,
-and the state of the blocks the GPU updates); and the CPU's update of its blocks, the
+with checkpointing, for the blocks and the head: the input embedding is a lookup; and
+causal attention's ``6 L s h`` a token), at the rate the GPU sustains; the link's busier
+direction for what crosses it a step (streamed: the weights in twice and the gradients
+home; resident: the CPU's blocks' gradients home and their new weights back; either way
+the state of the blocks the GPU updates); and the CPU's update of its blocks, the
 blocks split between the two sides as offload_model splits them. With ``overlap`` they run beside
 each other, so a step takes at least the largest; the prediction is that bound.
 """
@@ -35,20 +41,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.errors import InvalidRequestError
+from ...base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, count, finite
+from .ferry import LANDING_MAX
+from .gpu_side import CHUNK_ELEMENTS, SLOTS
 from .update_split import split_blocks
 
 STATE_BYTES = 12  # fp32 master, exp_avg, exp_avg_sq
 CONTEXT_BYTES = 1 << 30  # the CUDA context, cuBLAS and the caching allocator's slack
-UPDATE_BUFFERS = 2 * (1 << 23) * (4 * 4 + 2 * 2)  # gpu_side: two pieces of 8 Mi elements
 LOGIT_BYTES = 10  # bf16 logits, their fp32 copy for the loss and its gradient
+MAX_VOCAB = 1 << 24  # vocabulary entries: a hundred times today's largest
+MAX_INTERMEDIATE = 8 * MAX_WIDTH
+MAX_RATE = 1e18  # bytes, parameters or FLOPs a second: far past any machine's
 
 
 @dataclass(frozen=True)
 class TrainShape:
-    """A model as the plan sees it: ``block_params`` in all ``layers`` repeated blocks,
-    ``rest_params`` outside them, weights of ``dtype_bytes`` (the rest's:
-    ``rest_dtype_bytes``); ``hidden``, ``intermediate`` and ``vocab`` size the
-    activations."""
+    """A model as the plan sees it: ``block_params`` trainable in all ``layers`` repeated
+    blocks, ``rest_params`` outside them, weights of ``dtype_bytes`` (the rest's:
+    ``rest_dtype_bytes``); frozen parameters (weights only: no gradients, no state) in
+    ``frozen_block_params`` and ``frozen_rest_params``; ``hidden``, ``intermediate`` and
+    ``vocab`` size the activations."""
 
     block_params: int
     rest_params: int
@@ -58,6 +70,8 @@ class TrainShape:
     vocab: int
     dtype_bytes: int = 2
     rest_dtype_bytes: int = 2
+    frozen_block_params: int = 0
+    frozen_rest_params: int = 0
 
     @property
     def params(self) -> int:
@@ -80,11 +94,14 @@ class TrainShape:
         attention: give ``params``) and a gated MLP (3 h x i); ``intermediate`` defaults
         to Llama's (8/3 h, rounded up to 256). ``params``: the model's count, where
         known: the blocks hold what the rest does not."""
-        for what, v in (("layers", layers), ("hidden", hidden), ("vocab", vocab)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise InvalidRequestError(f"{what} {v!r}: give a whole number above 0")
+        layers = count(layers, "layers", 1, MAX_LAYERS)
+        hidden = count(hidden, "hidden", 1, MAX_WIDTH)
+        vocab = count(vocab, "vocab", 1, MAX_VOCAB)
         if intermediate is None:
             intermediate = -(-(8 * hidden // 3) // 256) * 256
+        intermediate = count(intermediate, "intermediate", 1, MAX_INTERMEDIATE)
+        if params is not None:
+            params = count(params, "params")
         rest = (1 if tied else 2) * vocab * hidden + hidden
         blocks = layers * (4 * hidden * hidden + 3 * hidden * intermediate + 2 * hidden)
         if params is not None:
@@ -100,26 +117,36 @@ class TrainShape:
     def of_model(cls, model: Any, blocks: list[Any] | None = None) -> TrainShape:
         """A torch model's (on any device, ``meta`` included: only shapes are read),
         its blocks found as offload_model finds them."""
+        from .._import import import_torch
         from .layout import find_blocks
 
+        torch = import_torch()
+        if not isinstance(model, torch.nn.Module):
+            raise InvalidRequestError(
+                f"model {type(model).__name__}: give a torch.nn.Module (on any device, "
+                "meta included) or a TrainShape (TrainShape.decoder(layers=, hidden=))"
+            )
         found = blocks if blocks is not None else find_blocks(model)
-        in_blocks = {id(p) for b in found for p in b.parameters() if p.requires_grad}
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        block_ps = [p for p in trainable if id(p) in in_blocks]
-        rest_ps = [p for p in trainable if id(p) not in in_blocks]
-        if not block_ps:
+        in_blocks = {id(p) for b in found for p in b.parameters()}
+        block_ps = [p for p in model.parameters() if id(p) in in_blocks]
+        rest_ps = [p for p in model.parameters() if id(p) not in in_blocks]
+        trained = [p for p in block_ps if p.requires_grad]
+        if not trained:
             raise InvalidRequestError("the model's blocks have no trainable parameters")
         config = getattr(model, "config", None)
-        hidden = int(getattr(config, "hidden_size", 0) or _widest(block_ps))
+        hidden = int(getattr(config, "hidden_size", 0) or _widest(trained))
+        rest_trained = [p for p in rest_ps if p.requires_grad]
         return cls(
-            block_params=sum(p.numel() for p in block_ps),
-            rest_params=sum(p.numel() for p in rest_ps),
+            block_params=sum(p.numel() for p in trained),
+            rest_params=sum(p.numel() for p in rest_trained),
             layers=len(found),
             hidden=hidden,
             intermediate=int(getattr(config, "intermediate_size", 0) or 4 * hidden),
             vocab=int(getattr(config, "vocab_size", 0) or 0),
-            dtype_bytes=block_ps[0].element_size(),
+            dtype_bytes=trained[0].element_size(),
             rest_dtype_bytes=rest_ps[0].element_size() if rest_ps else 2,
+            frozen_block_params=sum(p.numel() for p in block_ps if not p.requires_grad),
+            frozen_rest_params=sum(p.numel() for p in rest_ps if not p.requires_grad),
         )
 
 
@@ -140,6 +167,12 @@ class Machine:
     link: float | None = None
     cpu_update: float | None = None
     gpu_flops: float | None = None
+
+    def __post_init__(self) -> None:
+        for what, rate in (("link", self.link), ("cpu_update", self.cpu_update),
+                           ("gpu_flops", self.gpu_flops)):  # fmt: skip
+            if rate is not None:
+                finite(rate, what, 0.0, MAX_RATE)
 
 
 PARTS = {
@@ -191,6 +224,7 @@ class Fit:
     seq: int
     machine: Machine
     options: tuple[Option, ...]
+    accumulation: int = 1
 
     @property
     def chosen(self) -> Option | None:
@@ -226,9 +260,13 @@ class Fit:
         return {
             "tokens": self.tokens,
             "seq": self.seq,
+            "accumulation": self.accumulation,
             "model": {
                 "params": self.shape.params, "block_params": self.shape.block_params,
-                "rest_params": self.shape.rest_params, "layers": self.shape.layers,
+                "rest_params": self.shape.rest_params,
+                "frozen_block_params": self.shape.frozen_block_params,
+                "frozen_rest_params": self.shape.frozen_rest_params,
+                "layers": self.shape.layers,
                 "hidden": self.shape.hidden, "intermediate": self.shape.intermediate,
                 "vocab": self.shape.vocab, "dtype_bytes": self.shape.dtype_bytes,
             },
@@ -275,40 +313,53 @@ def _option(
     weights: str,
     checkpointing: bool,
     lookahead: int,
+    accumulation: int,
 ) -> Option:
     d, n, layers = shape.dtype_bytes, shape.block_params, shape.layers
-    block = -(-n // layers)
+    stream = weights == "stream"
+    whole = n + shape.frozen_block_params  # what the blocks' weights hold
+    block, whole_block = -(-n // layers), -(-whole // layers)
     r, rd = shape.rest_params, shape.rest_dtype_bytes
+    plan = None
+    if m.link and m.cpu_update:
+        # the update split as offload_model splits it: the CPU side's blocks at its
+        # rate, the GPU side's streaming their state (streamed: and weights) both ways
+        per_param = STATE_BYTES + (d if stream else 0)
+        plan = split_blocks({i: block for i in range(layers)}, m.cpu_update, m.link / per_param,
+                            "rates given")  # fmt: skip
+    chunk = min(CHUNK_ELEMENTS, block)
+    on_gpu_side = plan is None or bool(plan.gpu)  # not known: counted, as it may
     hbm = {
-        "block_weights": n * d if weights == "resident" else (lookahead + 1) * block * d,
-        "block_gradients": n * d if weights == "resident" else 2 * block * d,
-        "rest": r * (2 * rd + (0 if rd == 4 else 4) + 8),
+        "block_weights": (lookahead + 1) * whole_block * d if stream else whole * d,
+        "block_gradients": (LANDING_MAX + 1) * block * d if stream else n * d,
+        "rest": r * (2 * rd + (0 if rd == 4 else 4) + 8) + shape.frozen_rest_params * rd,
         "activations_estimate": activation_bytes(shape, tokens, checkpointing),
-        "update_buffers": UPDATE_BUFFERS,
+        "update_buffers": SLOTS * chunk * (16 + 2 * d) if on_gpu_side else 0,
         "cuda_context": CONTEXT_BYTES,
     }
-    tier = {"optimizer_state": STATE_BYTES * n, "pinned_gradients_weights": 2 * d * n}
+    pinned = (whole + n) * d if stream else 2 * n * d
+    if stream and accumulation > 1:
+        pinned += n * d  # a later micro-batch's gradients, added at home
+    tier = {"optimizer_state": STATE_BYTES * n, "pinned_gradients_weights": pinned}
     short_hbm = 0 if m.hbm_free is None else max(0, sum(hbm.values()) - m.hbm_free)
     short_tier = max(0, sum(tier.values()) - m.tier_free)
     parts: dict[str, float] = {}
     if m.gpu_flops:
-        flops = (8 if checkpointing else 6) * shape.params * tokens
+        # the blocks' and the head's matrices (the input embedding is a lookup)
+        matmul = n + shape.frozen_block_params + min(r, shape.vocab * shape.hidden)
+        flops = (8 if checkpointing else 6) * matmul * tokens
         flops += 6 * layers * seq * shape.hidden * tokens  # causal attention
-        parts["compute"] = flops / m.gpu_flops
-    if m.link and m.cpu_update:
-        # the update split as offload_model splits it: the CPU side's blocks at its
-        # rate, the GPU side's streaming their state both ways over the link
-        per_param = STATE_BYTES + (d if weights == "stream" else 0)
-        plan = split_blocks({i: block for i in range(layers)}, m.cpu_update, m.link / per_param,
-                            "rates given")  # fmt: skip
+        parts["compute"] = flops / m.gpu_flops * accumulation
+    if plan is not None and m.link and m.cpu_update:
         on_gpu = block * len(plan.gpu)
-        # streamed: the weights come in twice (forward, backward) and gradients go home;
-        # resident: gradients go home and new weights come back for the CPU's blocks
-        moved = (2 if weights == "stream" else 1) * n * d + on_gpu * per_param
+        on_cpu = block * len(plan.cpu)
+        if stream:  # the weights come in each pass, gradients go home each micro-batch
+            moved = accumulation * (2 * whole * d + n * d) + on_gpu * (STATE_BYTES + d)
+        else:  # the CPU's blocks' gradients home and new weights back: each way
+            moved = on_cpu * d + on_gpu * STATE_BYTES
         parts["link"] = moved / m.link
-        parts["update"] = block * len(plan.cpu) / m.cpu_update
-    known = {"compute", "link", "update"} <= parts.keys()
-    if known:
+        parts["update"] = on_cpu / m.cpu_update
+    if {"compute", "link", "update"} <= parts.keys():
         what = max(parts, key=lambda k: parts[k])
         bound = f"bound by {what}: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in parts.items())
         step: float | None = parts[what]
@@ -320,22 +371,41 @@ def _option(
     return Option(weights, checkpointing, hbm, tier, short_hbm, short_tier, step, bound, parts)
 
 
+def checked_step(
+    tokens: object, seq: object, lookahead: object, accumulation: object
+) -> tuple[int, int, int, int]:
+    """A step's shape as ``fit`` takes it, refused by name before anything is measured."""
+    n = count(tokens, "tokens", 1, MAX_TOKENS)
+    s = n if seq is None else seq
+    if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= n:
+        raise InvalidRequestError(f"seq {s!r}: give a whole number from 1 to tokens ({n})")
+    return (
+        n,
+        s,
+        count(lookahead, "lookahead", 0, MAX_LAYERS),
+        count(accumulation, "accumulation", 1, MAX_TOKENS),
+    )
+
+
 def fit(
-    shape: TrainShape, machine: Machine, tokens: int, *, seq: int | None = None, lookahead: int = 1
+    shape: TrainShape,
+    machine: Machine,
+    tokens: int,
+    *,
+    seq: int | None = None,
+    lookahead: int = 1,
+    accumulation: int = 1,
 ) -> Fit:
-    """The placements for a step of ``tokens`` (sequences of ``seq``, default one of
-    ``tokens``), fastest first where the rates are known, else resident before streamed
-    and without checkpointing before with it."""
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-        raise InvalidRequestError(f"tokens {tokens!r}: give a whole number above 0")
-    seq = tokens if seq is None else seq
-    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= tokens:
-        raise InvalidRequestError(f"seq {seq!r}: give a whole number from 1 to tokens ({tokens})")
+    """The placements for a step of ``tokens`` a micro-batch (sequences of ``seq``,
+    default one of ``tokens``) over ``accumulation`` micro-batches, fastest first where
+    the rates are known, else resident before streamed and without checkpointing before
+    with it."""
+    tokens, seq, lookahead, accumulation = checked_step(tokens, seq, lookahead, accumulation)
     options = [
-        _option(shape, machine, tokens, seq, w, c, lookahead)
+        _option(shape, machine, tokens, seq, w, c, lookahead, accumulation)
         for c in (False, True)
         for w in ("resident", "stream")
     ]
     order = {id(o): i for i, o in enumerate(options)}
     options.sort(key=lambda o: (o.step_s is None, o.step_s or 0.0, order[id(o)]))
-    return Fit(shape, tokens, seq, machine, tuple(options))
+    return Fit(shape, tokens, seq, machine, tuple(options), accumulation)
