@@ -536,9 +536,10 @@ struct use_figure { int64_t current, peak, allocated, freed; };
 static struct {
     struct use_figure f[USE_FIGURES];
     int64_t lifetime_peak;
-    /* the spilled bytes (on the tier, made for nothing in particular) at the last
-     * tier_spilled_rise and their high mark since: what a step spilled */
-    int64_t other_base, other_mark;
+    /* the spilled bytes (on the tier, made for nothing in particular): their lowest
+     * since the last tier_spilled_rise, and the most they rose above a low before it:
+     * what a step spilled, even where earlier spills were freed in it first */
+    int64_t other_low, other_rise;
 } use[TIER_DEVICES];
 static pthread_mutex_t use_lock = PTHREAD_MUTEX_INITIALIZER;
 #define SMALL_CLASS ((size_t)1 << 20)
@@ -564,8 +565,10 @@ static void use_move(int dev, size_t size, int on_tier, int kind, int sign) {
     if (on_tier && kind == USE_KIND_SAVED) figure_move(&f[USE_TIER_SAVED], by);
     if (on_tier && kind == USE_KIND_OTHER) {
         figure_move(&f[USE_TIER_OTHER], by);
-        if (f[USE_TIER_OTHER].current > use[dev].other_mark)
-            use[dev].other_mark = f[USE_TIER_OTHER].current;
+        int64_t now = f[USE_TIER_OTHER].current;
+        if (now < use[dev].other_low) use[dev].other_low = now;
+        if (now - use[dev].other_low > use[dev].other_rise)
+            use[dev].other_rise = now - use[dev].other_low;
     }
     if (f[USE_BYTES].current > use[dev].lifetime_peak)
         use[dev].lifetime_peak = f[USE_BYTES].current;
@@ -698,16 +701,18 @@ int tier_use(int device, int64_t *out) {
     return 0;
 }
 
-/* How far the spilled bytes on ``device`` rose above where they were at the last call
- * (their high mark since, less that); the count starts again from now. -1: no such
- * device. A step's rise is what HBM lacked at its peak; spills that stay from earlier
- * steps are not counted again. */
+/* How far the spilled bytes on ``device`` rose since the last call, from the lowest
+ * they had been before the rise (so spills of an earlier step freed in this one and
+ * made again count); the count starts again from now. -1: no such device. A step's
+ * rise is what HBM lacked at its peak; spills that stay from earlier steps are not
+ * counted again. */
 int64_t tier_spilled_rise(int device) {
     int dev = room_index(device);
     if (dev < 0) return -1;
     pthread_mutex_lock(&use_lock);
-    int64_t rise = use[dev].other_mark - use[dev].other_base;
-    use[dev].other_base = use[dev].other_mark = use[dev].f[USE_TIER_OTHER].current;
+    int64_t rise = use[dev].other_rise;
+    use[dev].other_low = use[dev].f[USE_TIER_OTHER].current;
+    use[dev].other_rise = 0;
     pthread_mutex_unlock(&use_lock);
     return rise;
 }

@@ -17,12 +17,19 @@ The means are PyTorch's own (``torch.autograd.graph.saved_tensors_hooks``, insta
 the process once a step has spilled: a script that fits never has them). Leaves
 (parameters, inputs, buffers), views and expanded tensors, tensors under 1 MiB and those
 on the tier already are saved as they are, and unpacked only if unchanged since: with
-hooks installed, autograd leaves that check to them. The budget grows by what each
+hooks installed, autograd leaves that check to them; a sent tensor changed in place
+while its copy out was under way is found when the copy ends (a change after that is
+not: its version counter would hold its memory). The budget grows by what each
 optimizer step spilled, by an eighth more; it does not shrink.
+
+Memory is freed in the order of the stream it was made on, so each trip makes that
+stream wait for it first: a tensor sent (made by the compute), its copy on the tier
+(made where it was saved) and its copy back (made where the backward pass asked).
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
@@ -58,26 +65,52 @@ class _Kept:
 
 class _OnTier:
     """A saved tensor's copy on the tier, and its copy back once one is under way. Both
-    trips run on the copy stream; ``stream`` is the one that made and frees the copies."""
+    trips run on the copy stream: ``sent`` ends the trip out, ``arrived`` the trip back.
+    ``stream`` made the copy on the tier, ``back_stream`` the copy back. ``order`` is
+    the list of what its forward pass sent (the backward pass asks in reverse); a
+    later forward pass starts a list of its own."""
 
-    __slots__ = ("__weakref__", "arrived", "back", "copy", "index", "stream", "used")
+    __slots__ = ("__weakref__", "arrived", "back", "back_stream", "changed", "copy", "index",
+                 "order", "sent", "stream", "used")  # fmt: skip
 
-    def __init__(self, copy: Any, stream: Any, index: int) -> None:
-        self.copy, self.stream, self.index = copy, stream, index
+    def __init__(self, copy: Any, stream: Any, sent: Any, order: list[Any]) -> None:
+        self.copy, self.stream, self.sent = copy, stream, sent
+        self.order, self.index = order, len(order)
         self.back: Any = None  # in HBM, filled by the copy stream
+        self.back_stream: Any = None
         self.arrived: Any = None  # the copy stream's event after it
         self.used = False
+        self.changed = ""  # the in-place change found while it was sent, as PyTorch says it
 
     def __del__(self) -> None:
-        # dropped before the backward pass took it back (a graph freed unused): the
-        # memory is freed in ``stream``'s order, which must first see the trips end
-        if not self.used and self.arrived is not None:
-            self.stream.wait_event(self.arrived)
+        # dropped before the backward pass took it back (a graph freed unused): its
+        # copies are freed in their streams' order, which must first see the trips end
+        if self.used:
+            return
+        self.stream.wait_event(self.arrived or self.sent)
+        if self.back_stream is not None and self.back_stream != self.stream:
+            self.back_stream.wait_event(self.arrived)
+
+
+@dataclass
+class _Leaving:
+    """An activation whose copy out is under way: held (detached: no graph) until it
+    ends, then let go in the order of ``stream``, the one it was made on."""
+
+    sent: Any
+    tensor: Any
+    version: int
+    size: int
+    stream: Any
+    item: weakref.ref[_OnTier]
 
 
 @dataclass
 class SavedOffload:
-    """The hooks of one spilling process; ``step_ended`` runs after each optimizer step."""
+    """The hooks of one spilling process; ``step_ended`` runs after each optimizer step.
+    ``pack`` runs on the thread of the forward pass, or of the backward pass where a
+    reentrant checkpoint runs its forward again there (what it saves there is kept: the
+    same backward pass uses it); what the threads share is locked."""
 
     torch: Any
     slot: int
@@ -85,11 +118,13 @@ class SavedOffload:
     budget: int = 0  # bytes of saved activations kept on the tier at a time
     _hooks: list[Any] = field(default_factory=list)
     _copier: dict[int, Any] = field(default_factory=dict)  # device -> copy stream
-    # activations whose copy out is under way (event, storage, bytes): held until it ends
-    _leaving: deque[tuple[Any, Any, int]] = field(default_factory=deque)
-    _leaving_bytes: int = 0
-    # what went to the tier, in the order saved (the backward pass asks in reverse)
+    # by device: activations whose copy out is under way, and their bytes
+    _leaving: dict[int, deque[_Leaving]] = field(default_factory=dict)
+    _leaving_bytes: dict[int, int] = field(default_factory=dict)
+    # what the current forward pass sent, in the order saved
     _order: list[weakref.ref[_OnTier]] = field(default_factory=list)
+    _asked: bool = False  # a backward pass has asked since the last pack: a new forward pass
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def step_ended(self) -> None:
         """Grow the budget by what the step spilled; install the hooks the first time."""
@@ -118,6 +153,8 @@ class SavedOffload:
             return False
         if isinstance(t._base, torch.nn.Parameter):
             return False  # weights live where they live: a copy would double them
+        if torch._C._current_graph_task_id() != -1:
+            return False  # saved in a backward pass (a reentrant checkpoint): used in it
         if compiled.tier_owns(t.untyped_storage().data_ptr()):
             return False
         figures, _ = compiled.tier_use(t.device.index or 0)
@@ -129,18 +166,27 @@ class SavedOffload:
             self._copier[index] = self.torch.cuda.Stream(device=device)
         return self._copier[index]
 
-    def _let_go(self, stream: Any, size: int) -> None:
-        """Drop the activations whose copy out has ended; where those still under way
-        would hold more than IN_FLIGHT with ``size`` more, ``stream`` waits for the
-        oldest (the compute, not the host: the HBM is reused in its order)."""
-        while self._leaving:
-            event, _, nbytes = self._leaving[0]
-            if not event.query():
-                if self._leaving_bytes + size <= IN_FLIGHT:
+    def _let_go(self, device: int, size: int) -> None:
+        """Drop the activations on ``device`` whose copy out has ended; where those still
+        under way would hold more than IN_FLIGHT with ``size`` more, the oldest's stream
+        waits for its copy (the compute, not the host: the HBM is reused in its order).
+        Called with the lock held."""
+        leaving = self._leaving.setdefault(device, deque())
+        while leaving:
+            first = leaving[0]
+            if not first.sent.query():
+                if self._leaving_bytes.get(device, 0) + size <= IN_FLIGHT:
                     return
-                stream.wait_event(event)
-            self._leaving.popleft()
-            self._leaving_bytes -= nbytes
+                first.stream.wait_event(first.sent)
+            leaving.popleft()
+            self._leaving_bytes[device] -= first.size
+            item = first.item()
+            if item is not None and first.tensor._version != first.version:
+                t = first.tensor
+                item.changed = (
+                    f"[{t.type()} {list(t.shape)}] is at version {t._version}; expected "
+                    f"version {first.version} instead"
+                )
 
     def pack(self, t: Any) -> Any:
         """A saved tensor: copied to the tier where worth it and in budget, else kept."""
@@ -157,43 +203,49 @@ class SavedOffload:
             compiled.tier_prefer(before[0])
             compiled.tier_kind(before[1])
         size = t.numel() * t.element_size()
+        device = t.device.index or 0
         stream = self.torch.cuda.current_stream(t.device)
-        self._let_go(stream, size)
         copier = self._copy_stream(t.device)
-        copier.wait_stream(stream)  # t written, the copy's memory free to write
-        with self.torch.cuda.stream(copier):
-            copy.copy_(t, non_blocking=True)
-            sent = self.torch.cuda.Event()
-            sent.record(copier)
-        # t's memory is let go once the copy ends: its storage is held, not t, whose
-        # grad_fn would keep the graph (and every copy saved in it) alive with it
-        self._leaving.append((sent, t.untyped_storage(), size))
-        self._leaving_bytes += size
-        while self._order and _spent(self._order[-1]):
-            self._order.pop()  # a backward pass took them all: a new forward pass
-        item = _OnTier(copy, stream, len(self._order))
-        self._order.append(weakref.ref(item))
+        with self._lock:
+            self._let_go(device, size)
+            copier.wait_stream(stream)  # t written, the copy's memory free to write
+            with self.torch.cuda.stream(copier):
+                copy.copy_(t, non_blocking=True)
+                sent = self.torch.cuda.Event()
+                sent.record(copier)
+            if self._asked:  # a backward pass ran since the last pack: a new forward
+                self._order, self._asked = [], False
+            item = _OnTier(copy, stream, sent, self._order)
+            self._order.append(weakref.ref(item))
+            # t's memory is let go once the copy ends: it is held detached, without the
+            # grad_fn that would keep the graph (and every copy saved in it) alive
+            self._leaving[device].append(
+                _Leaving(sent, t.detach(), t._version, size, stream, weakref.ref(item))
+            )
+            self._leaving_bytes[device] = self._leaving_bytes.get(device, 0) + size
         return item
 
     def _bring_back(self, item: _OnTier) -> None:
-        """Start ``item``'s copy back to HBM on the copy stream."""
+        """Start ``item``'s copy back to HBM on the copy stream; the copy back is made on
+        the stream the backward pass runs on, and written once that stream is there."""
         torch = self.torch
+        item.back_stream = torch.cuda.current_stream(item.copy.device)
         item.back = torch.empty_like(item.copy)  # in HBM (the spill's net below)
         copier = self._copy_stream(item.copy.device)
-        copier.wait_stream(item.stream)  # the memory is free to write
+        copier.wait_stream(item.back_stream)
         with torch.cuda.stream(copier):
             item.back.copy_(item.copy, non_blocking=True)
             item.arrived = torch.cuda.Event()
             item.arrived.record(copier)
 
     def _bring_back_ahead(self, item: _OnTier) -> None:
-        """Bring back the tensors saved before ``item`` (the backward pass's next), up to
-        IN_FLIGHT bytes ahead of their use."""
+        """Bring back the tensors its forward pass sent before ``item`` (the backward
+        pass's next), up to IN_FLIGHT bytes ahead of their use."""
         ahead = 0
-        for i in range(min(item.index, len(self._order)) - 1, -1, -1):
+        for i in range(item.index - 1, -1, -1):
             if ahead >= IN_FLIGHT:
                 return
-            earlier = self._order[i]()
+            earlier = item.order[i]()
             if earlier is None or earlier.used:
                 continue
             if earlier.back is None:
@@ -203,29 +255,35 @@ class SavedOffload:
     def unpack(self, packed: Any) -> Any:
         """The tensor the backward pass needs: brought back to HBM, or checked unchanged."""
         if isinstance(packed, _Kept):
-            if packed.tensor._version != packed.version:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: [{packed.tensor.type()} {list(packed.tensor.shape)}]"
-                    f" is at version {packed.tensor._version}; expected version "
-                    f"{packed.version} instead (as PyTorch reports it without pycxl spill)"
-                )
-            return packed.tensor
+            t = packed.tensor
+            if t._version != packed.version:
+                _modified(f"[{t.type()} {list(t.shape)}] is at version {t._version}; expected "
+                          f"version {packed.version} instead")  # fmt: skip
+            return t
         if not isinstance(packed, _OnTier):
             return packed
-        self._let_go(packed.stream, 0)
-        if packed.back is None:
-            self._bring_back(packed)
-        self._bring_back_ahead(packed)
-        stream = self.torch.cuda.current_stream(packed.copy.device)
-        stream.wait_event(packed.arrived)
-        back = packed.back
-        if not packed.used and stream != packed.stream:
-            packed.stream.wait_event(packed.arrived)  # the copies are freed in its order
-        packed.used, packed.back = True, None  # a graph kept for a second pass asks again
+        with self._lock:
+            self._asked = True
+            # the forward pass has ended: every copy out is let go, each checked for a
+            # change made while it was under way (the streams wait, not the host)
+            self._let_go(packed.copy.device.index or 0, IN_FLIGHT + 1)
+            if packed.changed:
+                _modified(packed.changed)
+            if packed.back is None:
+                self._bring_back(packed)
+            self._bring_back_ahead(packed)
+            stream = self.torch.cuda.current_stream(packed.copy.device)
+            stream.wait_event(packed.arrived)
+            back = packed.back
+            if not packed.used:  # the copies are freed in their streams' order
+                for made in {packed.stream, packed.back_stream} - {stream, None}:
+                    made.wait_event(packed.arrived)
+            packed.used, packed.back = True, None  # a graph kept for a second pass asks again
         return back
 
 
-def _spent(ref: weakref.ref[_OnTier]) -> bool:
-    item = ref()
-    return item is None or item.used
+def _modified(what: str) -> None:
+    raise RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an "
+        f"inplace operation: {what} (as PyTorch reports it without pycxl spill)"
+    )

@@ -183,7 +183,15 @@ with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
     first = grads()
     loss.backward()
     out["retained"] = same(first, plain) and same(grads(), plain)
-    del loss
+    kept = model(x).square().mean()  # kept, with another forward pass between its two
+    kept.backward(retain_graph=True)
+    first = grads()
+    other = model(x).square().mean()
+    kept.backward()
+    again = grads()
+    other.backward()
+    out["interleaved"] = same(first, plain) and same(again, plain) and same(grads(), plain)
+    del loss, kept, other
     for _ in range(20):  # forward passes whose graphs are dropped unused
         model(x).square().mean()
     gc.collect()
@@ -194,15 +202,24 @@ with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         y = checkpoint(model[i : i + 2], y, use_reentrant=False)
     y.square().mean().backward()
     out["checkpointed"] = same(grads(), plain)
+    y = x  # reentrant: the forward pass runs again inside the backward pass, packing there
+    for i in range(0, len(blocks), 2):
+        y = checkpoint(model[i : i + 2], y, use_reentrant=True)
+    y.square().mean().backward()
+    out["reentrant"] = same(grads(), plain)
+    gc.collect()
+    out["left_at_end"] = tier_saved()
 print(json.dumps(out))
 """
 
 
 def test_saved_activations_cross_the_link_beside_the_compute_and_come_back_exact() -> None:
     """The copy stream's trips: gradients bitwise those of a run without the hooks, with a
-    graph kept for a second backward pass, with checkpointed blocks (saved in the backward
-    pass), and nothing left on the tier by graphs dropped unused."""
+    graph kept for a second backward pass (and another forward pass between the two),
+    with checkpointed blocks (reentrant: saved in the backward pass), and nothing left on
+    the tier by graphs dropped unused."""
     r = _child(TRIPS)
     assert r["sent"] >= 6 * 8192 * 2048 * 4, r  # each block's input and its GELU's input
-    assert r["plain"] and r["retained"] and r["checkpointed"], r
-    assert r["left_on_tier"] == 0, r
+    assert r["plain"] and r["retained"] and r["interleaved"], r
+    assert r["checkpointed"] and r["reentrant"], r
+    assert r["left_on_tier"] == 0 and r["left_at_end"] == 0, r
