@@ -332,7 +332,8 @@ def offload_model(
     returns while the update runs beside the next forward pass; with
     ``update_in_backward`` (a loop that steps after every backward pass, without
     clipping, accumulation or skipped steps) the CPU side begins in the backward pass.
-    ``.plan()`` shows the split.
+    ``.plan()`` shows the split. A tier with less free memory than it would place there
+    is refused before any is taken (``pycxl.fit`` says which placement fits where).
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
@@ -342,6 +343,7 @@ def offload_model(
     from ..gpu.cuda_engine import CudaEngine
     from ..gpu.host_engine import HostEngine
     from ..torch._import import import_torch
+    from ..torch.offload.fit import TrainShape, check_tier_room
     from ..torch.offload.host_memory import tier_allocator
     from ..torch.offload.model import ModelOffload
 
@@ -350,6 +352,12 @@ def offload_model(
     # any memory is taken
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
+    blocks = None if blocks is None else list(blocks)
+    check_tier_room(
+        TrainShape.of_model(model, blocks), streamed=weights == "stream", on_gpu=gpu is not None,
+        free=sum(t.node.mem_available for t in s.nodes if t.node.id in nodes),
+        tier=",".join(sorted({s.tier_name(n) or f"node{n}" for n in nodes})),
+    )  # fmt: skip
     if cpus is not None:
         chosen = list(s.cpus([str(c) for c in cpus]))
     else:

@@ -399,6 +399,20 @@ def test_optimizers_and_settings_it_cannot_hold_are_refused_before_anything_is_p
     off.close()
 
 
+def test_a_model_whose_state_the_tier_cannot_hold_is_refused_before_any_is_taken() -> None:
+    """Built on the meta device (nothing of it exists): 8 blocks of 64 Ki x 64 Ki weights
+    (34 G parameters, 400 GiB of fp32 state) on a host of far less; the answer is fit's,
+    given before the optimizer or the memory is looked at."""
+    with torch.device("meta"):
+        model = torch.nn.Sequential(*(torch.nn.Linear(1 << 16, 1 << 16) for _ in range(8)))
+    node = snapshot(gpus=False).resolve("dram0").node
+    free = sum(t.node.mem_available for t in snapshot(gpus=False).nodes if t.node.id == node)
+    assert free < 12 * (8 << 32), "a host of 400 GiB free: this model would fit"
+    with pytest.raises(InvalidRequestError, match=r"GiB more free memory on dram0.*plan-train"):
+        pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="stream",
+                            blocks=list(model))  # fmt: skip
+
+
 def test_streamed_blocks_live_on_the_node_and_visit_the_ring_only_while_they_run() -> None:
     ref, model, off = _pair(weights="stream")
     data = _data(4, micro=2)

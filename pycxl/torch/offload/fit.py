@@ -127,8 +127,8 @@ class TrainShape:
                 "meta included) or a TrainShape (TrainShape.decoder(layers=, hidden=))"
             )
         found = blocks if blocks is not None else find_blocks(model)
-        in_blocks = {id(p) for b in found for p in b.parameters()}
-        block_ps = [p for p in model.parameters() if id(p) in in_blocks]
+        block_ps = list({id(p): p for b in found for p in b.parameters()}.values())
+        in_blocks = {id(p) for p in block_ps}
         rest_ps = [p for p in model.parameters() if id(p) not in in_blocks]
         trained = [p for p in block_ps if p.requires_grad]
         if not trained:
@@ -151,7 +151,10 @@ class TrainShape:
 
 
 def _widest(params: list[Any]) -> int:
-    return int(max(min(p.shape) for p in params if p.dim() == 2))
+    """The hidden size a model without a config most likely has: its matrices' narrower
+    side (a block of vectors only: the widest vector)."""
+    return int(max((min(p.shape) for p in params if p.dim() >= 2),
+                   default=max(p.numel() for p in params)))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,37 @@ def activation_bytes(shape: TrainShape, tokens: int, checkpointing: bool) -> int
     return shape.layers * tokens * per_block + logits
 
 
+def tier_bytes(
+    shape: TrainShape, *, streamed: bool, on_gpu: bool, accumulation: int = 1
+) -> dict[str, int]:
+    """What offload_model places on the tier, by part (``PARTS``): the blocks' fp32
+    state, and where the mode keeps them there, their weights and gradients (pinned
+    with a GPU; streamed with accumulation, a later micro-batch's gradients too)."""
+    n, d = shape.block_params, shape.dtype_bytes
+    weights_grads = 0
+    if streamed:
+        weights_grads = (n + shape.frozen_block_params + n) * d
+        if accumulation > 1:
+            weights_grads += n * d  # a later micro-batch's gradients, added at home
+    elif on_gpu:
+        weights_grads = 2 * n * d
+    return {"optimizer_state": STATE_BYTES * n, "pinned_gradients_weights": weights_grads}
+
+
+def check_tier_room(shape: TrainShape, *, streamed: bool, on_gpu: bool, free: int,
+                    tier: str) -> None:  # fmt: skip
+    """Refused by name, before any of it is taken, where the tier has less free memory
+    than offload_model would place there."""
+    need = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu).values())
+    if need > free:
+        raise InvalidRequestError(
+            f"the blocks' optimizer state{' and weights' if streamed or on_gpu else ''} need "
+            f"{_gib(need)} on {tier}, which has {_gib(free)} free: {_gib(need - free)} more "
+            f"free memory on {tier}, or a tier beside it ({tier},cxl0); pycxl.fit or pycxl "
+            "plan-train says which placement fits where"
+        )
+
+
 def _option(
     shape: TrainShape,
     m: Machine,
@@ -337,10 +371,7 @@ def _option(
         "update_buffers": SLOTS * chunk * (16 + 2 * d) if on_gpu_side else 0,
         "cuda_context": CONTEXT_BYTES,
     }
-    pinned = (whole + n) * d if stream else 2 * n * d
-    if stream and accumulation > 1:
-        pinned += n * d  # a later micro-batch's gradients, added at home
-    tier = {"optimizer_state": STATE_BYTES * n, "pinned_gradients_weights": pinned}
+    tier = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation)
     short_hbm = 0 if m.hbm_free is None else max(0, sum(hbm.values()) - m.hbm_free)
     short_tier = max(0, sum(tier.values()) - m.tier_free)
     parts: dict[str, float] = {}
