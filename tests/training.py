@@ -8,10 +8,16 @@ from typing import Any
 
 
 def train(
-    model: Any, opt: Any, data: list[list[Any]], *, clip: float | None = None, sched: Any = None
+    model: Any,
+    opt: Any,
+    data: list[list[Any]],
+    *,
+    clip: float | None = None,
+    sched: Any = None,
+    norms: list[float] | None = None,
 ) -> list[float]:
     """One optimizer step per entry of ``data`` (its micro-batches of token ids, each
-    its own labels); the step's loss for each."""
+    its own labels); the step's loss for each; the clip's norms into ``norms``."""
     import torch
 
     losses = []
@@ -22,7 +28,9 @@ def train(
             loss.backward()
             total += float(loss.detach())
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if norms is not None:
+                norms.append(float(norm))
         opt.step()
         opt.zero_grad()
         if sched is not None:

@@ -151,8 +151,8 @@ class SavedOffload:
         size: int = t.numel() * t.element_size()
         if size < SMALLEST or t.is_leaf or t.untyped_storage().nbytes() != size:
             return False
-        if isinstance(t._base, torch.nn.Parameter):
-            return False  # weights live where they live: a copy would double them
+        if t._base is not None:
+            return False  # a view: its base holds the memory (and may be saved too)
         if torch._C._current_graph_task_id() != -1:
             return False  # saved in a backward pass (a reentrant checkpoint): used in it
         if compiled.tier_owns(t.untyped_storage().data_ptr()):
@@ -202,6 +202,8 @@ class SavedOffload:
         finally:
             compiled.tier_prefer(before[0])
             compiled.tier_kind(before[1])
+        if copy.data_ptr() == 0:  # a pluggable allocator's refusal is a null pointer
+            return _Kept(t.detach(), t._version)
         size = t.numel() * t.element_size()
         device = t.device.index or 0
         stream = self.torch.cuda.current_stream(t.device)
@@ -229,10 +231,11 @@ class SavedOffload:
         """Start ``item``'s copy back to HBM on the copy stream; the copy back is made on
         the stream the backward pass runs on, and written once that stream is there."""
         torch = self.torch
-        item.back_stream = torch.cuda.current_stream(item.copy.device)
+        stream = torch.cuda.current_stream(item.copy.device)
         item.back = torch.empty_like(item.copy)  # in HBM (the spill's net below)
+        item.back_stream = stream
         copier = self._copy_stream(item.copy.device)
-        copier.wait_stream(item.back_stream)
+        copier.wait_stream(stream)
         with torch.cuda.stream(copier):
             item.back.copy_(item.copy, non_blocking=True)
             item.arrived = torch.cuda.Event()
@@ -275,9 +278,10 @@ class SavedOffload:
             stream = self.torch.cuda.current_stream(packed.copy.device)
             stream.wait_event(packed.arrived)
             back = packed.back
-            if not packed.used:  # the copies are freed in their streams' order
-                for made in {packed.stream, packed.back_stream} - {stream, None}:
-                    made.wait_event(packed.arrived)
+            # the copies are freed in their streams' order (each trip back, a kept
+            # graph's second too)
+            for made in {packed.stream, packed.back_stream} - {stream, None}:
+                made.wait_event(packed.arrived)
             packed.used, packed.back = True, None  # a graph kept for a second pass asks again
         return back
 

@@ -110,6 +110,73 @@ def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_plain_pyto
     off.close()
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_clipping_streamed_blocks_trains_as_plain_pytorch_from_norms_taken_as_they_left(
+    checkpointing: bool,
+) -> None:
+    """One micro-batch a step, every step clipped: the norms are those plain PyTorch
+    finds, and the losses its losses, with a scheduler."""
+    ref, model, off = _pair(weights="stream")
+    if checkpointing:
+        for m in (ref, model):
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            m.train()
+    opt = _adamw(ref)
+    data = _data(4)
+    want_norms: list[float] = []
+    got_norms: list[float] = []
+    want = _train(ref, opt, data, clip=0.05, norms=want_norms,
+                  sched=torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5))  # fmt: skip
+    got = _train(model, off.optimizer, data, clip=0.05, norms=got_norms,
+                 sched=torch.optim.lr_scheduler.StepLR(off.optimizer, 1, gamma=0.5))  # fmt: skip
+    assert min(want_norms) > 0.05  # each step clipped
+    assert got_norms == pytest.approx(want_norms, rel=1e-5)
+    assert got == pytest.approx(want, abs=1e-4)
+    off.close()
+    assert torch.nn.utils.clip_grad_norm_ is torch.nn.utils.clip_grad.clip_grad_norm_
+    assert torch.nn.utils.clip_grad_norm_.__module__ == "torch.nn.utils.clip_grad"  # put back
+
+
+def test_a_clip_of_streamed_blocks_reads_no_gradient_and_scales_them_in_the_update() -> None:
+    ref, model, off = _pair(weights="stream")
+    x = _data(1)[0][0]
+    for m in (ref, model):
+        m(input_ids=x, labels=x).loss.backward()
+    in_blocks = list(model.model.layers.parameters())
+    before = [(p.grad.clone(), p.grad._version) for p in in_blocks]
+    for _ in range(2):  # a second clip reads the first's coefficient, as in place
+        want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+        got = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        assert float(got) == pytest.approx(float(want), rel=1e-5)
+    for p, (g, version) in zip(in_blocks, before, strict=True):
+        assert p.grad._version == version and torch.equal(p.grad, g)  # not read, not written
+    _adamw_ref = _adamw(ref)
+    _adamw_ref.step()
+    off.optimizer.step()
+    off.synchronize()
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    off.optimizer.zero_grad()
+    model(input_ids=x, labels=x).loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+    in_blocks[0].grad.add_(1.0)  # changed after the clip: its update could not be PyTorch's
+    with pytest.raises(InvalidRequestError, match="changed after clip_grad_norm_"):
+        off.optimizer.step()
+    off.close()
+
+
+def test_an_update_begun_in_the_backward_pass_refuses_a_clip_in_the_update() -> None:
+    model = _llama()
+    off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="stream",
+                              update_in_backward=True)  # fmt: skip
+    x = _data(1)[0][0]
+    model(input_ids=x, labels=x).loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+    with pytest.raises(InvalidRequestError, match=r"clip_grad_norm_ between .* blocks 0-2"):
+        off.optimizer.step()
+    off.close()
+
+
 @pytest.mark.parametrize(
     ("weights", "checkpointing"),
     [("resident", False), ("resident", True), ("stream", False), ("stream", True)],

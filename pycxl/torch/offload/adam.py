@@ -59,6 +59,7 @@ class AdamSettings:
     weight_decay: float
     decoupled: bool
     maximize: bool
+    grad_scale: float = 1.0  # the gradient's factor (a clip's coefficient, applied here)
 
     @classmethod
     def of(cls, optimizer: Any, group: Mapping[str, Any]) -> AdamSettings:
@@ -177,7 +178,7 @@ class CpuAdam:
             decoupled=settings.decoupled,
             maximize=settings.maximize,
             step=step,
-            grad_scale=grad_scale,
+            grad_scale=grad_scale * settings.grad_scale,
         )
 
     def close(self) -> None:

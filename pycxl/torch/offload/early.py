@@ -142,6 +142,19 @@ class EarlyUpdate:
                 "needs update_in_backward=False"
             )
 
+    def refuse_clipped(self) -> None:
+        """At step(), after clip_grad_norm_ left its coefficient for the update: blocks
+        begun in the backward pass took their gradients unclipped, so it is refused."""
+        if not self._early:
+            return
+        self._offload.synchronize()
+        early = format_blocks(self.forget())
+        raise InvalidRequestError(
+            f"clip_grad_norm_ between the backward pass and step(): with "
+            f"update_in_backward=True blocks {early} were already updated from the "
+            "unclipped gradients, the rest not; drop update_in_backward for a loop with clipping"
+        )
+
     def check(self, settings: list[AdamSettings], then: list[AdamSettings]) -> None:
         """At step(): the blocks begun in the backward pass read their gradients as it
         made them, with the settings of ``then``: a gradient changed since (clipped,

@@ -36,6 +36,7 @@ from typing import Any
 from ...gpu.engine import Engine
 from ...gpu.prefetch import Prefetcher
 from .._import import import_torch
+from .grad_norms import GradNorms
 from .layout import Block, ParamSlot, piece
 
 LANDING_MAX = 2  # blocks whose gradients may be on their way home at once
@@ -107,8 +108,10 @@ class WeightFerry:
         host_alloc: Callable[[Block], Any],
         on_home: Callable[[Block, bool, list[int]], None] | None = None,
         accumulate: bool = True,
+        norms: GradNorms | None = None,
     ) -> None:
         torch = import_torch()
+        self.norms = norms  # where given, the gradients' norms are taken as they leave
         self.blocks = list(blocks)
         self.engine = engine
         self._host_alloc = host_alloc
@@ -317,6 +320,9 @@ class WeightFerry:
         eng.record(produced, self._stream())  # after the contiguous copies, if any
         eng.wait(eng.copy_out_stream, produced)
         adding = any(id(B.params[j].param) in self._set_aside for j in arrived)
+        if self.norms is not None:  # on the stream that made them, before they go
+            self.norms.sent([B.params[j].param for j in arrived], grads,
+                            [self._home_grads[k][j] for j in arrived], adding)  # fmt: skip
         if adding and B.incoming is None:
             B.incoming = self._host_alloc(B)
         target = B.incoming if adding else B.grads
@@ -380,6 +386,8 @@ class WeightFerry:
                 if id(p.param) in self._set_aside and p.param.grad is None:
                     p.param.grad = self._home_grads[k][j]
         self._set_aside.clear()
+        if self.norms is not None:
+            self.norms.pass_ended()
 
     # --- the update's side ---------------------------------------------------------------
     def home_grads(self, B: Block) -> list[Any]:

@@ -145,6 +145,8 @@ class GpuSide:
                         g32.copy_(gin)
                     else:
                         _gather_grads(g32, a, b, params, upd)
+                    if settings[g].grad_scale != 1.0:  # a clip's coefficient
+                        g32.mul_(settings[g].grad_scale)
                     gpu_adam_step([master], [g32], [m], [v], step_of[n_step], settings[g])
                     if streamed:
                         wout.copy_(master)

@@ -31,13 +31,14 @@ one ``OffloadConfig`` (config.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
-from . import model_setup as setup, state as saved
+from . import clipping, model_setup as setup, state as saved
 from .adam import AdamSettings, AdamSteps
 from .clocks import StepClock
 from .config import OffloadConfig, Update, Weights
@@ -45,6 +46,7 @@ from .cpu_side import CpuSide
 from .early import EarlyUpdate
 from .ferry import WeightFerry
 from .gpu_side import CHUNK_ELEMENTS, GpuSide
+from .grad_norms import GradNorms
 from .host_memory import HostAlloc, pages_of
 from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_blocks
 from .optimizer import optimizer_class
@@ -128,12 +130,19 @@ class ModelOffload:
         self._early = EarlyUpdate(self)
         self._step_settings: list[AdamSettings] = []
         self.ferry: WeightFerry | None = None
+        self._clip: clipping.ClipInUpdate | None = None
         if config.streamed:
+            norms = GradNorms()
             self.ferry = WeightFerry(
                 self._blocks, engine, self.device, lookahead=config.lookahead,
                 before_copy=self._before_copy, host_alloc=self._gradient_memory,
                 on_home=self._early.sent_home if config.update_in_backward else None,
+                norms=norms,
             )  # fmt: skip
+            # clipping reads the norms taken as the gradients left, and its coefficient
+            # is applied in the update: no pass over the gradients on the tier
+            self._clip = clipping.ClipInUpdate(self._blocks, norms)
+            clipping.install(self._clip)
         self._hooks = self._add_hooks(model)
         self._split = SplitKeeper(self._blocks, config, self._cpu, self._gpu)
         self.optimizer = optimizer_class()(self, groups, dict(base.defaults))
@@ -245,6 +254,9 @@ class ModelOffload:
             AdamSettings.now(groups, self._decoupled) if begun_in_backward else self._step_settings
         )
         self._early.check(settings, self._step_settings)
+        if self._clip is not None and self._clip.pending:
+            self._early.refuse_clipped()
+        scales = self._clip.take() if self._clip is not None else {}
         early = self._early.take()
         by_index = {B.index: B for B in self._blocks}
         # decided here: the user may clear the gradients while the update runs; each
@@ -263,10 +275,16 @@ class ModelOffload:
             # the blocks updated in the backward pass too: their device copies are free now
             for B in cpu_blocks + gpu_blocks + [by_index[i] for i in sorted(early)]:
                 self.ferry.invalidate(B)
+
+        def settings_of(B: Block) -> list[AdamSettings]:  # a clip's coefficient in them
+            scale = scales.get(B.index, 1.0)
+            return settings if scale == 1.0 else [dataclasses.replace(s, grad_scale=scale)
+                                                  for s in settings]  # fmt: skip
+
         if self._gpu is None:
             self._clock.step_called_on(None, from_backward=begun_in_backward)
             for B in cpu_blocks:
-                self._cpu.block(B, live[B.index], settings)
+                self._cpu.block(B, live[B.index], settings_of(B))
             self._rest.step(settings, self._cpu.adam)
             return
         current = torch.cuda.current_stream(self.device)
@@ -276,9 +294,12 @@ class ModelOffload:
             self._cpu.grads_out(cpu_blocks, live, current)
         produced = self._record(current)  # the backward pass's gradients
         for B in cpu_blocks:
-            self._cpu.submit(B, live[B.index], settings)
-        if gpu_blocks:
-            self._gpu.update(gpu_blocks, live, produced, settings)
+            self._cpu.submit(B, live[B.index], settings_of(B))
+        by_scale: dict[float, list[Block]] = {}
+        for B in gpu_blocks:
+            by_scale.setdefault(scales.get(B.index, 1.0), []).append(B)
+        for blocks in by_scale.values():
+            self._gpu.update(blocks, live, produced, settings_of(blocks[0]))
         self._rest.step(settings, self._cpu.adam)
         if not self.config.overlaps:
             self.synchronize()
@@ -318,6 +339,8 @@ class ModelOffload:
         self._forget_device_copies(blocks)
 
     def _unstepped(self) -> None:
+        if self._clip is not None:
+            self._clip.clear()
         self._early.unstepped()
 
     # --- the model's own state ---------------------------------------------------------
@@ -398,6 +421,8 @@ class ModelOffload:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self._clip is not None:
+            clipping.remove(self._clip)
         if self.ferry is not None:
             self.ferry.close()
         self._cpu.close()
