@@ -133,6 +133,31 @@ def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_in_hbm(
     off.close()
 
 
+@pytest.mark.parametrize(("weights", "update"), [("resident", "auto"), ("stream", "auto"),
+                                               ("stream", "cpu"), ("stream", "gpu")])  # fmt: skip
+def test_clipping_each_step_gives_the_norms_and_losses_of_hbm(weights: str, update: str) -> None:
+    """A clip every step (streamed: the blocks' norms taken on the GPU as their gradients
+    left, the coefficient applied in the update on either side) with a scheduler: the
+    norms and the losses are those of fp32 masters in HBM, and the clip binds."""
+    ref_model = _llama()
+    model = copy.deepcopy(ref_model)
+    off = _offload(model, update, weights=weights)
+    ref = _Reference(ref_model)
+    data = _data(6)
+    want_norms: list[float] = []
+    got_norms: list[float] = []
+    lambda_lr = torch.optim.lr_scheduler.LambdaLR
+    want = _train(ref_model, ref, data, clip=0.5, norms=want_norms,
+                  sched=lambda_lr(ref.opt, lambda s: 1 / (1 + s)))  # fmt: skip
+    got = _train(model, off.optimizer, data, clip=0.5, norms=got_norms,
+                 sched=lambda_lr(off.optimizer, lambda s: 1 / (1 + s)))  # fmt: skip
+    assert want_norms[0] > 0.5  # the clip binds
+    assert got_norms == pytest.approx(want_norms, rel=2e-2)
+    assert got == pytest.approx(want, abs=2e-2)
+    assert got[-1] < got[0]
+    off.close()
+
+
 @pytest.mark.parametrize("weights", ["resident", "stream"])
 def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, weights: str) -> None:
     model = _llama()

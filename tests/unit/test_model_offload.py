@@ -165,15 +165,63 @@ def test_a_clip_of_streamed_blocks_reads_no_gradient_and_scales_them_in_the_upda
     off.close()
 
 
-def test_an_update_begun_in_the_backward_pass_refuses_a_clip_in_the_update() -> None:
+def test_an_update_begun_in_the_backward_pass_refuses_a_clip_the_last_step_had_not() -> None:
     model = _llama()
     off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights="stream",
                               update_in_backward=True)  # fmt: skip
+    assert not off.update_begins_in_backward  # the first step shows the loop
+    _train(model, off.optimizer, _data(1))  # one without a clip: the next begins early
+    assert off.update_begins_in_backward
     x = _data(1)[0][0]
     model(input_ids=x, labels=x).loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
     with pytest.raises(InvalidRequestError, match=r"clip_grad_norm_ between .* blocks 0-2"):
         off.optimizer.step()
+    off.optimizer.zero_grad()
+    assert not off.update_begins_in_backward  # refused: the next step shows it again
+    off.close()
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+@pytest.mark.parametrize(("micro", "clip"), [(1, 0.05), (2, None), (2, 0.05)])
+def test_an_update_in_the_backward_pass_learns_a_loop_that_clips_or_accumulates(
+    weights: str, micro: int, clip: float | None
+) -> None:
+    """update_in_backward with the loop's habits on: a clip every step (the update waits
+    for step(), which gives it the clipped gradients), accumulation over micro-batches
+    (it begins in the last one's backward pass, resident): plain PyTorch's losses, norms
+    and weights, and no refusal."""
+    ref = _llama()
+    model = copy.deepcopy(ref)
+    off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), weights=weights,
+                              update_in_backward=True)  # fmt: skip
+    data = _data(4, micro=micro)
+    ref_opt = _adamw(ref)
+    want_norms: list[float] = []
+    got_norms: list[float] = []
+    want = _train(ref, ref_opt, data, clip=clip, norms=want_norms,
+                  sched=torch.optim.lr_scheduler.StepLR(ref_opt, 1, gamma=0.5))  # fmt: skip
+    got = _train(model, off.optimizer, data, clip=clip, norms=got_norms,
+                 sched=torch.optim.lr_scheduler.StepLR(off.optimizer, 1, gamma=0.5))  # fmt: skip
+    assert got == pytest.approx(want, abs=1e-4)
+    assert got_norms == pytest.approx(want_norms, rel=1e-4)
+    assert not clip or want_norms[0] > clip  # the clip binds
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-4)
+    # streamed, the last micro-batch's gradients are added to the others' on the tier by
+    # a thread of their own: the update waits for step() there
+    early = clip is None and (weights == "resident" or micro == 1)
+    assert off.update_begins_in_backward == early
+    if early:  # the blocks' weights move in the last backward pass, the rest at step()
+        block = model.model.layers[1].mlp.up_proj.weight
+        embed = model.model.embed_tokens.weight
+        before = block.detach().clone(), embed.detach().clone()
+        for k, x in enumerate(data[0]):
+            model(input_ids=x, labels=x).loss.backward()
+            assert torch.equal(block, before[0]) == (k < micro - 1)
+        assert torch.equal(embed, before[1])
+        off.optimizer.step()
+        assert not torch.equal(embed, before[1])
     off.close()
 
 
@@ -234,6 +282,7 @@ def test_an_update_begun_in_the_backward_pass_refuses_what_needs_the_gradients_l
             model, "dram0", None, optimizer=_adamw(model), weights=weights,
             update_in_backward=True,
         )  # fmt: skip
+        _train(model, off.optimizer, _data(1))  # the loop shown: the next step begins early
         if habit == "an error":  # raised inside the backward pass, half-way through a block
             hit = model.model.layers[1].mlp.gate_proj.weight.register_hook(_out_of_memory)
             with pytest.raises(RuntimeError, match="out of memory"):
@@ -262,8 +311,9 @@ def test_an_update_begun_in_the_backward_pass_refuses_what_needs_the_gradients_l
         steps = off._adam_steps.by_id()
         before = [p.detach().clone() for p in model.parameters()]
         losses = _train(model, off.optimizer, _data(2))
-        # the refused step's times are not planned from: only the first whole one's are in
-        assert off.times.steps == 1
+        # the refused step's times are not planned from: the first step's and the first
+        # whole one's after it are in
+        assert off.times.steps == 2
         after = off._adam_steps.by_id()
         assert all(after[id(p.param)] == steps[id(p.param)] + 2
                    for B in off._blocks for p in B.params)  # fmt: skip

@@ -181,6 +181,18 @@ class ModelOffload:
         hooks.append(model.register_load_state_dict_post_hook(self._after_model_load))
         return hooks
 
+    @property
+    def update_begins_in_backward(self) -> bool:
+        """Whether the next step's update begins in its backward pass: with
+        ``update_in_backward=True``, once a step() has shown the loop, and while the loop
+        leaves the gradients as the backward pass made them (a clip or GradScaler's
+        unscaling changes them: the update waits for step(), which gives it them).
+        Streamed, a last micro-batch's gradients are added to the earlier ones' on the
+        tier by a thread of their own: with accumulation the update waits for step()."""
+        habit = self._early.habit
+        known = habit.passes == 1 or (habit.passes > 1 and not self.config.streamed)
+        return self.config.update_in_backward and known and not habit.touches
+
     # --- the split ------------------------------------------------------------------
     def plan(self) -> UpdateSplit:
         """Which blocks are updated on the CPU and which on the GPU, and why."""
@@ -254,8 +266,10 @@ class ModelOffload:
             AdamSettings.now(groups, self._decoupled) if begun_in_backward else self._step_settings
         )
         self._early.check(settings, self._step_settings)
-        if self._clip is not None and self._clip.pending:
+        clipped = self._clip is not None and self._clip.pending
+        if clipped:
             self._early.refuse_clipped()
+        self._early.learn(clipped=clipped)  # for the next step's backward pass
         scales = self._clip.take() if self._clip is not None else {}
         early = self._early.take()
         by_index = {B.index: B for B in self._blocks}
