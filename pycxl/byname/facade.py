@@ -353,11 +353,9 @@ def offload_model(
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     blocks = None if blocks is None else list(blocks)
-    check_tier_room(
-        TrainShape.of_model(model, blocks), streamed=weights == "stream", on_gpu=gpu is not None,
-        free=sum(t.node.mem_available for t in s.nodes if t.node.id in nodes),
-        tier=",".join(sorted({s.tier_name(n) or f"node{n}" for n in nodes})),
-    )  # fmt: skip
+    tier, free = _tier_room(s, nodes)
+    check_tier_room(TrainShape.of_model(model, blocks), streamed=weights == "stream",
+                    on_gpu=gpu is not None, free=free, tier=tier)  # fmt: skip
     if cpus is not None:
         chosen = list(s.cpus([str(c) for c in cpus]))
     else:
@@ -428,9 +426,8 @@ def fit(
         raise InvalidRequestError("without a GPU here, give hbm_free: the GPU's free memory")
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before anything is measured
-    free = sum(t.node.mem_available for t in s.nodes if t.node.id in nodes)
+    tier, free = _tier_room(s, nodes)
     free = free if tier_free is None else _bytes(tier_free)
-    names = {s.tier_name(n) or f"node{n}" for n in nodes}
     ctx = device = None
     if gpu is not None:
         from ..gpu.context import GpuContext
@@ -442,11 +439,18 @@ def fit(
         ctx = GpuContext.of(found)
         device = torch.device("cuda", ctx.ordinal)
     machine = fit_machine.read_machine(
-        ",".join(sorted(names)), free, tier_allocator(nodes, ctx), _tier_cpus(s, nodes), device,
+        tier, free, tier_allocator(nodes, ctx), _tier_cpus(s, nodes), device,
         hbm_free=hbm, link=link, cpu_update=cpu_update, flops=gpu_flops,
     )  # fmt: skip
     return planning.fit(shape, machine, tokens, seq=seq, lookahead=lookahead,
                         accumulation=accumulation)  # fmt: skip
+
+
+def _tier_room(s: System, nodes: Iterable[int]) -> tuple[str, int]:
+    """The tier's name (its nodes' names, joined) and its free bytes now."""
+    chosen = set(nodes)
+    free = sum(t.node.mem_available for t in s.nodes if t.node.id in chosen)
+    return ",".join(sorted({s.tier_name(n) or f"node{n}" for n in chosen})), free
 
 
 def _host(system: System | None) -> System:

@@ -95,7 +95,8 @@ class _OnTier:
 @dataclass
 class _Leaving:
     """An activation whose copy out is under way: held (detached: no graph) until it
-    ends, then let go in the order of ``stream``, the one it was made on."""
+    ends, then let go in the order of ``stream``, the stream current when it was saved
+    (where the forward pass made it and may still read it)."""
 
     sent: Any
     tensor: Any

@@ -334,8 +334,8 @@ def check_tier_room(shape: TrainShape, *, streamed: bool, on_gpu: bool, free: in
         raise InvalidRequestError(
             f"the blocks' optimizer state{' and weights' if streamed or on_gpu else ''} need "
             f"{_gib(need)} on {tier}, which has {_gib(free)} free: {_gib(need - free)} more "
-            f"free memory on {tier}, or a tier beside it ({tier},cxl0); pycxl.fit or pycxl "
-            "plan-train says which placement fits where"
+            f"free memory on {tier}, or another tier beside it ('{tier},<tier>'); "
+            "pycxl.fit or pycxl plan-train says which placement fits where"
         )
 
 
