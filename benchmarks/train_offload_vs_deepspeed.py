@@ -57,8 +57,9 @@ CONFIGS = (
     "deepspeed-superoffload",
 )
 # offload_model's knobs, tried beside its defaults (not in the default list): half the
-# socket's CPUs for the CPU step, a ring two blocks ahead
-VARIANTS = ("pycxl-resident-half-cpus", "pycxl-model-stream-lookahead2")
+# socket's CPUs for the CPU step, a ring two blocks ahead, the first blocks' state in HBM
+# half the blocks' state in HBM (as DeepSpeed's ratio 0.5 keeps half of it on the GPU)
+VARIANTS = ("pycxl-resident-half-cpus", "pycxl-model-stream-lookahead2", "pycxl-resident-hbm10")
 LR, WEIGHT_DECAY, WARMUP = 1e-4, 0.01, 5
 TOKENS, BATCH = 1024, 4
 
@@ -207,6 +208,8 @@ def run_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 knobs["cpus"] = [c for c in near if c in os.sched_getaffinity(0)][: len(near) // 2]
             if name.endswith("lookahead2"):
                 knobs["lookahead"] = 2
+            if "-hbm" in name:
+                knobs["hbm_blocks"] = int(name.rsplit("-hbm", 1)[1])
             if name.endswith("backward"):  # the update begins in the backward pass
                 knobs["update_in_backward"] = True
             off = pycxl.offload_model(
@@ -403,7 +406,7 @@ def main() -> int:
                 f"(HBM {ref[-1]:.4f}), max norm difference {gap:.2%}"
             )
     for mine in ("pycxl-resident", "pycxl-resident-backward", "pycxl-model-stream",
-                 "pycxl-model-stream-backward"):  # fmt: skip
+                 "pycxl-model-stream-backward", "pycxl-resident-hbm10"):  # fmt: skip
         for theirs in ("deepspeed-zero2", "deepspeed-zero3", "deepspeed-zero3-ratio",
                        "deepspeed-zenflow", "deepspeed-superoffload"):  # fmt: skip
             if mine in by and theirs in by:

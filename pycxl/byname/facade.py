@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import InvalidRequestError
-from ..base.values import ascii_digits, instance, size as checked_size
+from ..base.values import ascii_digits, count, instance, size as checked_size
 from ..cxl import regions as _regions
 from ..resolve.system import System, given_or_read, snapshot
 
@@ -314,6 +314,7 @@ def offload_model(
     lookahead: int = 1,
     overlap: bool = True,
     update_in_backward: bool = False,
+    hbm_blocks: int = 0,
     cpus: Iterable[int] | None = None,
     huge: HugePages = "auto",
     system: System | None = None,
@@ -330,10 +331,12 @@ def offload_model(
     streamed through), split so both finish
     together (``update="auto"``; ``"cpu"``, ``"gpu"`` to choose), and with ``overlap``
     returns while the update runs beside the next forward pass; with
-    ``update_in_backward`` (a loop that steps after every backward pass, without
-    clipping, accumulation or skipped steps) the CPU side begins in the backward pass.
-    ``.plan()`` shows the split. A tier with less free memory than it would place there
-    is refused before any is taken (``pycxl.fit`` says which placement fits where).
+    ``update_in_backward`` the CPU side begins in the backward pass where the loop's
+    habits (learned from its first step: accumulation, clipping) leave the result
+    PyTorch's. ``hbm_blocks``: the first blocks keep their state in the GPU's memory
+    and are updated there (weights resident). ``.plan()`` shows the split. A tier with
+    less free memory than it would place there is refused before any is taken
+    (``pycxl.fit`` says which placement fits where).
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
@@ -343,6 +346,7 @@ def offload_model(
     from ..gpu.cuda_engine import CudaEngine
     from ..gpu.host_engine import HostEngine
     from ..torch._import import import_torch
+    from ..torch.offload.config import MAX_BLOCKS
     from ..torch.offload.fit import TrainShape, check_tier_room
     from ..torch.offload.host_memory import tier_allocator
     from ..torch.offload.model import ModelOffload
@@ -354,8 +358,10 @@ def offload_model(
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     blocks = None if blocks is None else list(blocks)
     tier, free = _tier_room(s, nodes)
+    hbm_blocks = count(hbm_blocks, "hbm_blocks", 0, MAX_BLOCKS)
     check_tier_room(TrainShape.of_model(model, blocks), streamed=weights == "stream",
-                    on_gpu=gpu is not None, free=free, tier=tier)  # fmt: skip
+                    on_gpu=gpu is not None, free=free, tier=tier,
+                    hbm_blocks=hbm_blocks)  # fmt: skip
     if cpus is not None:
         chosen = list(s.cpus([str(c) for c in cpus]))
     else:
@@ -379,7 +385,8 @@ def offload_model(
     return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
                         weights=weights, lookahead=lookahead, overlap=overlap,
-                        update_in_backward=update_in_backward)  # fmt: skip
+                        update_in_backward=update_in_backward,
+                        hbm_blocks=hbm_blocks)  # fmt: skip
 
 
 def fit(

@@ -158,6 +158,49 @@ def test_clipping_each_step_gives_the_norms_and_losses_of_hbm(weights: str, upda
     off.close()
 
 
+@pytest.mark.parametrize(("hbm_blocks", "backward"), [(2, False), (2, True), (4, False)])
+def test_blocks_whose_state_is_in_hbm_train_as_in_hbm(hbm_blocks: int, backward: bool) -> None:
+    """hbm_blocks: the first blocks' state in the GPU's memory, updated there; the rest
+    split as before. Clipped every step with a scheduler (and update_in_backward): the
+    losses and norms of fp32 masters in HBM; the state where it was put; a save and load
+    that resumes; set_plan refuses the HBM blocks."""
+    ref_model = _llama()
+    model = copy.deepcopy(ref_model)
+    off = _offload(model, weights="resident", hbm_blocks=hbm_blocks, update_in_backward=backward)
+    plan = off.plan()
+    assert plan.hbm == tuple(range(hbm_blocks))
+    assert sorted(plan.cpu + plan.gpu) == list(range(hbm_blocks, 4))
+    ref = _Reference(ref_model)
+    data = _data(6)
+    want_norms: list[float] = []
+    got_norms: list[float] = []
+    lambda_lr = torch.optim.lr_scheduler.LambdaLR
+    want = _train(ref_model, ref, data, clip=0.5, norms=want_norms,
+                  sched=lambda_lr(ref.opt, lambda s: 1 / (1 + s)))  # fmt: skip
+    got = _train(model, off.optimizer, data, clip=0.5, norms=got_norms,
+                 sched=lambda_lr(off.optimizer, lambda s: 1 / (1 + s)))  # fmt: skip
+    assert got_norms == pytest.approx(want_norms, rel=2e-2)
+    assert got == pytest.approx(want, abs=2e-2)
+    assert got[-1] < got[0]
+    first = model.model.layers[0].mlp.up_proj.weight
+    last = model.model.layers[3].mlp.up_proj.weight
+    assert off.master_weights(first).is_cuda
+    assert off.master_weights(last).is_cuda == (hbm_blocks == 4)
+    assert (off.pages_by_node() == {}) == (hbm_blocks == 4)
+    saved = copy.deepcopy({"model": model.state_dict(), "opt": off.optimizer.state_dict()})
+    after = _train(model, off.optimizer, data[:3], clip=0.5)
+    if hbm_blocks < 4:
+        with pytest.raises(pycxl.InvalidRequestError, match=r"blocks 0.* state in HBM"):
+            off.set_plan(gpu=[0])
+    off.close()
+    fresh = _llama()
+    again = _offload(fresh, weights="resident", hbm_blocks=hbm_blocks)
+    fresh.load_state_dict(saved["model"])  # the masters follow the weights
+    again.optimizer.load_state_dict(saved["opt"])
+    assert _train(fresh, again.optimizer, data[:3], clip=0.5) == pytest.approx(after, abs=1e-3)
+    again.close()
+
+
 @pytest.mark.parametrize("weights", ["resident", "stream"])
 def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, weights: str) -> None:
     model = _llama()

@@ -18,6 +18,7 @@ from pycxl.base.errors import InvalidRequestError
 from pycxl.numa.pages import pages_by_node
 from pycxl.resolve.system import snapshot
 from pycxl.torch.offload.adam import AdamSettings, CpuAdam
+from pycxl.torch.offload.config import OffloadConfig
 from pycxl.torch.offload.layout import chunks_of, find_blocks, layout_blocks
 from pycxl.torch.offload.update_split import (
     StepTimes,
@@ -674,6 +675,26 @@ def test_stream_settings_are_checked_where_they_enter() -> None:
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), lookahead=1.5)
     with pytest.raises(InvalidRequestError, match="overlap 'yes'"):
         pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), overlap="yes")
+
+
+@pytest.mark.parametrize(
+    ("value", "weights", "device", "says"),
+    [(-1, "resident", "cuda", "at least 0"), ("2", "resident", "cuda", "give a whole number"),
+     (True, "resident", "cuda", "give a whole number"), (2, "resident", "cpu", "name a GPU"),
+     (2, "stream", "cuda", "not built yet.*weights='resident'")],
+)  # fmt: skip
+def test_hbm_blocks_is_checked_where_it_enters(
+    value: object, weights: str, device: str, says: str
+) -> None:
+    """Before anything is placed: the configuration (a CUDA device named, none needed to
+    refuse it), and offload_model's own check on this GPU-less machine."""
+    with pytest.raises(InvalidRequestError, match=f"hbm_blocks.*{says}|{says}"):
+        OffloadConfig.checked(torch.device(device), weights=weights, hbm_blocks=value)
+    if device == "cpu" or value != 2:
+        model = _llama()
+        with pytest.raises(InvalidRequestError, match=f"hbm_blocks.*{says}|{says}"):
+            pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model), hbm_blocks=value,
+                                weights=weights)  # fmt: skip
 
 
 class _Gated(torch.nn.Module):

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...base.errors import InvalidRequestError
-from ...base.values import lookahead as checked_lookahead, word
+from ...base.values import count, lookahead as checked_lookahead, word
 
+MAX_BLOCKS = 4096  # as pycxl.fit's layers
 Update = Literal["auto", "cpu", "gpu"]
 Weights = Literal["resident", "stream"]
 
@@ -26,7 +27,9 @@ class OffloadConfig:
     """``device``: a torch.device; ``weights``: resident on it or streamed from the
     tier; ``update``: where blocks are updated ("auto": split by measured rates);
     ``overlap``: step() returns while the update runs (on a GPU); ``update_in_backward``:
-    the update begins in the backward pass; ``lookahead``: blocks copied ahead, streamed."""
+    the update begins in the backward pass; ``lookahead``: blocks copied ahead, streamed;
+    ``hbm_blocks``: the first blocks whose state lives in the device's memory, updated
+    there (nothing of theirs crosses the link)."""
 
     device: Any
     weights: Weights = "resident"
@@ -34,6 +37,7 @@ class OffloadConfig:
     overlap: bool = True
     update_in_backward: bool = False
     lookahead: int = 1
+    hbm_blocks: int = 0
 
     @classmethod
     def checked(
@@ -45,6 +49,7 @@ class OffloadConfig:
         overlap: object = True,
         update_in_backward: object = False,
         lookahead: object = 1,
+        hbm_blocks: object = 0,
     ) -> OffloadConfig:
         """The configuration from what a caller gave, each value checked, and the
         combinations that cannot work refused by name."""
@@ -55,9 +60,17 @@ class OffloadConfig:
             overlap=_flag(overlap, "overlap"),
             update_in_backward=_flag(update_in_backward, "update_in_backward"),
             lookahead=checked_lookahead(lookahead),
+            hbm_blocks=count(hbm_blocks, "hbm_blocks", 0, MAX_BLOCKS),
         )
         if config.update == "gpu" and not config.on_gpu:
             raise InvalidRequestError("update='gpu' needs a GPU: name one, or use 'cpu'")
+        if config.hbm_blocks and not config.on_gpu:
+            raise InvalidRequestError("hbm_blocks keeps state in a GPU's memory: name a GPU")
+        if config.hbm_blocks and config.streamed:
+            raise InvalidRequestError(
+                "hbm_blocks with weights='stream' is not built yet: the blocks whose state "
+                "is in HBM would still send their gradients home; use weights='resident'"
+            )
         return config
 
     @property

@@ -326,10 +326,12 @@ def tier_bytes(
 
 
 def check_tier_room(shape: TrainShape, *, streamed: bool, on_gpu: bool, free: int,
-                    tier: str) -> None:  # fmt: skip
+                    tier: str, hbm_blocks: int = 0) -> None:  # fmt: skip
     """Refused by name, before any of it is taken, where the tier has less free memory
-    than offload_model would place there."""
-    need = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu).values())
+    than offload_model would place there (nothing of the first ``hbm_blocks``)."""
+    everything = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu).values())
+    layers = max(shape.layers, 1)
+    need = everything * (layers - min(hbm_blocks, layers)) // layers
     if need > free:
         raise InvalidRequestError(
             f"the blocks' optimizer state{' and weights' if streamed or on_gpu else ''} need "

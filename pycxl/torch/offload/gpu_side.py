@@ -46,6 +46,7 @@ class GpuSide:
         self.timed: dict[bool, int] = {}
         self._next_slot = 0  # the next device buffer, across the side's calls in a step
         self._slots: list[tuple[Any, Any]] = []
+        self._hbm_grads: Any = None  # a piece of fp32 gradients for blocks whose state is in HBM
 
     def _group_and_step(self, p: ParamSlot) -> tuple[int, int]:
         """What one piece's update shares: its param group and step number."""
@@ -72,6 +73,7 @@ class GpuSide:
     def free(self) -> None:
         """The device buffers given back (made again if the side has work)."""
         self._slots = []
+        self._hbm_grads = None
 
     def link_bytes_per_s(self, B: Block) -> float:
         """Bytes per second each way with a piece of ``B``'s state going in and out at
@@ -162,6 +164,38 @@ class GpuSide:
             eng.record(B.flight.updated, eng.copy_out_stream if streamed else upd)
         end.record(borrowed(eng.copy_out_stream))
         self._next_slot = j % SLOTS
+
+    def update_in_hbm(
+        self,
+        blocks: list[Block],
+        live: dict[int, list[ParamSlot]],
+        produced: Any,
+        settings: list[AdamSettings],
+    ) -> None:
+        """Enqueue ``blocks`` whose state lives in HBM (resident weights): updated in
+        place piece by piece on the update stream, once ``produced`` is recorded, nothing
+        over the link and no buffer but one fp32 piece of gradients; not timed (the
+        split is of the blocks on the tier)."""
+        torch = import_torch()
+        upd = self.update_stream
+        self.engine.wait(upd, produced)
+        if self._hbm_grads is None:
+            self._hbm_grads = torch.empty(self.chunk, dtype=torch.float32, device=self.device)
+        step_of: dict[int, Any] = {}
+        with torch.cuda.stream(upd):
+            for B in blocks:
+                params = live[B.index]
+                for a, b, (g, n_step) in chunks_of(B, self.chunk, params, key=self._group_and_step):
+                    if n_step not in step_of:
+                        step_of[n_step] = torch.full((), float(n_step), device=self.device)
+                    master, m, v = (B.part_span(B.state, k, a, b) for k in range(3))
+                    g32 = self._hbm_grads[: b - a]
+                    _gather_grads(g32, a, b, params, upd)
+                    if settings[g].grad_scale != 1.0:  # a clip's coefficient
+                        g32.mul_(settings[g].grad_scale)
+                    gpu_adam_step([master], [g32], [m], [v], step_of[n_step], settings[g])
+                    _scatter_weights(master, a, b, params)
+                self.engine.record(B.flight.updated, upd)
 
     def take_timed(self) -> dict[bool, int]:
         """The parameters the side updated in the last step, by whether begun in the

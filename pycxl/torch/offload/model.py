@@ -78,11 +78,12 @@ class ModelOffload:
         lookahead: int = 1,
         overlap: bool = True,
         update_in_backward: bool = False,
+        hbm_blocks: int = 0,
     ) -> None:
         torch = import_torch()
         self.config = config = OffloadConfig.checked(
             torch.device(device), weights=weights, update=update, overlap=overlap,
-            update_in_backward=update_in_backward, lookahead=lookahead,
+            update_in_backward=update_in_backward, lookahead=lookahead, hbm_blocks=hbm_blocks,
         )  # fmt: skip
         if config.on_gpu:
             from ..tier import spilling
@@ -114,7 +115,9 @@ class ModelOffload:
         self._stepped = False  # a step has begun: there is one to settle
         self._adam_steps = AdamSteps(p.param for B in self._blocks for p in B.params)
         self._closed = False
+        setup.check_hbm_room(self._blocks, config)
         setup.place_state(self._blocks, host_alloc, config, engine)
+        self._in_hbm = self._blocks[: config.hbm_blocks]
         rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
         self._rest = RestUpdate(rest, group_of, self.device, self._adam_steps)
         self._cpu = CpuSide(
@@ -144,7 +147,9 @@ class ModelOffload:
             self._clip = clipping.ClipInUpdate(self._blocks, norms)
             clipping.install(self._clip)
         self._hooks = self._add_hooks(model)
-        self._split = SplitKeeper(self._blocks, config, self._cpu, self._gpu)
+        on_tier = self._blocks[config.hbm_blocks :]  # the split's: the rest are the GPU's
+        self._split = SplitKeeper(on_tier, config, self._cpu, self._gpu,
+                                  in_hbm=[B.index for B in self._in_hbm])  # fmt: skip
         self.optimizer = optimizer_class()(self, groups, dict(base.defaults))
 
     @property
@@ -195,8 +200,10 @@ class ModelOffload:
 
     # --- the split ------------------------------------------------------------------
     def plan(self) -> UpdateSplit:
-        """Which blocks are updated on the CPU and which on the GPU, and why."""
-        return self._split.current
+        """Which blocks are updated on the CPU and which on the GPU (their state on the
+        tier, or in HBM), and why."""
+        in_hbm = tuple(B.index for B in self._in_hbm)
+        return dataclasses.replace(self._split.current, hbm=in_hbm)
 
     def set_plan(self, *, gpu: Iterable[int], gpu_early: Iterable[int] = ()) -> UpdateSplit:
         """Update the blocks ``gpu`` on the GPU and the rest on the CPU, from now on
@@ -310,6 +317,12 @@ class ModelOffload:
         for B in cpu_blocks:
             self._cpu.submit(B, live[B.index], settings_of(B))
         by_scale: dict[float, list[Block]] = {}
+        for B in self._in_hbm:  # first: the next forward pass needs them first
+            if live[B.index]:
+                by_scale.setdefault(scales.get(B.index, 1.0), []).append(B)
+        for blocks in by_scale.values():
+            self._gpu.update_in_hbm(blocks, live, produced, settings_of(blocks[0]))
+        by_scale = {}
         for B in gpu_blocks:
             by_scale.setdefault(scales.get(B.index, 1.0), []).append(B)
         for blocks in by_scale.values():

@@ -62,15 +62,43 @@ def move_rest(model: Any, in_blocks: set[int], device: Any) -> None:
                     module._buffers[name] = buf.to(device)
 
 
+def check_hbm_room(blocks: list[Block], config: OffloadConfig) -> None:
+    """Refused by name, before any is taken, where ``config.hbm_blocks`` is more blocks
+    than there are, or their state more than the device has free."""
+    n = config.hbm_blocks
+    if not n:
+        return
+    if n > len(blocks):
+        raise InvalidRequestError(
+            f"hbm_blocks {n}: the model has {len(blocks)} blocks; give {len(blocks)} or fewer"
+        )
+    need = sum(12 * B.numel for B in blocks[:n])
+    free, _ = import_torch().cuda.mem_get_info(config.device)
+    if need > free:
+        raise InvalidRequestError(
+            f"hbm_blocks {n}: their state needs {need / 2**30:.1f} GiB of the GPU's memory, "
+            f"which has {free / 2**30:.1f} GiB free; give fewer blocks"
+        )
+
+
 def place_state(
     blocks: list[Block], host_alloc: HostAlloc, config: OffloadConfig, engine: Any
 ) -> None:
     """Each block's fp32 state (master from the weights, moments zero) on the tier, and
-    where the mode keeps them there, its gradients and weights (pinned on a GPU)."""
+    where the mode keeps them there, its gradients and weights (pinned on a GPU); the
+    first ``config.hbm_blocks`` blocks' state in the device's memory, and nothing of
+    theirs on the tier."""
     torch = import_torch()
     pinned = on_gpu = config.on_gpu
-    for B in blocks:
+    for position, B in enumerate(blocks):
         size = B.dtype.itemsize
+        if position < config.hbm_blocks:
+            B.state = torch.zeros(3 * B.numel, dtype=torch.float32, device=config.device)
+            with torch.no_grad():
+                for p in B.params:
+                    B.part(B.state, 0, p).copy_(p.param.detach().reshape(-1))
+            B.flight.updated = engine.event()
+            continue
         state = host_alloc(3 * B.numel * 4, pinned).view(torch.float32).zero_()
         with torch.no_grad():
             for p in B.params:

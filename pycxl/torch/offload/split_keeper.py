@@ -18,9 +18,16 @@ class SplitKeeper:
     """The split of ``blocks`` between the CPU side and the GPU side (None: no GPU)."""
 
     def __init__(
-        self, blocks: Sequence[Block], config: OffloadConfig, cpu: CpuSide, gpu: GpuSide | None
+        self,
+        blocks: Sequence[Block],
+        config: OffloadConfig,
+        cpu: CpuSide,
+        gpu: GpuSide | None,
+        *,
+        in_hbm: Sequence[int] = (),
     ) -> None:
         self._sizes = {B.index: B.numel for B in blocks}
+        self._in_hbm = set(in_hbm)  # the GPU's always, not split
         self._config = config
         self._has_gpu = gpu is not None
         self.fixed = config.fixed  # the timings no longer move the split
@@ -35,6 +42,8 @@ class SplitKeeper:
             return UpdateSplit(everything, (), None, None, None, "fixed: update='cpu'")
         if update == "gpu":
             return UpdateSplit((), everything, None, None, None, "fixed: update='gpu'")
+        if not blocks:
+            return UpdateSplit((), (), None, None, None, "every block's state is in HBM")
         B = max(blocks, key=lambda b: b.numel)
         cpu_rate = cpu.params_per_s(B)
         gpu_rate = gpu.link_bytes_per_s(B) / self._bytes_per_param(blocks[0])
@@ -50,7 +59,7 @@ class SplitKeeper:
 
     def refine(self, times: StepTimes) -> None:
         """The split moved by a step's timings, unless it is fixed."""
-        if self.fixed or not self._has_gpu:
+        if self.fixed or not self._has_gpu or not self._sizes:
             return
         gpu_begins = not self._config.streamed
         new = refined(self.current, self._sizes, times, gpu_begins=gpu_begins)
@@ -63,6 +72,12 @@ class SplitKeeper:
         chosen = sorted(set(gpu))
         early = sorted(set(gpu_early), reverse=True)
         known = set(self._sizes)
+        held = sorted({i for i in chosen + early if i in self._in_hbm})
+        if held:
+            raise InvalidRequestError(
+                f"blocks {format_blocks(held)} keep their state in HBM (hbm_blocks): the GPU "
+                f"updates them there; set_plan splits blocks {format_blocks(sorted(known))}"
+            )
         bad = [i for i in chosen + early if i not in known]
         if bad:
             raise InvalidRequestError(

@@ -112,5 +112,6 @@ def host_tensors(blocks: Iterable[Block]) -> list[Any]:
     where they are kept there."""
     out = []
     for B in blocks:
-        out += [t for t in (B.state, B.grads, B.weights, B.incoming) if t is not None]
+        out += [t for t in (B.state, B.grads, B.weights, B.incoming)
+                if t is not None and t.device.type == "cpu"]  # fmt: skip
     return out

@@ -44,6 +44,7 @@ class UpdateSplit:
     in_backward: bool = False  # blocks begin as their gradients arrive in the backward pass
     seen: bool = False  # the rates are ones seen in steps, both sides running (not set-up's)
     gpu_early: tuple[int, ...] = ()  # GPU blocks begun in the backward pass, in that order
+    hbm: tuple[int, ...] = ()  # blocks whose state lives in HBM: updated there, not split
 
     def __str__(self) -> str:
         def rate(r: float | None) -> str:
@@ -55,6 +56,8 @@ class UpdateSplit:
         ]
         if self.gpu_early:
             lines[-1] += f", of which {format_blocks(sorted(self.gpu_early))} begun in backward"
+        if self.hbm:
+            lines.insert(0, f"HBM: blocks {format_blocks(self.hbm)} (state in HBM, updated there)")
         if self.predicted_s is not None:
             when = " after step()" if self.in_backward else ""
             lines.append(f"update predicted {self.predicted_s * 1e3:.0f} ms{when}: {self.why}")
