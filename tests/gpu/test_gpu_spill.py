@@ -202,7 +202,9 @@ with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         y = checkpoint(model[i : i + 2], y, use_reentrant=False)
     y.square().mean().backward()
     out["checkpointed"] = same(grads(), plain)
-    y = x  # reentrant: the forward pass runs again inside the backward pass, packing there
+    # reentrant: the forward pass runs again inside the backward pass, packing there (an
+    # input that needs no gradient would leave the output without one)
+    y = x.detach().requires_grad_()
     for i in range(0, len(blocks), 2):
         y = checkpoint(model[i : i + 2], y, use_reentrant=True)
     y.square().mean().backward()
