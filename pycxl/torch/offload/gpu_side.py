@@ -147,9 +147,7 @@ class GpuSide:
                         g32.copy_(gin)
                     else:
                         _gather_grads(g32, a, b, params, upd)
-                    if settings[g].grad_scale != 1.0:  # a clip's coefficient
-                        g32.mul_(settings[g].grad_scale)
-                    gpu_adam_step([master], [g32], [m], [v], step_of[n_step], settings[g])
+                    _step_piece(master, m, v, g32, step_of[n_step], settings[g])
                     if streamed:
                         wout.copy_(master)
                     else:
@@ -191,9 +189,7 @@ class GpuSide:
                     master, m, v = (B.part_span(B.state, k, a, b) for k in range(3))
                     g32 = self._hbm_grads[: b - a]
                     _gather_grads(g32, a, b, params, upd)
-                    if settings[g].grad_scale != 1.0:  # a clip's coefficient
-                        g32.mul_(settings[g].grad_scale)
-                    gpu_adam_step([master], [g32], [m], [v], step_of[n_step], settings[g])
+                    _step_piece(master, m, v, g32, step_of[n_step], settings[g])
                     _scatter_weights(master, a, b, params)
                 self.engine.record(B.flight.updated, upd)
 
@@ -219,6 +215,14 @@ class GpuSide:
             after = max(after, end.ms_since(at_step) / 1e3)
         basis = False not in timed  # at step() where there were any
         return sum(timed.values()) * seconds[basis] / timed[basis], after
+
+
+def _step_piece(master: Any, m: Any, v: Any, g32: Any, step: Any, s: AdamSettings) -> None:
+    """One piece's Adam step on the device, its fp32 gradient first scaled by a clip's
+    coefficient where one was left."""
+    if s.grad_scale != 1.0:
+        g32.mul_(s.grad_scale)
+    gpu_adam_step([master], [g32], [m], [v], step, s)
 
 
 def grad_of(p: ParamSlot) -> Any:

@@ -316,16 +316,10 @@ class ModelOffload:
         produced = self._record(current)  # the backward pass's gradients
         for B in cpu_blocks:
             self._cpu.submit(B, live[B.index], settings_of(B))
-        by_scale: dict[float, list[Block]] = {}
-        for B in self._in_hbm:  # first: the next forward pass needs them first
-            if live[B.index]:
-                by_scale.setdefault(scales.get(B.index, 1.0), []).append(B)
-        for blocks in by_scale.values():
+        in_hbm = [B for B in self._in_hbm if live[B.index]]
+        for blocks in _by_scale(in_hbm, scales):  # first: the next forward pass needs them first
             self._gpu.update_in_hbm(blocks, live, produced, settings_of(blocks[0]))
-        by_scale = {}
-        for B in gpu_blocks:
-            by_scale.setdefault(scales.get(B.index, 1.0), []).append(B)
-        for blocks in by_scale.values():
+        for blocks in _by_scale(gpu_blocks, scales):
             self._gpu.update(blocks, live, produced, settings_of(blocks[0]))
         self._rest.step(settings, self._cpu.adam)
         if not self.config.overlaps:
@@ -455,3 +449,11 @@ class ModelOffload:
         self._cpu.close()
         if self._gpu is not None:
             self._gpu.free()
+
+
+def _by_scale(blocks: list[Block], scales: dict[int, float]) -> list[list[Block]]:
+    """``blocks`` in runs that share a clip's coefficient (one call of a side each)."""
+    runs: dict[float, list[Block]] = {}
+    for B in blocks:
+        runs.setdefault(scales.get(B.index, 1.0), []).append(B)
+    return list(runs.values())
