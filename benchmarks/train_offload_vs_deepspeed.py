@@ -57,9 +57,14 @@ CONFIGS = (
     "deepspeed-superoffload",
 )
 # offload_model's knobs, tried beside its defaults (not in the default list): half the
-# socket's CPUs for the CPU step, a ring two blocks ahead, the first blocks' state in HBM
-# half the blocks' state in HBM (as DeepSpeed's ratio 0.5 keeps half of it on the GPU)
-VARIANTS = ("pycxl-resident-half-cpus", "pycxl-model-stream-lookahead2", "pycxl-resident-hbm10")
+# socket's CPUs for the CPU step, a ring two blocks ahead, and half the blocks' state in
+# HBM (as DeepSpeed's ratio 0.5 keeps half of it on the GPU; streamed: their weights too)
+VARIANTS = (
+    "pycxl-resident-half-cpus",
+    "pycxl-model-stream-lookahead2",
+    "pycxl-resident-hbm10",
+    "pycxl-model-stream-hbm10",
+)
 LR, WEIGHT_DECAY, WARMUP = 1e-4, 0.01, 5
 TOKENS, BATCH = 1024, 4
 
@@ -406,7 +411,8 @@ def main() -> int:
                 f"(HBM {ref[-1]:.4f}), max norm difference {gap:.2%}"
             )
     for mine in ("pycxl-resident", "pycxl-resident-backward", "pycxl-model-stream",
-                 "pycxl-model-stream-backward", "pycxl-resident-hbm10"):  # fmt: skip
+                 "pycxl-model-stream-backward", "pycxl-resident-hbm10",
+                 "pycxl-model-stream-hbm10"):  # fmt: skip
         for theirs in ("deepspeed-zero2", "deepspeed-zero3", "deepspeed-zero3-ratio",
                        "deepspeed-zenflow", "deepspeed-superoffload"):  # fmt: skip
             if mine in by and theirs in by:

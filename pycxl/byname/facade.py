@@ -334,7 +334,8 @@ def offload_model(
     ``update_in_backward`` the CPU side begins in the backward pass where the loop's
     habits (learned from its first step: accumulation, clipping) leave the result
     PyTorch's. ``hbm_blocks``: the first blocks keep their state in the GPU's memory
-    and are updated there (weights resident). ``.plan()`` shows the split. A tier with
+    and are updated there (streamed: their weights stay there too; ``pycxl.fit``'s
+    ``chosen.hbm_blocks`` is as many as its HBM holds beside a step). ``.plan()`` shows the split. A tier with
     less free memory than it would place there is refused before any is taken
     (``pycxl.fit`` says which placement fits where).
 

@@ -165,15 +165,26 @@ def test_clipping_each_step_gives_the_norms_and_losses_of_hbm(weights: str, upda
     off.close()
 
 
-@pytest.mark.parametrize(("hbm_blocks", "backward"), [(2, False), (2, True), (4, False)])
-def test_blocks_whose_state_is_in_hbm_train_as_in_hbm(hbm_blocks: int, backward: bool) -> None:
-    """hbm_blocks: the first blocks' state in the GPU's memory, updated there; the rest
-    split as before. Clipped every step with a scheduler (and update_in_backward): the
-    losses and norms of fp32 masters in HBM; the state where it was put; a save and load
-    that resumes; set_plan refuses the HBM blocks."""
+@pytest.mark.parametrize(
+    ("weights", "hbm_blocks", "backward"),
+    [("resident", 2, False), ("resident", 2, True), ("resident", 4, False),
+     ("stream", 2, False), ("stream", 2, True), ("stream", 4, False)],
+)  # fmt: skip
+def test_blocks_whose_state_is_in_hbm_train_as_in_hbm(
+    weights: str, hbm_blocks: int, backward: bool
+) -> None:
+    """hbm_blocks: the first blocks' state in the GPU's memory, updated there (streamed:
+    their weights stay there too, the rest stream); the others split as before. Clipped
+    every step with a scheduler (and update_in_backward): the losses and norms of fp32
+    masters in HBM; the state where it was put; a save and load that resumes; set_plan
+    refuses the HBM blocks."""
     ref_model = _llama()
-    model = copy.deepcopy(ref_model)
-    off = _offload(model, weights="resident", hbm_blocks=hbm_blocks, update_in_backward=backward)
+    # streamed, built on the host as a model larger than HBM is: the HBM blocks move over
+    model = copy.deepcopy(ref_model).to("cpu" if weights == "stream" else "cuda")
+    off = _offload(model, weights=weights, hbm_blocks=hbm_blocks, update_in_backward=backward)
+    if weights == "stream":
+        assert model.model.layers[0].mlp.up_proj.weight.is_cuda
+        assert model.model.layers[3].mlp.up_proj.weight.is_cuda == (hbm_blocks == 4)
     plan = off.plan()
     assert plan.hbm == tuple(range(hbm_blocks))
     assert sorted(plan.cpu + plan.gpu) == list(range(hbm_blocks, 4))
@@ -191,7 +202,7 @@ def test_blocks_whose_state_is_in_hbm_train_as_in_hbm(hbm_blocks: int, backward:
             off.set_plan(gpu=[0])
     off.close()
     fresh = _llama()
-    again = _offload(fresh, weights="resident", hbm_blocks=hbm_blocks)
+    again = _offload(fresh, weights=weights, hbm_blocks=hbm_blocks)
     fresh.load_state_dict(saved["model"])  # the masters follow the weights
     again.optimizer.load_state_dict(saved["opt"])
     assert _train(fresh, again.optimizer, data, clip=0.5) == pytest.approx(after, abs=1e-3)

@@ -16,7 +16,7 @@ import pytest
 import pycxl
 from pycxl.base.errors import InvalidRequestError
 from pycxl.base.values import parameter_count
-from pycxl.torch.offload.fit import Machine, TrainShape, activation_bytes, fit
+from pycxl.torch.offload.fit import Machine, TrainShape, activation_bytes, fit, hbm_headroom
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -119,7 +119,9 @@ def test_hbm_holds_what_offload_model_puts_there() -> None:
 
     shape = TrainShape.decoder(layers=22, hidden=2048, intermediate=5632)
     block = -(-shape.block_params // 22)
-    planned = {o.name: o for o in fit(shape, _machine(139, 100), 4096, lookahead=2).options}
+    # HBM's free memory not known: no block's state is placed there
+    planned = {o.name: o for o in fit(shape, Machine("dram0", None, 100 * GiB), 4096,
+                                      lookahead=2).options}  # fmt: skip
     streamed, resident = planned["stream"].hbm, planned["resident"].hbm
     assert streamed["block_weights"] == 3 * block * 2  # the ring: lookahead + 1 blocks
     assert streamed["block_gradients"] == (LANDING_MAX + 1) * block * 2
@@ -127,7 +129,8 @@ def test_hbm_holds_what_offload_model_puts_there() -> None:
     # fp32 master and two moments, bf16 weights and gradient, a piece each of SLOTS buffers
     assert resident["update_buffers"] == SLOTS * min(CHUNK_ELEMENTS, block) * (4 * 4 + 2 * 2)
     # where the rates give every block to the CPU, the GPU side takes no buffers
-    cpu_only = fit(shape, _machine(139, 100, link=1e6, cpu_update=1e12, gpu_flops=1e15), 4096)
+    cpu_only = fit(shape, Machine("dram0", None, 100 * GiB, link=1e6, cpu_update=1e12,
+                                  gpu_flops=1e15), 4096)  # fmt: skip
     assert all(o.hbm["update_buffers"] == 0 for o in cpu_only.options)
 
 
@@ -154,7 +157,7 @@ def test_the_link_carries_what_each_placement_moves_a_step() -> None:
     shape = TrainShape.decoder(layers=24, hidden=2048)
     n, d = shape.block_params, shape.dtype_bytes
     # a CPU so fast that the split gives it every block: only weights and gradients move
-    m = _machine(139, 400, link=1e10, cpu_update=1e15, gpu_flops=1e15)
+    m = Machine("dram0", None, 400 * GiB, link=1e10, cpu_update=1e15, gpu_flops=1e15)
     planned = {o.name: o for o in fit(shape, m, 4096).options}
     block = -(-n // 24)
     assert planned["resident"].parts_s["link"] == pytest.approx(24 * block * d / 1e10)
@@ -166,13 +169,51 @@ def test_the_link_carries_what_each_placement_moves_a_step() -> None:
     )
 
 
+def test_state_goes_to_hbm_where_it_has_room_and_the_tier_takes_the_rest() -> None:
+    shape = TrainShape.decoder(layers=22, hidden=2048, intermediate=5632)  # a 1.1B
+    block = -(-shape.block_params // 22)
+    rates = {"link": 50e9, "cpu_update": 2e9, "gpu_flops": 600e12}
+    for weights in ("resident", "stream"):
+        spare = {o.name: o for o in fit(shape, _machine(24, 100, **rates), 4096).options}
+        o = spare[weights]
+        held = o.hbm_blocks
+        assert 0 < held < 22 and o.fits, o
+        headroom = hbm_headroom(24 * GiB, o.hbm["activations_estimate"])
+        one_block = block * 12 + (3 * block * 2 if weights == "stream" else 0)
+        taken = sum(o.hbm.values()) + headroom
+        assert taken <= 24 * GiB < taken + one_block
+        assert o.hbm["optimizer_state"] == held * block * 12
+        alone = fit(shape, Machine("dram0", None, 100 * GiB, **rates), 4096).options
+        unheld = next(a for a in alone if a.name == weights)
+        tier_alone = unheld.tier
+        assert sum(o.tier.values()) == pytest.approx(sum(tier_alone.values()) * (22 - held) / 22,
+                                                     rel=1e-6)  # fmt: skip
+        # fewer blocks on the tier: less crosses the link, and the CPU updates fewer
+        moved = o.parts_s["link"] + o.parts_s["update"]
+        assert moved < unheld.parts_s["link"] + unheld.parts_s["update"]
+    whole = fit(shape, _machine(139, 100), 4096)
+    assert whole.chosen is not None and whole.chosen.hbm_blocks == 22
+    assert "trains in HBM without offload" in whole.why, whole.why
+
+
+def test_a_model_that_fits_in_neither_memory_alone_trains_in_both() -> None:
+    planned = fit(LLAMA2_13B, _machine(139, 120), 4096)  # the GPU machine: H200, 125 GiB host
+    c = planned.chosen
+    assert c is not None and 0 < c.hbm_blocks < 40, planned.why
+    assert sum(c.tier.values()) <= 120 * GiB < 16 * LLAMA2_13B.block_params
+    assert sum(c.hbm.values()) <= 139 * GiB
+    assert f"hbm_blocks={c.hbm_blocks}" in planned.why, planned.why
+
+
 def test_what_fits_nowhere_says_how_much_more_and_where() -> None:
-    planned = fit(LLAMA2_13B, _machine(139, 120), 4096)
+    planned = fit(LLAMA2_13B, _machine(40, 120), 4096)  # HBM too small to hold what the tier can't
     assert planned.chosen is None
-    short = 16 * LLAMA2_13B.block_params - 120 * GiB  # 12 bytes of state, 4 of pinned copies
-    assert f"{short / GiB:.1f} GiB more free on dram0" in planned.why, planned.why
+    assert "more HBM" in planned.why and "or as much more free on dram0" in planned.why, planned.why
     no_hbm = fit(LLAMA2_13B, _machine(4, 400), 4096)
     assert "more HBM" in no_hbm.why and "fewer tokens" in no_hbm.why, no_hbm.why
+    unknown = fit(LLAMA2_13B, Machine("dram0", None, 120 * GiB), 4096)
+    short = 16 * LLAMA2_13B.block_params - 120 * GiB  # 12 bytes of state, 4 of pinned copies
+    assert f"{short / GiB:.1f} GiB more free on dram0" in unknown.why, unknown.why
 
 
 def test_bad_input_is_refused_by_name() -> None:
@@ -213,16 +254,18 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_plan_train_says_what_fits_and_exits_8_where_nothing_does() -> None:
     small = ["--params", "1.1B", "--layers", "22", "--hidden", "2048", "--tokens", "4096"]
-    fits = _plan(*small, "--hbm", "80G", "--tier-free", "100G", "--link", "50", "--tflops",
+    fits = _plan(*small, "--hbm", "16G", "--tier-free", "100G", "--link", "50", "--tflops",
                  "600", "--cpu-update", "2")  # fmt: skip
     assert fits.returncode == 0, fits.stderr
-    assert "fits: weights resident, a step at least" in fits.stdout, fits.stdout
+    assert "fits: weights resident + checkpointing, the state of" in fits.stdout, fits.stdout
+    assert "HBM      optimizer state" in fits.stdout, fits.stdout
     big = _plan("--params", "13B", "--layers", "40", "--hidden", "5120", "--tokens", "4096",
-                "--hbm", "139G", "--tier-free", "120G", "--cpu-update", "2", "--json")  # fmt: skip
+                "--hbm", "40G", "--tier-free", "120G", "--cpu-update", "2", "--json")  # fmt: skip
     assert big.returncode == 8 and "fits in no placement" in big.stderr, big.stderr
     doc = json.loads(big.stdout)
-    assert doc["chosen"] is None and doc["placements"][0]["short_tier"] > 0
-    assert doc["machine"]["hbm_free"] == 139 * GiB and doc["machine"]["tier_free"] == 120 * GiB
+    assert doc["chosen"] is None and doc["placements"][0]["short_hbm"] > 0
+    assert doc["placements"][0]["hbm_blocks"] > 0
+    assert doc["machine"]["hbm_free"] == 40 * GiB and doc["machine"]["tier_free"] == 120 * GiB
     both = _plan(*small, "--hbm", "80G", "--gpu", "gpu0")
     assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr
 

@@ -29,7 +29,7 @@ class OffloadConfig:
     ``overlap``: step() returns while the update runs (on a GPU); ``update_in_backward``:
     the update begins in the backward pass; ``lookahead``: blocks copied ahead, streamed;
     ``hbm_blocks``: the first blocks whose state lives in the device's memory, updated
-    there (nothing of theirs crosses the link)."""
+    there, their weights resident in either mode (nothing of theirs crosses the link)."""
 
     device: Any
     weights: Weights = "resident"
@@ -66,11 +66,6 @@ class OffloadConfig:
             raise InvalidRequestError("update='gpu' needs a GPU: name one, or use 'cpu'")
         if config.hbm_blocks and not config.on_gpu:
             raise InvalidRequestError("hbm_blocks keeps state in a GPU's memory: name a GPU")
-        if config.hbm_blocks and config.streamed:
-            raise InvalidRequestError(
-                "hbm_blocks with weights='stream' is not built yet: the blocks whose state "
-                "is in HBM would still send their gradients home; use weights='resident'"
-            )
         return config
 
     @property

@@ -204,6 +204,7 @@ class Option:
     step_s: float | None
     bound: str  # what bounds the step (or what is not known)
     parts_s: dict[str, float] = field(default_factory=dict)
+    hbm_blocks: int = 0  # the first blocks whose state (streamed: and weights) is in HBM
 
     @property
     def fits(self) -> bool:
@@ -240,7 +241,12 @@ class Fit:
         c = self.chosen
         if c is not None:
             when = "" if c.step_s is None else f", a step at least {c.step_s * 1e3:.0f} ms"
-            return f"fits: weights {c.name}{when} ({c.bound})"
+            held = ""
+            if c.hbm_blocks == self.shape.layers:
+                held = ", every block's state in HBM too (it trains in HBM without offload)"
+            elif c.hbm_blocks:
+                held = f", the state of {c.hbm_blocks} blocks in HBM (hbm_blocks={c.hbm_blocks})"
+            return f"fits: weights {c.name}{held}{when} ({c.bound})"
         least = min(self.options, key=lambda o: (o.short_hbm, o.short_tier))
         need = []
         if least.short_hbm:
@@ -250,6 +256,9 @@ class Fit:
         fixes = []
         if least.short_hbm:
             fixes.append("fewer tokens a step")
+        if least.short_hbm and least.hbm_blocks:  # HBM holds state the tier has no room for
+            fixes[-1] += (f" or as much more free on {self.machine.tier} (HBM was to hold "
+                          f"the state of {least.hbm_blocks} blocks)")  # fmt: skip
         if least.short_tier:
             fixes.append(f"more free memory on {self.machine.tier} (or a tier beside it)")
         return (
@@ -281,6 +290,7 @@ class Fit:
             "placements": [
                 {
                     "weights": o.weights, "checkpointing": o.checkpointing, "fits": o.fits,
+                    "hbm_blocks": o.hbm_blocks,
                     "hbm": o.hbm, "hbm_total": sum(o.hbm.values()), "tier": o.tier,
                     "tier_total": sum(o.tier.values()), "short_hbm": o.short_hbm,
                     "short_tier": o.short_tier, "step_s": o.step_s, "parts_s": o.parts_s,
@@ -309,11 +319,17 @@ def activation_bytes(shape: TrainShape, tokens: int, checkpointing: bool) -> int
 
 
 def tier_bytes(
-    shape: TrainShape, *, streamed: bool, on_gpu: bool, accumulation: int = 1
+    shape: TrainShape,
+    *,
+    streamed: bool,
+    on_gpu: bool,
+    accumulation: int = 1,
+    hbm_blocks: int = 0,
 ) -> dict[str, int]:
     """What offload_model places on the tier, by part (``PARTS``): the blocks' fp32
     state, and where the mode keeps them there, their weights and gradients (pinned
-    with a GPU; streamed with accumulation, a later micro-batch's gradients too)."""
+    with a GPU; streamed with accumulation, a later micro-batch's gradients too);
+    nothing of the first ``hbm_blocks`` (the blocks are taken as equal)."""
     n, d = shape.block_params, shape.dtype_bytes
     weights_grads = 0
     if streamed:
@@ -322,16 +338,18 @@ def tier_bytes(
             weights_grads += n * d  # a later micro-batch's gradients, added at home
     elif on_gpu:
         weights_grads = 2 * n * d
-    return {"optimizer_state": STATE_BYTES * n, "pinned_gradients_weights": weights_grads}
+    layers = max(shape.layers, 1)
+    left = layers - min(hbm_blocks, layers)
+    return {"optimizer_state": STATE_BYTES * n * left // layers,
+            "pinned_gradients_weights": weights_grads * left // layers}  # fmt: skip
 
 
 def check_tier_room(shape: TrainShape, *, streamed: bool, on_gpu: bool, free: int,
                     tier: str, hbm_blocks: int = 0) -> None:  # fmt: skip
     """Refused by name, before any of it is taken, where the tier has less free memory
     than offload_model would place there (nothing of the first ``hbm_blocks``)."""
-    everything = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu).values())
-    layers = max(shape.layers, 1)
-    need = everything * (layers - min(hbm_blocks, layers)) // layers
+    need = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu,
+                          hbm_blocks=hbm_blocks).values())  # fmt: skip
     if need > free:
         raise InvalidRequestError(
             f"the blocks' optimizer state{' and weights' if streamed or on_gpu else ''} need "
@@ -356,24 +374,33 @@ def _option(
     whole = n + shape.frozen_block_params  # what the blocks' weights hold
     block, whole_block = -(-n // layers), -(-whole // layers)
     r, rd = shape.rest_params, shape.rest_dtype_bytes
-    plan = None
-    if m.link and m.cpu_update:
-        # the update split as offload_model splits it: the CPU side's blocks at its
-        # rate, the GPU side's streaming their state (streamed: and weights) both ways
-        per_param = STATE_BYTES + (d if stream else 0)
-        plan = split_blocks({i: block for i in range(layers)}, m.cpu_update, m.link / per_param,
-                            "rates given")  # fmt: skip
-    chunk = min(CHUNK_ELEMENTS, block)
-    on_gpu_side = plan is None or bool(plan.gpu)  # not known: counted, as it may
     hbm = {
         "block_weights": (lookahead + 1) * whole_block * d if stream else whole * d,
         "block_gradients": (LANDING_MAX + 1) * block * d if stream else n * d,
         "rest": r * (2 * rd + (0 if rd == 4 else 4) + 8) + shape.frozen_rest_params * rd,
         "activations_estimate": activation_bytes(shape, tokens, checkpointing),
-        "update_buffers": SLOTS * chunk * (16 + 2 * d) if on_gpu_side else 0,
+        "update_buffers": SLOTS * min(CHUNK_ELEMENTS, block) * (16 + 2 * d),
         "cuda_context": CONTEXT_BYTES,
     }
-    tier = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation)
+    everything = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation)
+    held = _blocks_in_hbm(shape, m, hbm, sum(everything.values()), stream)
+    if held:  # their state (streamed: weights and gradients too) in HBM, not on the tier
+        hbm["optimizer_state"] = held * block * STATE_BYTES
+        if stream:
+            hbm["block_weights"] += held * whole_block * d
+            hbm["block_gradients"] += held * block * d
+    tier = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation,
+                      hbm_blocks=held)  # fmt: skip
+    plan = None
+    on_tier = layers - held
+    if m.link and m.cpu_update and on_tier:
+        # the update split as offload_model splits it: the CPU side's blocks at its
+        # rate, the GPU side's streaming their state (streamed: and weights) both ways
+        per_param = STATE_BYTES + (d if stream else 0)
+        plan = split_blocks({i: block for i in range(on_tier)}, m.cpu_update, m.link / per_param,
+                            "rates given")  # fmt: skip
+    if plan is not None and not plan.gpu and not held:
+        hbm["update_buffers"] = 0  # the GPU side updates no block: it takes no buffers
     short_hbm = 0 if m.hbm_free is None else max(0, sum(hbm.values()) - m.hbm_free)
     short_tier = max(0, sum(tier.values()) - m.tier_free)
     parts: dict[str, float] = {}
@@ -383,11 +410,12 @@ def _option(
         flops = (8 if checkpointing else 6) * matmul * tokens
         flops += 6 * layers * seq * shape.hidden * tokens  # causal attention
         parts["compute"] = flops / m.gpu_flops * accumulation
-    if plan is not None and m.link and m.cpu_update:
-        on_gpu = block * len(plan.gpu)
-        on_cpu = block * len(plan.cpu)
-        if stream:  # the weights come in each pass, gradients go home each micro-batch
-            moved = accumulation * (2 * whole * d + n * d) + on_gpu * (STATE_BYTES + d)
+    if m.link and m.cpu_update:
+        on_gpu = block * len(plan.gpu) if plan else 0
+        on_cpu = block * len(plan.cpu) if plan else 0
+        if stream:  # the tier's blocks' weights come in each pass, their gradients go home
+            moved = accumulation * on_tier * (2 * whole_block + block) * d
+            moved += on_gpu * (STATE_BYTES + d)
         else:  # the CPU's blocks' gradients home and new weights back: each way
             moved = on_cpu * d + on_gpu * STATE_BYTES
         parts["link"] = moved / m.link
@@ -401,7 +429,37 @@ def _option(
                                    ("the CPU update's rate", m.cpu_update)) if not ok]  # fmt: skip
         bound = f"no step time: {', '.join(missing)} not known"
         step = None
-    return Option(weights, checkpointing, hbm, tier, short_hbm, short_tier, step, bound, parts)
+    return Option(weights, checkpointing, hbm, tier, short_hbm, short_tier, step, bound, parts,
+                  held)  # fmt: skip
+
+
+def hbm_headroom(hbm_free: int, activations: int) -> int:
+    """HBM left free where blocks' state fills the rest: the activation estimate's error
+    (it is within 15% of what autograd saves, tests/unit/test_fit.py) and the caching
+    allocator's fragmentation (5% of what is free)."""
+    return activations * 15 // 100 + hbm_free // 20
+
+
+def _blocks_in_hbm(
+    shape: TrainShape, m: Machine, hbm: dict[str, int], on_tier: int, stream: bool
+) -> int:
+    """How many blocks keep their state in HBM (``hbm_blocks``): as many as the HBM left
+    over holds (the fewer the blocks on the tier, the less crosses the link and the less
+    the CPU updates), and at least as many as the tier's shortfall needs (more than HBM
+    holds: HBM falls short). None where HBM's free memory is not known."""
+    layers = shape.layers
+    if m.hbm_free is None:
+        return 0
+    d = shape.dtype_bytes
+    block = -(-shape.block_params // layers)
+    whole_block = -(-(shape.block_params + shape.frozen_block_params) // layers)
+    cost = block * STATE_BYTES + ((whole_block + block) * d if stream else 0)
+    left = m.hbm_free - sum(hbm.values()) - hbm_headroom(m.hbm_free, hbm["activations_estimate"])
+    room = max(0, min(layers, left // cost))
+    saved_each = on_tier // layers  # tier bytes one block in HBM leaves off the tier
+    short = on_tier - m.tier_free
+    needed = 0 if short <= 0 else min(layers, -(-short // max(saved_each, 1)))
+    return max(room, needed)
 
 
 def checked_step(

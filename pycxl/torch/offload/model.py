@@ -108,16 +108,19 @@ class ModelOffload:
         self._blocks = layout_blocks(modules, group_of, with_frozen=config.streamed)
         check_trainable(self._blocks)
         in_blocks = {id(p.param) for B in self._blocks for p in B.everything}
+        setup.check_hbm_room(self._blocks, config)
+        self._in_hbm = self._blocks[: config.hbm_blocks]
+        self._on_tier = self._blocks[config.hbm_blocks :]  # the split's: the rest are the GPU's
         if config.streamed:
-            setup.move_rest(model, in_blocks, self.device)
+            # what streams: the blocks on the tier; those in HBM stay on the device
+            streamed = {id(p.param) for B in self._on_tier for p in B.everything}
+            setup.move_rest(model, streamed, self.device)
         else:
             setup.check_on_device(model, self.device)
         self._stepped = False  # a step has begun: there is one to settle
         self._adam_steps = AdamSteps(p.param for B in self._blocks for p in B.params)
         self._closed = False
-        setup.check_hbm_room(self._blocks, config)
         setup.place_state(self._blocks, host_alloc, config, engine)
-        self._in_hbm = self._blocks[: config.hbm_blocks]
         rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
         self._rest = RestUpdate(rest, group_of, self.device, self._adam_steps)
         self._cpu = CpuSide(
@@ -134,21 +137,20 @@ class ModelOffload:
         self._step_settings: list[AdamSettings] = []
         self.ferry: WeightFerry | None = None
         self._clip: clipping.ClipInUpdate | None = None
-        if config.streamed:
+        if config.streamed and self._on_tier:  # every block in HBM: nothing streams
             norms = GradNorms()
             self.ferry = WeightFerry(
-                self._blocks, engine, self.device, lookahead=config.lookahead,
+                self._on_tier, engine, self.device, lookahead=config.lookahead,
                 before_copy=self._before_copy, host_alloc=self._gradient_memory,
                 on_home=self._early.sent_home if config.update_in_backward else None,
                 norms=norms,
             )  # fmt: skip
             # clipping reads the norms taken as the gradients left, and its coefficient
             # is applied in the update: no pass over the gradients on the tier
-            self._clip = clipping.ClipInUpdate(self._blocks, norms)
+            self._clip = clipping.ClipInUpdate(self._on_tier, norms)
             clipping.install(self._clip)
         self._hooks = self._add_hooks(model)
-        on_tier = self._blocks[config.hbm_blocks :]  # the split's: the rest are the GPU's
-        self._split = SplitKeeper(on_tier, config, self._cpu, self._gpu,
+        self._split = SplitKeeper(self._on_tier, config, self._cpu, self._gpu,
                                   in_hbm=[B.index for B in self._in_hbm])  # fmt: skip
         self.optimizer = optimizer_class()(self, groups, dict(base.defaults))
 
@@ -169,12 +171,13 @@ class ModelOffload:
         return self._host_alloc(B.numel * B.dtype.itemsize, self.config.on_gpu).view(B.dtype)
 
     def _add_hooks(self, model: Any) -> list[Any]:
-        """Resident: each block's forward pass waits for its update (overlapped), and its
-        gradients begin its update (in the backward pass); the model's state hooks."""
+        """Resident blocks (streamed: those in HBM): each one's forward pass waits for its
+        update (overlapped); resident, their gradients begin their update (in the
+        backward pass); the model's state hooks."""
         hooks = []
         resident = not self.config.streamed
-        if self.config.overlaps and resident:
-            for B in self._blocks:
+        if self.config.overlaps:
+            for B in self._in_hbm if self.config.streamed else self._blocks:
                 hooks.append(B.module.register_forward_pre_hook(self._forward_waiter(B)))
         if self.config.update_in_backward and resident:
             for B in self._blocks:
@@ -234,8 +237,9 @@ class ModelOffload:
         return waiter  # a compiled model calls it as it is
 
     def _before_copy(self, position: int) -> None:
-        """Streamed: before the ring copies a block's home weights to the device."""
-        self._wait_for(self._blocks[position], self.engine.copy_in_stream)
+        """Streamed: before the ring copies a block's home weights to the device
+        (``position`` in the ring's blocks, those on the tier)."""
+        self._wait_for(self._on_tier[position], self.engine.copy_in_stream)
 
     # --- the step ----------------------------------------------------------------------
     def _settle(self) -> None:
@@ -288,7 +292,8 @@ class ModelOffload:
         }
         for B in self._blocks:
             self._adam_steps.advance(p.param for p in live[B.index])
-            if self.ferry is not None:
+        if self.ferry is not None:
+            for B in self._on_tier:
                 self.ferry.adopt_grads(B, live[B.index])
         cpu_blocks = [by_index[i] for i in self._split.current.cpu if live[i]]
         gpu_blocks = [by_index[i] for i in self._split.current.gpu if live[i]]
@@ -409,8 +414,11 @@ class ModelOffload:
     def _forget_device_copies(self, blocks: Iterable[int] | None = None) -> None:
         """Streamed: the device copies of ``blocks`` (all by default) are stale."""
         if self.ferry is not None:
-            for B in self._blocks if blocks is None else [self._blocks[i] for i in blocks]:
-                self.ferry.invalidate(B)
+            in_hbm = {id(B) for B in self._in_hbm}
+            chosen = self._on_tier if blocks is None else [self._blocks[i] for i in blocks]
+            for B in chosen:
+                if id(B) not in in_hbm:
+                    self.ferry.invalidate(B)
 
     def synchronize(self) -> None:
         """Wait for the update in flight: every block's step, every copy."""

@@ -64,7 +64,8 @@ def move_rest(model: Any, in_blocks: set[int], device: Any) -> None:
 
 def check_hbm_room(blocks: list[Block], config: OffloadConfig) -> None:
     """Refused by name, before any is taken, where ``config.hbm_blocks`` is more blocks
-    than there are, or their state more than the device has free."""
+    than there are, or their state (streamed: and their weights and gradients, which
+    stay on the device) more than the device has free."""
     n = config.hbm_blocks
     if not n:
         return
@@ -73,6 +74,8 @@ def check_hbm_room(blocks: list[Block], config: OffloadConfig) -> None:
             f"hbm_blocks {n}: the model has {len(blocks)} blocks; give {len(blocks)} or fewer"
         )
     need = sum(12 * B.numel for B in blocks[:n])
+    if config.streamed:  # built on the host: the weights and gradients come too
+        need += sum((B.total + B.numel) * B.dtype.itemsize for B in blocks[:n])
     free, _ = import_torch().cuda.mem_get_info(config.device)
     if need > free:
         raise InvalidRequestError(
