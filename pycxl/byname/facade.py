@@ -335,9 +335,9 @@ def offload_model(
     habits (learned from its first step: accumulation, clipping) leave the result
     PyTorch's. ``hbm_blocks``: the first blocks keep their state in the GPU's memory
     and are updated there (streamed: their weights stay there too; ``pycxl.fit``'s
-    ``chosen.hbm_blocks`` is as many as its HBM holds beside a step). ``.plan()`` shows the split. A tier with
-    less free memory than it would place there is refused before any is taken
-    (``pycxl.fit`` says which placement fits where).
+    ``chosen.hbm_blocks`` is as many as its HBM holds beside a step). ``.plan()``
+    shows the split. A tier with less free memory than it would place there is refused
+    before any is taken (``pycxl.fit`` says which placement fits where).
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)

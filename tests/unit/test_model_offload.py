@@ -138,12 +138,18 @@ def test_clipping_streamed_blocks_trains_as_plain_pytorch_from_norms_taken_as_th
     assert torch.nn.utils.clip_grad_norm_.__module__ == "torch.nn.utils.clip_grad"  # put back
 
 
-def test_a_clip_of_streamed_blocks_reads_no_gradient_and_scales_them_in_the_update() -> None:
+@pytest.mark.parametrize("micro", [1, 3])
+def test_a_clip_of_streamed_blocks_writes_no_gradient_and_scales_them_in_the_update(
+    micro: int,
+) -> None:
+    """The norms are known when the backward pass ends: taken on the way home, or
+    (accumulated over micro-batches) of the sums, by the thread that adds them."""
     ref, model, off = _pair(weights="stream")
-    x = _data(1)[0][0]
-    for m in (ref, model):
-        m(input_ids=x, labels=x).loss.backward()
+    for x in _data(1, micro=micro)[0]:
+        for m in (ref, model):
+            m(input_ids=x, labels=x).loss.backward()
     in_blocks = list(model.model.layers.parameters())
+    assert all(off._clip.norm_of(p) is not None for p in in_blocks)  # none left to take
     before = [(p.grad.clone(), p.grad._version) for p in in_blocks]
     for _ in range(2):  # a second clip reads the first's coefficient, as in place
         want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
@@ -163,6 +169,32 @@ def test_a_clip_of_streamed_blocks_reads_no_gradient_and_scales_them_in_the_upda
     in_blocks[0].grad.add_(1.0)  # changed after the clip: its update could not be PyTorch's
     with pytest.raises(InvalidRequestError, match="changed after clip_grad_norm_"):
         off.optimizer.step()
+    off.close()
+
+
+def test_a_gradient_changed_before_the_clip_is_read_for_its_norm_and_scaled_in_the_update() -> None:
+    """Unscaled in place between the backward pass and the clip (GradScaler's way): the
+    norm taken then is stale, so the clip takes it as PyTorch does, and still leaves the
+    coefficient to the update."""
+    ref, model, off = _pair(weights="stream")
+    x = _data(1)[0][0]
+    for m in (ref, model):
+        m(input_ids=x, labels=x).loss.backward()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.grad.mul_(0.5)
+    in_blocks = list(model.model.layers.parameters())
+    assert all(off._clip.norm_of(p) is None for p in in_blocks)
+    versions = [p.grad._version for p in in_blocks]
+    want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+    got = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    assert [p.grad._version for p in in_blocks] == versions  # read, not written
+    _adamw(ref).step()
+    off.optimizer.step()
+    off.synchronize()
+    for a, b in zip(ref.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
     off.close()
 
 

@@ -7,9 +7,10 @@ parameters the norm is the one taken on the device as their gradients left for h
 gradient the Adam step reads) instead of by another pass over them; every other
 parameter is clipped in place, as PyTorch clips it. The total and the update are
 PyTorch's (the coefficient is applied in fp32, not after rounding to the gradient's
-dtype); the blocks' ``.grad`` read after clipping are the unclipped ones. A norm that
-is not known (another norm type, gradients accumulated over micro-batches, a gradient
-changed since its pass) is taken the usual way.
+dtype); the blocks' ``.grad`` read after clipping are the unclipped ones. A block's norm
+that is not known (a gradient changed since its pass) is taken here as PyTorch takes
+it, its coefficient still applied in the update; another norm type is clipped the
+usual way.
 """
 
 from __future__ import annotations
@@ -63,19 +64,39 @@ def _live() -> list[ClipInUpdate]:
 
 
 def _known(params: list[Any], norm_type: float) -> dict[int, tuple[ClipInUpdate, Any]]:
+    """The offloads' parameters among ``params``, each with its owner and its
+    gradient's norm: the one taken as it left, or, where none was, taken here as
+    PyTorch takes it (the coefficient still goes to the update: no pass to scale)."""
     owners = _live()
     if norm_type != 2.0 or not owners:
         return {}
     found = {}
+    unknown: list[tuple[ClipInUpdate, Any]] = []
     for p in params:
         if p.grad is None:
             continue
-        for owner in owners:
-            norm = owner.norm_of(p)
-            if norm is not None:
-                found[id(p)] = (owner, norm)
-                break
+        owner = next((o for o in owners if o.owns(p)), None)
+        if owner is None:
+            continue
+        norm = owner.norm_of(p)
+        if norm is None:
+            unknown.append((owner, p))
+        else:
+            found[id(p)] = (owner, norm)
+    norms = _norms([p.grad for _, p in unknown])
+    for (owner, p), norm in zip(unknown, norms, strict=True):
+        found[id(p)] = (owner, owner.as_updated(p, norm))
     return found
+
+
+def _norms(tensors: list[Any]) -> list[Any]:
+    """Each tensor's 2-norm, one ``_foreach_norm`` per device and dtype, in their order."""
+    torch = import_torch()
+    out: dict[int, Any] = {}
+    for group in _by_device_and_dtype(tensors):
+        for t, n in zip(group, torch._foreach_norm(group, 2.0), strict=True):
+            out[id(t)] = n
+    return [out[id(t)] for t in tensors]
 
 
 def clip_grad_norm_(
@@ -146,13 +167,20 @@ class ClipInUpdate:
         """A clip left coefficients for the next update."""
         return bool(self._pending)
 
+    def owns(self, param: Any) -> bool:
+        """``param`` is one of this offload's blocks' (its coefficient goes to the update)."""
+        return id(param) in self._where
+
     def norm_of(self, param: Any) -> Any | None:
         """The 2-norm of ``param.grad`` as the update will read it (a 0-d tensor), or
         None where it is not known here."""
         norm = self._norms.of(param)
-        if norm is None:
-            return None
-        for c in self._pending.get(id(param), []):  # clipped before: as the update reads it
+        return None if norm is None else self.as_updated(param, norm)
+
+    def as_updated(self, param: Any, norm: Any) -> Any:
+        """``norm``, of ``param.grad``, as the update will read the gradient: times the
+        coefficients an earlier clip left for it."""
+        for c in self._pending.get(id(param), []):
             norm = norm * c.to(norm.device)
         return norm
 
