@@ -142,14 +142,15 @@ def test_clipping_streamed_blocks_trains_as_plain_pytorch_from_norms_taken_as_th
 def test_a_clip_of_streamed_blocks_writes_no_gradient_and_scales_them_in_the_update(
     micro: int,
 ) -> None:
-    """The norms are known when the backward pass ends: taken on the way home, or
-    (accumulated over micro-batches) of the sums, by the thread that adds them."""
+    """One micro-batch: the norms are known when the backward pass ends, taken on the
+    way home; accumulated over micro-batches (the norm of a sum is not known from its
+    parts) the clip takes them as PyTorch does. Either way it writes no gradient."""
     ref, model, off = _pair(weights="stream")
     for x in _data(1, micro=micro)[0]:
         for m in (ref, model):
             m(input_ids=x, labels=x).loss.backward()
     in_blocks = list(model.model.layers.parameters())
-    assert all(off._clip.norm_of(p) is not None for p in in_blocks)  # none left to take
+    assert all((off._clip.norm_of(p) is not None) == (micro == 1) for p in in_blocks)
     before = [(p.grad.clone(), p.grad._version) for p in in_blocks]
     for _ in range(2):  # a second clip reads the first's coefficient, as in place
         want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)

@@ -360,9 +360,6 @@ class WeightFerry:
                     home.add_(new)
                 else:
                     home.copy_(new)
-            if self.norms is not None:  # the sums' norms, here, beside the backward pass
-                homes = self._home_grads[self._position[id(B)]]
-                self.norms.added([B.params[j].param for j in arrived], [homes[j] for j in arrived])
 
     def _backward_done(self) -> None:
         """The end of a backward pass: blocks let go, every gradient home and landed,

@@ -1,13 +1,12 @@
 """The 2-norms of streamed gradients, taken on the device as each block's gradients leave
 for home, so that clipping by global norm (clipping.py) reads no gradient on the tier.
 
-A backward pass's norms stand for the gradients it leaves in ``.grad``: those it made,
-taken on the device as they leave, or, where they were added onto an earlier
-micro-batch's (the norm of a sum is not known from its parts), the sums', taken at home
-by the thread that adds them, beside the backward pass. Each is kept only while its home
-gradient keeps the version it had when the pass ended (changed in place since, or
-replaced: taken the usual way). Per gradient and in its dtype, as
-``torch.nn.utils.clip_grad_norm_`` takes them, so the total comes out as PyTorch's does.
+A backward pass's norms stand for the gradients it made. They are kept when it ends if
+no gradient was added onto an earlier micro-batch's (the norm of a sum is not known from
+its parts: such a step's norm is taken the usual way), and each only while its home
+gradient keeps the version it had then (changed in place since, or replaced: taken the
+usual way). Per gradient and in its dtype, as ``torch.nn.utils.clip_grad_norm_`` takes
+them, so the total comes out as PyTorch's does.
 """
 
 from __future__ import annotations
@@ -30,34 +29,29 @@ class GradNorms:
     that ended; a parameter's norm is known while its ``.grad`` is that pass's."""
 
     def __init__(self) -> None:
-        # parameter id -> (norm, home view); written by the adder thread too (one key
-        # each, under the GIL), read once the pass has ended and the adds are done
-        self._pass: dict[int, tuple[Any, Any]] = {}
+        self._pass: dict[int, tuple[Any, Any]] = {}  # parameter id -> (norm, home view)
+        self._added = False  # this pass added gradients onto an earlier micro-batch's
         self._kept: dict[int, _Norm] = {}
 
     def sent(self, params: list[Any], grads: list[Any], homes: list[Any], adding: bool) -> None:
         """A block's gradients ``grads`` (on the device, of ``params``) leave for
-        ``homes``, added onto what is there (``adding``: ``added`` takes the sums'
-        norms once they are made) or in its place."""
-        if adding or not grads:
+        ``homes``, added onto what is there (``adding``) or in its place."""
+        if adding:
+            self._added = True
+        if self._added or not grads:
             return
         norms = import_torch()._foreach_norm(grads, 2.0)
         for p, norm, home in zip(params, norms, homes, strict=True):
             self._pass[id(p)] = (norm, home)
 
-    def added(self, params: list[Any], homes: list[Any]) -> None:
-        """``homes`` (of ``params``, on the host) now hold the sums of this pass's
-        gradients and the earlier ones': their norms (the adder thread's)."""
-        if not homes:
-            return
-        norms = import_torch()._foreach_norm(homes, 2.0)
-        for p, norm, home in zip(params, norms, homes, strict=True):
-            self._pass[id(p)] = (norm, home)
-
     def pass_ended(self) -> None:
-        """The backward pass ended with every gradient home and every sum made: its
-        norms are kept."""
-        pass_, self._pass = self._pass, {}
+        """The backward pass ended with every gradient home: its norms are kept (none
+        where it added gradients)."""
+        pass_, added = self._pass, self._added
+        self._pass, self._added = {}, False
+        if added:
+            self._kept = {}
+            return
         # a parameter this pass gave no gradient keeps an earlier one: not kept here
         self._kept = {i: _Norm(n, home, home._version) for i, (n, home) in pass_.items()}
 
@@ -71,4 +65,4 @@ class GradNorms:
 
     def forget(self) -> None:
         """The gradients were cleared or a pass broke off: nothing is known."""
-        self._pass, self._kept = {}, {}
+        self._pass, self._added, self._kept = {}, False, {}
