@@ -276,3 +276,21 @@ def test_plan_train_refuses_bad_input_and_a_missing_gpu_by_name() -> None:
     if not pycxl.snapshot().gpus.devices:
         gone = _plan("--layers", "2", "--hidden", "64", "--tokens", "8")
         assert gone.returncode in (4, 5) and "--hbm" in gone.stderr, gone.stderr
+
+
+def test_a_tier_short_of_room_names_the_blocks_hbm_would_have_to_hold() -> None:
+    import re
+
+    from pycxl.torch.offload.fit import check_tier_room
+
+    room = {"streamed": True, "on_gpu": True, "free": 120 * GiB, "tier": "dram0"}
+    with pytest.raises(InvalidRequestError, match=r"hbm_blocks=(\d+)") as e:
+        check_tier_room(LLAMA2_13B, **room)
+    n = int(re.search(r"hbm_blocks=(\d+)", str(e.value)).group(1))
+    check_tier_room(LLAMA2_13B, hbm_blocks=n, **room)
+    with pytest.raises(InvalidRequestError, match="more free memory on dram0"):
+        check_tier_room(LLAMA2_13B, hbm_blocks=n - 1, **room)
+    on_cpu = dict(room, on_gpu=False, free=1 * GiB)
+    with pytest.raises(InvalidRequestError) as e:
+        check_tier_room(LLAMA2_13B, **on_cpu)
+    assert "hbm_blocks" not in str(e.value)  # no GPU: nothing to put in HBM

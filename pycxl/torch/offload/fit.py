@@ -351,10 +351,17 @@ def check_tier_room(shape: TrainShape, *, streamed: bool, on_gpu: bool, free: in
     need = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu,
                           hbm_blocks=hbm_blocks).values())  # fmt: skip
     if need > free:
+        in_hbm = ""
+        layers = max(shape.layers, 1)
+        each = sum(tier_bytes(shape, streamed=streamed, on_gpu=on_gpu).values()) // layers
+        more = -(-(need - free) // max(each, 1))  # blocks whose state would leave the tier
+        if on_gpu and hbm_blocks + more <= layers:
+            in_hbm = f", or the state of {hbm_blocks + more} blocks in HBM (hbm_blocks=" \
+                     f"{hbm_blocks + more}, where the GPU has room)"  # fmt: skip
         raise InvalidRequestError(
             f"the blocks' optimizer state{' and weights' if streamed or on_gpu else ''} need "
             f"{_gib(need)} on {tier}, which has {_gib(free)} free: {_gib(need - free)} more "
-            f"free memory on {tier}, or another tier beside it ('{tier},<tier>'); "
+            f"free memory on {tier}, or another tier beside it ('{tier},<tier>'){in_hbm}; "
             "pycxl.fit or pycxl plan-train says which placement fits where"
         )
 
