@@ -178,9 +178,9 @@ def test_state_goes_to_hbm_where_it_has_room_and_the_tier_takes_the_rest() -> No
         o = spare[weights]
         held = o.hbm_blocks
         assert 0 < held < 22 and o.fits, o
-        headroom = hbm_headroom(24 * GiB, o.hbm["activations_estimate"])
+        assert o.hbm["headroom"] == hbm_headroom(24 * GiB, o.hbm["activations_estimate"])
         one_block = block * 12 + (3 * block * 2 if weights == "stream" else 0)
-        taken = sum(o.hbm.values()) + headroom
+        taken = sum(o.hbm.values())  # the headroom counted in
         assert taken <= 24 * GiB < taken + one_block
         assert o.hbm["optimizer_state"] == held * block * 12
         alone = fit(shape, Machine("dram0", None, 100 * GiB, **rates), 4096).options
@@ -193,6 +193,12 @@ def test_state_goes_to_hbm_where_it_has_room_and_the_tier_takes_the_rest() -> No
         assert moved < unheld.parts_s["link"] + unheld.parts_s["update"]
     whole = fit(shape, _machine(139, 100), 4096)
     assert whole.chosen is not None and whole.chosen.hbm_blocks == 22
+    all_held = next(o for o in whole.options if o.name == "stream")
+    assert all_held.hbm_blocks == 22  # nothing streams: no ring, no gradients on their way
+    assert all_held.hbm["block_weights"] == 22 * block * 2
+    from pycxl.torch.offload.gpu_side import CHUNK_ELEMENTS
+
+    assert all_held.hbm["update_buffers"] == min(block, CHUNK_ELEMENTS) * 4  # one fp32 piece
     assert "trains in HBM without offload" in whole.why, whole.why
 
 
@@ -208,7 +214,12 @@ def test_a_model_that_fits_in_neither_memory_alone_trains_in_both() -> None:
 def test_what_fits_nowhere_says_how_much_more_and_where() -> None:
     planned = fit(LLAMA2_13B, _machine(40, 120), 4096)  # HBM too small to hold what the tier can't
     assert planned.chosen is None
-    assert "more HBM" in planned.why and "or as much more free on dram0" in planned.why, planned.why
+    nearest = min(planned.options, key=lambda o: (o.short_hbm, o.short_tier))
+    instead = f"or {nearest.tier_instead / GiB:.1f} GiB more free on dram0"
+    assert "more HBM" in planned.why and instead in planned.why, planned.why
+    # what it says the tier needs is enough: blocks come whole, so the figure is theirs
+    more = fit(LLAMA2_13B, _machine(40, 120 + nearest.tier_instead / GiB + 0.01), 4096)
+    assert more.chosen is not None, more.why
     no_hbm = fit(LLAMA2_13B, _machine(4, 400), 4096)
     assert "more HBM" in no_hbm.why and "fewer tokens" in no_hbm.why, no_hbm.why
     unknown = fit(LLAMA2_13B, Machine("dram0", None, 120 * GiB), 4096)

@@ -156,6 +156,13 @@ def test_a_clip_of_streamed_blocks_writes_no_gradient_and_scales_them_in_the_upd
         want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
         got = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
         assert float(got) == pytest.approx(float(want), rel=1e-5)
+    # a list that names a parameter twice counts it twice, as PyTorch does (no clip binds)
+    grads = {name: p.grad.clone() for name, p in ref.named_parameters()}
+    block_grads = {n: g for n, g in grads.items() if ".layers." in n}
+    top = max(block_grads, key=lambda n: float(block_grads[n].norm()))  # counts most
+    want = torch.nn.utils.get_total_norm([*grads.values(), grads[top]])
+    got = torch.nn.utils.clip_grad_norm_([*model.parameters(), model.get_parameter(top)], 1e9)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
     for p, (g, version) in zip(in_blocks, before, strict=True):
         assert p.grad._version == version and torch.equal(p.grad, g)  # not read, not written
     _adamw_ref = _adamw(ref)

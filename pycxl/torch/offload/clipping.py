@@ -119,7 +119,8 @@ def clip_grad_norm_(
     with torch.no_grad():
         grads = [p.grad for p in params if p.grad is not None]
         others = [p.grad for p in params if p.grad is not None and id(p) not in known]
-        norms = [norm for _, norm in known.values()]
+        # in the order given, each time given: a parameter listed twice counts twice
+        norms = [known[id(p)][1] for p in params if p.grad is not None and id(p) in known]
         for group in _by_device_and_dtype(others):
             norms.extend(torch._foreach_norm(group, 2.0))
         first = grads[0].device

@@ -187,6 +187,7 @@ PARTS = {
     "cuda_context": "CUDA context and libraries",
     "optimizer_state": "optimizer state (fp32 master, moments)",
     "pinned_gradients_weights": "pinned gradients and weights",
+    "headroom": "headroom (the estimate's error, fragmentation)",
 }  # each part's name in a table
 
 
@@ -205,6 +206,7 @@ class Option:
     bound: str  # what bounds the step (or what is not known)
     parts_s: dict[str, float] = field(default_factory=dict)
     hbm_blocks: int = 0  # the first blocks whose state (streamed: and weights) is in HBM
+    tier_instead: int = 0  # where HBM is short for the tier's sake: the tier's shortfall
 
     @property
     def fits(self) -> bool:
@@ -256,9 +258,9 @@ class Fit:
         fixes = []
         if least.short_hbm:
             fixes.append("fewer tokens a step")
-        if least.short_hbm and least.hbm_blocks:  # HBM holds state the tier has no room for
-            fixes[-1] += (f" or as much more free on {self.machine.tier} (HBM was to hold "
-                          f"the state of {least.hbm_blocks} blocks)")  # fmt: skip
+        if least.short_hbm and least.tier_instead:  # HBM was to hold what the tier cannot
+            fixes[-1] += (f", or {_gib(least.tier_instead)} more free on {self.machine.tier} "
+                          "(HBM then holds the state of fewer blocks)")  # fmt: skip
         if least.short_tier:
             fixes.append(f"more free memory on {self.machine.tier} (or a tier beside it)")
         return (
@@ -290,7 +292,7 @@ class Fit:
             "placements": [
                 {
                     "weights": o.weights, "checkpointing": o.checkpointing, "fits": o.fits,
-                    "hbm_blocks": o.hbm_blocks,
+                    "hbm_blocks": o.hbm_blocks, "tier_instead": o.tier_instead,
                     "hbm": o.hbm, "hbm_total": sum(o.hbm.values()), "tier": o.tier,
                     "tier_total": sum(o.tier.values()), "short_hbm": o.short_hbm,
                     "short_tier": o.short_tier, "step_s": o.step_s, "parts_s": o.parts_s,
@@ -390,24 +392,34 @@ def _option(
         "cuda_context": CONTEXT_BYTES,
     }
     everything = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation)
-    held = _blocks_in_hbm(shape, m, hbm, sum(everything.values()), stream)
+    room, needed = _blocks_in_hbm(shape, m, hbm, sum(everything.values()), stream)
+    held = max(room, needed)
+    on_tier = layers - held
     if held:  # their state (streamed: weights and gradients too) in HBM, not on the tier
         hbm["optimizer_state"] = held * block * STATE_BYTES
         if stream:
-            hbm["block_weights"] += held * whole_block * d
-            hbm["block_gradients"] += held * block * d
-    tier = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation,
-                      hbm_blocks=held)  # fmt: skip
+            streaming = on_tier > 0  # none: no ring, no gradients on their way home
+            hbm["block_weights"] = (held + streaming * (lookahead + 1)) * whole_block * d
+            hbm["block_gradients"] = (held + streaming * (LANDING_MAX + 1)) * block * d
+        hbm["headroom"] = hbm_headroom(m.hbm_free or 0, hbm["activations_estimate"])
+
+    def on_tier_bytes(blocks_in_hbm: int) -> dict[str, int]:
+        return tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation,
+                          hbm_blocks=blocks_in_hbm)  # fmt: skip
+
+    tier = on_tier_bytes(held)
+    # where HBM holds fewer blocks than the tier needs it to: the tier's shortfall instead
+    tier_instead = max(0, sum(on_tier_bytes(room).values()) - m.tier_free) if needed > room else 0
     plan = None
-    on_tier = layers - held
     if m.link and m.cpu_update and on_tier:
         # the update split as offload_model splits it: the CPU side's blocks at its
         # rate, the GPU side's streaming their state (streamed: and weights) both ways
         per_param = STATE_BYTES + (d if stream else 0)
         plan = split_blocks({i: block for i in range(on_tier)}, m.cpu_update, m.link / per_param,
                             "rates given")  # fmt: skip
-    if plan is not None and not plan.gpu and not held:
-        hbm["update_buffers"] = 0  # the GPU side updates no block: it takes no buffers
+    if on_tier == 0 or (plan is not None and not plan.gpu):
+        # the GPU side updates no block on the tier: only the HBM blocks' fp32 piece
+        hbm["update_buffers"] = min(CHUNK_ELEMENTS, block) * 4 if held else 0
     short_hbm = 0 if m.hbm_free is None else max(0, sum(hbm.values()) - m.hbm_free)
     short_tier = max(0, sum(tier.values()) - m.tier_free)
     parts: dict[str, float] = {}
@@ -437,7 +449,7 @@ def _option(
         bound = f"no step time: {', '.join(missing)} not known"
         step = None
     return Option(weights, checkpointing, hbm, tier, short_hbm, short_tier, step, bound, parts,
-                  held)  # fmt: skip
+                  held, tier_instead)  # fmt: skip
 
 
 def hbm_headroom(hbm_free: int, activations: int) -> int:
@@ -449,14 +461,13 @@ def hbm_headroom(hbm_free: int, activations: int) -> int:
 
 def _blocks_in_hbm(
     shape: TrainShape, m: Machine, hbm: dict[str, int], on_tier: int, stream: bool
-) -> int:
-    """How many blocks keep their state in HBM (``hbm_blocks``): as many as the HBM left
-    over holds (the fewer the blocks on the tier, the less crosses the link and the less
-    the CPU updates), and at least as many as the tier's shortfall needs (more than HBM
-    holds: HBM falls short). None where HBM's free memory is not known."""
+) -> tuple[int, int]:
+    """How many blocks' state the HBM left over holds (the more, the less crosses the
+    link and the less the CPU updates), and how many the tier's shortfall needs there
+    (more than HBM holds: HBM falls short); none where HBM's free memory is not known."""
     layers = shape.layers
     if m.hbm_free is None:
-        return 0
+        return 0, 0
     d = shape.dtype_bytes
     block = -(-shape.block_params // layers)
     whole_block = -(-(shape.block_params + shape.frozen_block_params) // layers)
@@ -466,7 +477,7 @@ def _blocks_in_hbm(
     saved_each = on_tier // layers  # tier bytes one block in HBM leaves off the tier
     short = on_tier - m.tier_free
     needed = 0 if short <= 0 else min(layers, -(-short // max(saved_each, 1)))
-    return max(room, needed)
+    return room, needed
 
 
 def checked_step(

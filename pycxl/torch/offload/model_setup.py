@@ -74,8 +74,11 @@ def check_hbm_room(blocks: list[Block], config: OffloadConfig) -> None:
             f"hbm_blocks {n}: the model has {len(blocks)} blocks; give {len(blocks)} or fewer"
         )
     need = sum(12 * B.numel for B in blocks[:n])
-    if config.streamed:  # built on the host: the weights and gradients come too
-        need += sum((B.total + B.numel) * B.dtype.itemsize for B in blocks[:n])
+    if config.streamed:  # the weights and gradients stay too: those not there yet come
+        for B in blocks[:n]:
+            need += B.numel * B.dtype.itemsize  # gradients
+            need += sum(p.numel * B.dtype.itemsize for p in B.everything
+                        if p.param.device != config.device)  # fmt: skip
     free, _ = import_torch().cuda.mem_get_info(config.device)
     if need > free:
         raise InvalidRequestError(
