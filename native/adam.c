@@ -9,7 +9,11 @@
  * The work runs on a team of threads pinned to the tier's socket; they take chunks from
  * one counter, so a preempted thread delays one chunk. The arithmetic is PyTorch's
  * (torch.optim.Adam's single-tensor step) in fp32; the loop is compiled for several
- * instruction sets and the widest one the CPU has runs. */
+ * instruction sets and the widest one the CPU has runs.
+ *
+ * The same team adds a later micro-batch's gradients onto those home (grad_accumulate),
+ * taking the sum of squares of each result in the same pass, so the 2-norm of a gradient
+ * summed on the host is known as it is made, at no cost in memory traffic. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -240,6 +244,117 @@ int adam_step(void *team, size_t n, float *master, float *m, float *v, float *vm
     t->job = &j;
     team_run(&t->team, adam_chunks, t);
     t->job = NULL;
+    return 0;
+}
+
+/* --- gradients added up on the host, with their sums of squares ------------------------ */
+#define GRAD_CHUNK 65536 /* elements a thread takes at a time */
+#define GRAD_LANES 16    /* independent partial sums: a loop the compiler vectorises */
+#define GRAD_RUN 1024    /* elements summed in float before their total joins a double */
+
+struct grad_job {
+    size_t n;
+    void *home;
+    const void *incoming;
+    int kind, add;
+    double *sums; /* one per chunk, added in chunk order: the same total every time */
+    atomic_size_t next;
+};
+
+/* home = incoming (add=0) or home + incoming (add=1), rounded to the precision as
+ * PyTorch's add_ rounds it; returns the sum of the squares of what was stored. */
+static inline double grad_range(const struct grad_job *j, size_t lo, size_t hi, int kind)
+{
+    uint16_t *restrict h16 = j->home;
+    const uint16_t *restrict i16 = j->incoming;
+    _Float16 *restrict hh = j->home;
+    const _Float16 *restrict ih = j->incoming;
+    float *restrict h32 = j->home;
+    const float *restrict i32 = j->incoming;
+    const int add = j->add; /* loop-invariant: the compiler makes a loop of each */
+    double s = 0.0;
+    /* float lanes over short runs (fast), their totals in double (a chunk's sum to ~1e-7) */
+    for (size_t run = lo; run < hi; run += GRAD_RUN) {
+        size_t stop = run + GRAD_RUN < hi ? run + GRAD_RUN : hi;
+        float lanes[GRAD_LANES] = {0};
+        for (size_t base = run; base < stop; base += GRAD_LANES) {
+            size_t end = base + GRAD_LANES < stop ? base + GRAD_LANES : stop;
+            for (size_t i = base; i < end; i++) {
+                float r;
+                if (kind == ADAM_BF16) {
+                    float x = bf16_to_f32(i16[i]);
+                    uint16_t o = add ? f32_to_bf16(bf16_to_f32(h16[i]) + x) : i16[i];
+                    h16[i] = o;
+                    r = bf16_to_f32(o);
+                } else if (kind == ADAM_F16) {
+                    _Float16 o = add ? (_Float16)((float)hh[i] + (float)ih[i]) : ih[i];
+                    hh[i] = o;
+                    r = (float)o;
+                } else {
+                    r = add ? h32[i] + i32[i] : i32[i];
+                    h32[i] = r;
+                }
+                lanes[i - base] += r * r;
+            }
+        }
+        for (int k = 0; k < GRAD_LANES; k++)
+            s += lanes[k];
+    }
+    return s;
+}
+
+ADAM_CLONES static double grad_range_bf16(const struct grad_job *j, size_t lo, size_t hi)
+{
+    return grad_range(j, lo, hi, ADAM_BF16);
+}
+
+ADAM_CLONES static double grad_range_f16(const struct grad_job *j, size_t lo, size_t hi)
+{
+    return grad_range(j, lo, hi, ADAM_F16);
+}
+
+ADAM_CLONES static double grad_range_f32(const struct grad_job *j, size_t lo, size_t hi)
+{
+    return grad_range(j, lo, hi, ADAM_F32);
+}
+
+static void grad_chunks(void *arg, int index)
+{
+    struct grad_job *j = arg;
+    (void)index;
+    for (;;) {
+        size_t lo = atomic_fetch_add(&j->next, GRAD_CHUNK);
+        if (lo >= j->n)
+            return;
+        size_t hi = lo + GRAD_CHUNK < j->n ? lo + GRAD_CHUNK : j->n;
+        double s = j->kind == ADAM_BF16  ? grad_range_bf16(j, lo, hi)
+                   : j->kind == ADAM_F16 ? grad_range_f16(j, lo, hi)
+                                         : grad_range_f32(j, lo, hi);
+        j->sums[lo / GRAD_CHUNK] = s;
+    }
+}
+
+/* home = incoming (add=0) or home += incoming (add=1) over n elements of precision kind,
+ * run by the team; *sumsq receives the sum of the squares of the result. 0, -1 for a
+ * bad precision, or ENOMEM. One caller at a time per team. */
+int grad_accumulate(void *team, size_t n, void *home, const void *incoming, int kind, int add,
+                    double *sumsq)
+{
+    struct adam_team *t = team;
+    if (kind < ADAM_F32 || kind > ADAM_F16)
+        return -1;
+    size_t chunks = (n + GRAD_CHUNK - 1) / GRAD_CHUNK;
+    struct grad_job j = {.n = n, .home = home, .incoming = incoming, .kind = kind, .add = add};
+    j.sums = calloc(chunks ? chunks : 1, sizeof(double));
+    if (j.sums == NULL)
+        return ENOMEM;
+    atomic_store(&j.next, 0);
+    team_run(&t->team, grad_chunks, &j);
+    double s = 0.0;
+    for (size_t c = 0; c < chunks; c++)
+        s += j.sums[c];
+    free(j.sums);
+    *sumsq = s;
     return 0;
 }
 

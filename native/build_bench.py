@@ -75,6 +75,8 @@ ffibuilder.cdef(
                   const void *grad, int grad_kind, void *weight, int weight_kind, double lr,
                   double beta1, double beta2, double eps, double weight_decay, int decoupled,
                   int maximize, int64_t step, double grad_scale);
+    int grad_accumulate(void *team, size_t n, void *home, const void *incoming, int kind,
+                        int add, double *sumsq);
     """
 )
 ffibuilder.set_source(

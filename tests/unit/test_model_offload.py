@@ -142,15 +142,15 @@ def test_clipping_streamed_blocks_trains_as_plain_pytorch_from_norms_taken_as_th
 def test_a_clip_of_streamed_blocks_writes_no_gradient_and_scales_them_in_the_update(
     micro: int,
 ) -> None:
-    """One micro-batch: the norms are known when the backward pass ends, taken on the
-    way home; accumulated over micro-batches (the norm of a sum is not known from its
-    parts) the clip takes them as PyTorch does. Either way it writes no gradient."""
+    """One micro-batch or several: the norms are known when the backward pass ends,
+    taken on the way home (a sum's by the CPU threads that add it), so the clip reads
+    no gradient and writes none."""
     ref, model, off = _pair(weights="stream")
     for x in _data(1, micro=micro)[0]:
         for m in (ref, model):
             m(input_ids=x, labels=x).loss.backward()
     in_blocks = list(model.model.layers.parameters())
-    assert all((off._clip.norm_of(p) is not None) == (micro == 1) for p in in_blocks)
+    assert all(off._clip.norm_of(p) is not None for p in in_blocks)
     before = [(p.grad.clone(), p.grad._version) for p in in_blocks]
     for _ in range(2):  # a second clip reads the first's coefficient, as in place
         want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
@@ -431,6 +431,29 @@ def test_the_fused_cpu_step_equals_torch_adam(grad_dtype: str, decoupled: bool) 
         assert torch.allclose(state[2], opt.state[ref]["exp_avg_sq"], rtol=1e-4, atol=1e-5)
     if dtype != torch.float32:
         assert torch.equal(weight, state[0].to(dtype))  # the master, rounded as PyTorch rounds
+    adam.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_cpu_adds_gradients_as_pytorch_rounds_and_gives_the_sums_norm(dtype: str) -> None:
+    """A later micro-batch's gradients added home by the update's threads: the sum is
+    ``add_``'s to the bit, and the squared norm the one torch finds for it."""
+    dt = getattr(torch, dtype)
+    torch.manual_seed(1)
+    n = 100_003  # not a multiple of any lane count or chunk
+    home, incoming = torch.randn(n).to(dt), (torch.randn(n) * 3).to(dt)
+    want = home.clone().add_(incoming)
+    adam = CpuAdam([0])
+    sumsq = adam.accumulate(home, incoming, add=True)
+    assert torch.equal(home, want)
+    assert sumsq == pytest.approx(float(want.double().square().sum()), rel=1e-6)
+    home.fill_(float("nan"))  # a copy reads nothing of what was there
+    assert adam.accumulate(home, incoming, add=False) == pytest.approx(
+        float(incoming.double().square().sum()), rel=1e-6
+    )
+    assert torch.equal(home, incoming)
+    with pytest.raises(InvalidRequestError, match="must match"):
+        adam.accumulate(home[:-1], incoming, add=True)
     adam.close()
 
 

@@ -433,8 +433,9 @@ ADAM_NO_WEIGHT = -1
 
 
 class AdamTeam:
-    """Threads pinned to ``cpus`` that run Adam and AdamW steps; stopped on ``close()``
-    or when collected. One step at a time: callers on several threads take turns."""
+    """Threads pinned to ``cpus`` that run Adam and AdamW steps (and gradient sums);
+    stopped on ``close()`` or when collected. One call at a time: a caller on another
+    thread needs a team of its own."""
 
     def __init__(self, cpus: Sequence[int]) -> None:
         ffi, lib = _compiled()
@@ -470,6 +471,20 @@ class AdamTeam:
         )  # fmt: skip
         if rc:
             raise InvalidRequestError(f"adam step {step}: bad precision or step number")
+
+    def accumulate(self, n: int, home: int, incoming: int, kind: int, add: bool) -> float:
+        """``n`` elements of precision ``kind`` at ``incoming`` added onto those at
+        ``home`` (``add``) or copied there, rounded as ``add_`` rounds; returns the sum
+        of the squares of the result. Releases the GIL while the threads run."""
+        ffi = self._ffi
+        sumsq = ffi.new("double *")
+        rc = self._lib.grad_accumulate(
+            self._team, n, ffi.cast("void *", home), ffi.cast("const void *", incoming),
+            kind, int(add), sumsq,
+        )  # fmt: skip
+        if rc:
+            raise InvalidRequestError(f"gradient sum: bad precision {kind} or out of memory")
+        return float(sumsq[0])
 
     def close(self) -> None:
         """Stop the threads (waits for none: a step returns only when done)."""

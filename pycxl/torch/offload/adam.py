@@ -181,6 +181,18 @@ class CpuAdam:
             grad_scale=grad_scale * settings.grad_scale,
         )
 
+    def accumulate(self, home: Any, incoming: Any, add: bool) -> float:
+        """``home += incoming`` (``add``) or ``home = incoming``, for contiguous CPU
+        tensors of one size and precision (fp32, bf16, fp16), rounded as ``add_`` rounds;
+        returns the sum of the squares of ``home`` after (its norm, squared)."""
+        if home.numel() != incoming.numel() or home.dtype != incoming.dtype:
+            raise InvalidRequestError(
+                f"a gradient of {incoming.numel()} {incoming.dtype} added onto "
+                f"{home.numel()} {home.dtype}: they must match"
+            )
+        kind = precision_kind(home.dtype)
+        return self.team.accumulate(home.numel(), home.data_ptr(), incoming.data_ptr(), kind, add)
+
     def close(self) -> None:
         """Stop the threads."""
         self.team.close()

@@ -36,6 +36,7 @@ from typing import Any
 from ...gpu.engine import Engine
 from ...gpu.prefetch import Prefetcher
 from .._import import import_torch
+from .adam import CpuAdam
 from .grad_norms import GradNorms
 from .layout import Block, ParamSlot, piece
 
@@ -91,7 +92,8 @@ class WeightFerry:
     runs each time gradients of a block are on their way home: ``sent``, the positions
     (in ``block.params``) of the parameters whose gradients went (all of the block's
     once they have all arrived, or those that had when the backward pass left the
-    block); ``adding``: onto an earlier micro-batch's. ``accumulate``: gradients add up
+    block); ``adding``: onto an earlier micro-batch's (``adder``'s threads add them, and
+    the ferry closes it; without one, torch). ``accumulate``: gradients add up
     across backward passes in ``.grad`` (False: ``on_home`` consumes each pass's;
     ``.grad`` stays None). Takes the parameters home at once. A parameter changed in
     place at home (an optimizer of the user's, ``copy_``) is copied to the device again
@@ -109,9 +111,13 @@ class WeightFerry:
         on_home: Callable[[Block, bool, list[int]], None] | None = None,
         accumulate: bool = True,
         norms: GradNorms | None = None,
+        adder: CpuAdam | None = None,
     ) -> None:
         torch = import_torch()
         self.norms = norms  # where given, the gradients' norms are taken as they leave
+        # where given, later micro-batches' gradients are added home by its threads, the
+        # sums' norms taken in the same pass (else by torch, and their norms not known)
+        self._cpu_adder = adder
         self.blocks = list(blocks)
         self.engine = engine
         self._host_alloc = host_alloc
@@ -352,11 +358,17 @@ class WeightFerry:
         taking its place where none was (adder thread)."""
         torch = import_torch()
         self.engine.synchronize(B.flight.landed)
+        k = self._position[id(B)]
         with torch.no_grad():
             for j in arrived:
                 p = B.params[j]
                 home, new = piece(B.grads, p), piece(B.incoming, p)
-                if id(p.param) in self._set_aside:
+                adding = id(p.param) in self._set_aside
+                if self._cpu_adder is not None:
+                    sumsq = self._cpu_adder.accumulate(home, new, adding)
+                    if self.norms is not None:
+                        self.norms.summed(p.param, sumsq, self._home_grads[k][j])
+                elif adding:
                     home.add_(new)
                 else:
                     home.copy_(new)
@@ -375,6 +387,8 @@ class WeightFerry:
         adds, self._adds = self._adds, []
         for f in adds:
             f.result()
+        if adds and self._cpu_adder is None and self.norms is not None:
+            self.norms.lost()  # sums made by torch: their norms are not known
         if self._accumulate:
             for k, j in self._landed_params:
                 self.blocks[k].params[j].param.grad = self._home_grads[k][j]
@@ -424,5 +438,7 @@ class WeightFerry:
         for B in list(self.blocks):
             self._let_go(B)
         self._adder.shutdown(wait=True)
+        if self._cpu_adder is not None:
+            self._cpu_adder.close()
         self._bound.clear()
         self.ring.close()

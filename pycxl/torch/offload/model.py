@@ -39,7 +39,7 @@ from typing import Any
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
 from . import clipping, model_setup as setup, state as saved
-from .adam import AdamSettings, AdamSteps
+from .adam import AdamSettings, AdamSteps, CpuAdam
 from .clocks import StepClock
 from .config import OffloadConfig, Update, Weights
 from .cpu_side import CpuSide
@@ -138,12 +138,12 @@ class ModelOffload:
         self.ferry: WeightFerry | None = None
         self._clip: clipping.ClipInUpdate | None = None
         if config.streamed and self._on_tier:  # every block in HBM: nothing streams
-            norms = GradNorms()
+            norms = GradNorms(self.device)
             self.ferry = WeightFerry(
                 self._on_tier, engine, self.device, lookahead=config.lookahead,
                 before_copy=self._before_copy, host_alloc=self._gradient_memory,
                 on_home=self._early.sent_home if config.update_in_backward else None,
-                norms=norms,
+                norms=norms, adder=CpuAdam(cpus),
             )  # fmt: skip
             # clipping reads the norms taken as the gradients left, and its coefficient
             # is applied in the update: no pass over the gradients on the tier
