@@ -9,10 +9,18 @@ resident memory, and the losses.
 
 The model is built where it lives: resident, on the GPU in bf16 (nothing of it on the
 host); streamed, on the host in bf16 (offload_model moves the blocks' weights to the tier
-and the rest to the GPU). Each run is one process; run DeepSpeed's ZeRO-3 offload beside it
-with ``train_offload_vs_deepspeed.py``'s configurations at the same shape.
+and the rest to the GPU). Each run is one process.
+
+``--deepspeed RATIO`` trains the same model, data and loop under DeepSpeed ZeRO-3 instead,
+built inside ``deepspeed.zero.Init`` (as transformers builds a model too large for one
+copy), with activation checkpointing and its threads bound as its launcher binds them:
+RATIO 1 offloads the parameters and the optimizer to the CPU (ZeRO-3 offload); below 1,
+the parameters stay on the GPU and that fraction of the optimizer state is offloaded
+(DeepSpeed's ``ratio``), the rest updated on the GPU. Where it fails (out of host or GPU
+memory) the error is printed and the exit status is 1.
 
     python3 benchmarks/train_largest.py --tier dram0                 # 13 B on the GPU machine
+    python3 benchmarks/train_largest.py --deepspeed 0.5              # DeepSpeed, same model
     python3 benchmarks/train_largest.py --layers 2 --hidden 256 --intermediate 512 \\
         --vocab 1000 --tokens 64 --gpu none --hbm-free 4G           # a smoke run, no GPU
 """
@@ -20,6 +28,7 @@ with ``train_offload_vs_deepspeed.py``'s configurations at the same shape.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import time
@@ -28,8 +37,9 @@ from typing import Any
 LR, WEIGHT_DECAY, WARMUP = 1e-4, 0.01, 3
 
 
-def build(args: argparse.Namespace, device: str) -> Any:
-    """The decoder in bf16, made on ``device`` directly (no fp32 copy anywhere)."""
+def build(args: argparse.Namespace, device: str | None) -> Any:
+    """The decoder in bf16, made on ``device`` directly (no fp32 copy anywhere); ``None``:
+    where the current context (``deepspeed.zero.Init``) makes it."""
     import torch
     import transformers
 
@@ -44,10 +54,46 @@ def build(args: argparse.Namespace, device: str) -> Any:
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
+        if device is None:
+            return transformers.LlamaForCausalLM(cfg)
         with torch.device(device):
             return transformers.LlamaForCausalLM(cfg)
     finally:
         torch.set_default_dtype(before)
+
+
+def deepspeed_engine(args: argparse.Namespace, schedule: Any) -> Any:
+    """The model built partitioned under ZeRO-3 and its engine, as ``--deepspeed`` asks."""
+    import deepspeed
+    import torch
+
+    port = str(29500 + os.getpid() % 1000)  # a fresh one: the last may linger
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                 ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", port)):  # fmt: skip
+        os.environ.setdefault(k, v)
+    optimizer: dict[str, Any] = {"device": "cpu", "pin_memory": True}
+    zero: dict[str, Any] = {"stage": 3, "offload_optimizer": optimizer}
+    if args.deepspeed >= 1:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    else:
+        optimizer["ratio"] = args.deepspeed
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_clipping": args.clip,
+        "bf16": {"enabled": True},
+        "zero_optimization": zero,
+        "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WEIGHT_DECAY}},
+        "steps_per_print": 10**9,
+    }
+    deepspeed.init_distributed(dist_backend="nccl")
+    with deepspeed.zero.Init(config_dict_or_path=config, dtype=torch.bfloat16):
+        model = build(args, None)  # zero.Init places each parameter as it is made
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    engine, *_ = deepspeed.initialize(
+        model=model, model_parameters=model.parameters(), lr_scheduler=schedule, config=config
+    )
+    return engine
 
 
 def main() -> int:
@@ -62,8 +108,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--hbm-free", help="plan for this much HBM (no GPU here: required)")
+    ap.add_argument("--tier-free", help="plan for this much free on the tier (default: read)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16")
+    ap.add_argument("--deepspeed", type=float, metavar="RATIO", help="DeepSpeed ZeRO-3 instead")
     args = ap.parse_args()
+    if args.deepspeed is not None:
+        return train_deepspeed(args)
 
     import torch
     import transformers
@@ -71,9 +121,9 @@ def main() -> int:
     import pycxl
 
     gpu = None if args.gpu == "none" else args.gpu
-    with torch.device("meta"):  # the shape alone: nothing is allocated to plan
-        shape = pycxl.TrainShape.of_model(build(args, "meta"))
-    plan = pycxl.fit(shape, args.tier, gpu, tokens=args.tokens, hbm_free=args.hbm_free)
+    shape = model_shape(args)
+    plan = pycxl.fit(shape, args.tier, gpu, tokens=args.tokens, hbm_free=args.hbm_free,
+                     tier_free=args.tier_free)  # fmt: skip
     print(plan.why, flush=True)
     chosen = plan.chosen
     if chosen is None:
@@ -90,13 +140,8 @@ def main() -> int:
                               hbm_blocks=held)  # fmt: skip
     print(off.plan(), flush=True)
     sched = transformers.get_linear_schedule_with_warmup(off.optimizer, WARMUP, args.steps)
-    on = "cuda" if gpu is not None else "cpu"
-    g = torch.Generator().manual_seed(1)
-    data = [torch.randint(0, args.vocab, (1, args.tokens), generator=g) for _ in range(4)]
-    losses, times = [], []
-    t0 = time.perf_counter()
-    for i in range(args.steps):
-        x = data[i % len(data)].to(on)
+
+    def step(x: Any) -> Any:
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
         if args.clip:
@@ -104,28 +149,93 @@ def main() -> int:
         off.optimizer.step()
         off.optimizer.zero_grad()
         sched.step()
-        losses.append(float(loss.detach()))  # waits for this step's forward pass: loss to loss
+        return loss
+
+    losses, times = train(step, args, "cuda" if gpu is not None else "cpu")
+    off.synchronize()
+    name = f"pycxl, weights {chosen.name}, hbm_blocks {held}"
+    step_s = report(name, shape, args, losses, times, chosen.checkpointing, gpu is not None)
+    if chosen.step_s:
+        print(
+            f"fit's bound {chosen.step_s * 1e3:.0f} ms: measured {step_s / chosen.step_s:.2f}x it"
+        )
+    print(f"tier pages by node {off.pages_by_node()}")
+    off.close()
+    return 0
+
+
+def model_shape(args: argparse.Namespace) -> Any:
+    import torch
+
+    import pycxl
+
+    with torch.device("meta"):  # the shape alone: nothing is allocated
+        return pycxl.TrainShape.of_model(build(args, "meta"))
+
+
+def train(step: Any, args: argparse.Namespace, on: str) -> tuple[list[float], list[float]]:
+    """``args.steps`` steps of ``step(tokens) -> loss``; each step's loss and its time,
+    loss to loss (reading the loss waits for that step's forward pass, not its update)."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, args.vocab, (1, args.tokens), generator=g) for _ in range(4)]
+    losses, times = [], []
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        losses.append(float(step(data[i % len(data)].to(on)).detach()))
         t1 = time.perf_counter()
         times.append(t1 - t0)
         t0 = t1
-    off.synchronize()
+    return losses, times
+
+
+def report(name: str, shape: Any, args: argparse.Namespace, losses: list[float],
+           times: list[float], checkpointing: bool, on_gpu: bool) -> float:  # fmt: skip
+    """Prints the step (median after two), tokens/s, MFU, peak memory and losses."""
+    import torch
+
     step = statistics.median(times[2:] or times)
     flops = 6 * shape.params * args.tokens + 6 * shape.layers * args.tokens**2 * shape.hidden
-    flops *= 8 / 6 if chosen.checkpointing else 1
-    peak = torch.cuda.max_memory_allocated() / 2**30 if gpu is not None else 0.0
+    flops *= 8 / 6 if checkpointing else 1
+    peak = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else 0.0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"{shape.params / 1e9:.2f} B parameters, weights {chosen.name}, "
-          f"hbm_blocks {held}: step {step * 1e3:.0f} ms (mean "
+    print(f"{name}: {shape.params / 1e9:.3g} B parameters, step {step * 1e3:.0f} ms (mean "
           f"{statistics.mean(times) * 1e3:.0f}), {args.tokens / step:.0f} tokens/s, "
           f"MFU {flops / step / (args.peak_tflops * 1e12):.1%}", flush=True)  # fmt: skip
-    if chosen.step_s:
-        print(f"fit's bound {chosen.step_s * 1e3:.0f} ms: measured {step / chosen.step_s:.2f}x it")
-    print(
-        f"peak HBM {peak:.1f} GiB, host peak resident {rss:.1f} GiB; "
-        f"tier pages by node {off.pages_by_node()}"
-    )
-    print(f"losses {[round(v, 4) for v in losses]}")
-    off.close()
+    print(f"peak HBM {peak:.1f} GiB, host peak resident {rss:.1f} GiB")
+    print(f"losses {[round(v, 4) for v in losses]}", flush=True)
+    return step
+
+
+def train_deepspeed(args: argparse.Namespace) -> int:
+    from train_offload_vs_deepspeed import physical_cores
+
+    cores = physical_cores()  # as its launcher binds a rank, before torch loads
+    os.sched_setaffinity(0, cores)
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    import torch
+    import transformers
+
+    shape = model_shape(args)
+    name = f"DeepSpeed ZeRO-3, ratio {args.deepspeed:g}"
+    try:
+        engine = deepspeed_engine(
+            args, lambda opt: transformers.get_linear_schedule_with_warmup(opt, WARMUP, args.steps)
+        )
+
+        def step(x: Any) -> Any:
+            loss = engine(input_ids=x, labels=x).loss
+            engine.backward(loss)
+            engine.step()  # clips and steps the scheduler
+            return loss
+
+        losses, times = train(step, args, "cuda")
+    except (RuntimeError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
+        print(f"{name}: failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return 1
+    torch.cuda.synchronize()
+    report(name, shape, args, losses, times, True, True)
     return 0
 
 
