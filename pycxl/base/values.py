@@ -242,6 +242,14 @@ def instance(value: object, kind: type[T], what: str, hint: str) -> T:
     return value
 
 
+def items(value: object, what: str, hint: str) -> list[object]:
+    """A collection a library call is handed (blocks, layers): its items, listed once;
+    a string or a thing that is not iterable is refused, saying what to give."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidRequestError(f"{what} {value!r}: give {hint}")
+    return list(value)
+
+
 def reals(value: object, what: str) -> tuple[float, ...]:
     """A non-empty sequence of numbers (rates, fractions), each a real number (their
     range is the caller's to check)."""

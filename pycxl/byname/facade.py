@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import InvalidRequestError
-from ..base.values import ascii_digits, count, instance, size as checked_size
+from ..base.values import ascii_digits, count, instance, items, size as checked_size
 from ..cxl import regions as _regions
 from ..resolve.system import System, given_or_read, snapshot
 
@@ -287,7 +288,8 @@ def offload_layers(
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
         ctx = GpuContext.of(found)
         engine, device = CudaEngine(ctx), torch.device("cuda", ctx.ordinal)
-    return LayerOffload(list(layers), tier_allocator(nodes, ctx, huge), engine=engine,
+    layers = items(layers, "layers", "a list of the model's layers (model.model.layers)")
+    return LayerOffload(layers, tier_allocator(nodes, ctx, huge), engine=engine,
                         device=device, weights=weights, lookahead=lookahead,
                         optimizer=optimizer, cpus=_tier_cpus(s, nodes))  # fmt: skip
 
@@ -295,7 +297,6 @@ def offload_layers(
 def _tier_cpus(s: System, nodes: Iterable[int]) -> list[int]:
     """The CPUs of the socket nearest the tier that this process may use (the CPU
     Adam step's threads), or all it may use where that socket has none of them."""
-    import os
 
     allowed = os.sched_getaffinity(0)
     near = s.nearest_cpu_node(next(iter(nodes))).node.cpus
@@ -315,6 +316,7 @@ def offload_model(
     overlap: bool = True,
     update_in_backward: bool = False,
     hbm_blocks: int = 0,
+    weights_from: str | os.PathLike[str] | None = None,
     cpus: Iterable[int] | None = None,
     huge: HugePages = "auto",
     system: System | None = None,
@@ -338,6 +340,10 @@ def offload_model(
     ``chosen.hbm_blocks`` is as many as its HBM holds beside a step). ``.plan()``
     shows the split. A tier with less free memory than it would place there is refused
     before any is taken (``pycxl.fit`` says which placement fits where).
+    ``weights_from``: a safetensors checkpoint (a file, or the folder ``save_pretrained``
+    wrote) whose values each parameter takes where it lives, read one tensor at a time:
+    a model built on the ``meta`` device (larger than HBM and host memory in fp32) is
+    made straight into its placement, its fp32 master from the file's precision.
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
@@ -347,6 +353,7 @@ def offload_model(
     from ..gpu.cuda_engine import CudaEngine
     from ..gpu.host_engine import HostEngine
     from ..torch._import import import_torch
+    from ..torch.offload.checkpoint import WeightSource
     from ..torch.offload.config import MAX_BLOCKS
     from ..torch.offload.fit import TrainShape, check_tier_room
     from ..torch.offload.host_memory import tier_allocator
@@ -357,7 +364,9 @@ def offload_model(
     # any memory is taken
     s = given_or_read(system, gpus=gpu is not None)
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
-    blocks = None if blocks is None else list(blocks)
+    if blocks is not None:
+        blocks = items(blocks, "blocks", "a list of the model's blocks (model.model.layers)")
+    source = None if weights_from is None else WeightSource.open(weights_from)
     tier, free = _tier_room(s, nodes)
     hbm_blocks = count(hbm_blocks, "hbm_blocks", 0, MAX_BLOCKS)
     check_tier_room(TrainShape.of_model(model, blocks), streamed=weights == "stream",
@@ -387,7 +396,7 @@ def offload_model(
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
                         weights=weights, lookahead=lookahead, overlap=overlap,
                         update_in_backward=update_in_backward,
-                        hbm_blocks=hbm_blocks)  # fmt: skip
+                        hbm_blocks=hbm_blocks, weights_from=source)  # fmt: skip
 
 
 def fit(

@@ -227,6 +227,27 @@ def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, we
     off2.close()
 
 
+@pytest.mark.parametrize(("weights", "hbm_blocks"), [("resident", 0), ("stream", 1)])
+def test_a_model_built_on_meta_from_its_checkpoint_trains_as_the_one_saved(
+    tmp_path: Any, weights: str, hbm_blocks: int
+) -> None:
+    """Made straight into its placement (the GPU, HBM blocks, homes on the tier) from a
+    sharded safetensors checkpoint: the same losses as the model it was saved from."""
+    ref = _llama()
+    ref.save_pretrained(tmp_path / "ck", max_shard_size="1MB")
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(ref.config).to(torch.bfloat16)
+    off = _offload(model, weights=weights, hbm_blocks=hbm_blocks, weights_from=tmp_path / "ck")
+    assert all(p.device.type == ("cpu" if p.is_pinned() else "cuda") for p in model.parameters())
+    data = _data(4)
+    got = _train(model, off.optimizer, data, clip=1.0)
+    off.close()
+    off_ref = _offload(ref, weights=weights, hbm_blocks=hbm_blocks)
+    want = _train(ref, off_ref.optimizer, data, clip=1.0)
+    assert got == pytest.approx(want, abs=1e-3)  # the split may differ: CPU and GPU Adam
+    off_ref.close()
+
+
 @pytest.mark.parametrize(
     ("weights", "plan"),
     [("resident", "auto"), ("resident", "split"), ("resident", "early"), ("resident", "cpu"),

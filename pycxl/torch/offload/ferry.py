@@ -170,8 +170,9 @@ class WeightFerry:
         with torch.no_grad():
             for B, home in zip(self.blocks, self._home, strict=True):
                 for p, view in zip(B.everything, home, strict=True):
-                    view.copy_(p.param.detach())
-                    p.param.data = view
+                    if p.param.data_ptr() != view.data_ptr():  # not made there already
+                        view.copy_(p.param.detach())
+                        p.param.data = view
                     p.param.grad = None
 
     def _install(self) -> None:

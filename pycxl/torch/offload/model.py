@@ -40,6 +40,7 @@ from ...base.errors import InvalidRequestError
 from .._import import import_torch
 from . import clipping, model_setup as setup, state as saved
 from .adam import AdamSettings, AdamSteps, CpuAdam
+from .checkpoint import WeightSource, materialise
 from .clocks import StepClock
 from .config import OffloadConfig, Update, Weights
 from .cpu_side import CpuSide
@@ -79,6 +80,7 @@ class ModelOffload:
         overlap: bool = True,
         update_in_backward: bool = False,
         hbm_blocks: int = 0,
+        weights_from: WeightSource | None = None,
     ) -> None:
         torch = import_torch()
         self.config = config = OffloadConfig.checked(
@@ -111,16 +113,28 @@ class ModelOffload:
         setup.check_hbm_room(self._blocks, config)
         self._in_hbm = self._blocks[: config.hbm_blocks]
         self._on_tier = self._blocks[config.hbm_blocks :]  # the split's: the rest are the GPU's
+        streamed = (  # what streams: the blocks on the tier; those in HBM stay on the device
+            {id(p.param) for B in self._on_tier for p in B.everything} if config.streamed else set()
+        )
+        start: Callable[[Any], Any] | None = None
+        if weights_from is not None:
+            names = weights_from.names_of(model)  # checked before any memory is taken
+            materialise(model, weights_from, names, self.device, keep=streamed)
+            source = weights_from
+
+            def start(param: Any) -> Any:  # the checkpoint's values, in its precision
+                return source.read(names[id(param)])
+
+        else:
+            setup.check_not_meta(model)
         if config.streamed:
-            # what streams: the blocks on the tier; those in HBM stay on the device
-            streamed = {id(p.param) for B in self._on_tier for p in B.everything}
             setup.move_rest(model, streamed, self.device)
         else:
             setup.check_on_device(model, self.device)
         self._stepped = False  # a step has begun: there is one to settle
         self._adam_steps = AdamSteps(p.param for B in self._blocks for p in B.params)
         self._closed = False
-        setup.place_state(self._blocks, host_alloc, config, engine)
+        setup.place_state(self._blocks, host_alloc, config, engine, start)
         rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
         self._rest = RestUpdate(rest, group_of, self.device, self._adam_steps)
         self._cpu = CpuSide(

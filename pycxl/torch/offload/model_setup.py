@@ -5,14 +5,16 @@ memory on the tier."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
 from .adam import AdamSettings
+from .checkpoint import place
 from .config import OffloadConfig
 from .host_memory import HostAlloc
-from .layout import Block
+from .layout import Block, ParamSlot, piece
 
 
 def param_groups(model: Any, base: Any) -> tuple[dict[int, int], list[dict[str, Any]]]:
@@ -45,6 +47,17 @@ def check_on_device(model: Any, device: Any) -> None:
             raise InvalidRequestError(
                 f"{name} is on {p.device}, not {device}: move the model there "
                 "first (model.to(device)), or stream its blocks (weights='stream')"
+            )
+
+
+def check_not_meta(model: Any) -> None:
+    """A model on the ``meta`` device has no values to train: refused by name."""
+    for name, p in model.named_parameters():
+        if p.is_meta:
+            raise InvalidRequestError(
+                f"{name} is on the meta device (no values): give offload_model its "
+                "checkpoint (weights_from=folder or file.safetensors), or build the model "
+                "on a real device"
             )
 
 
@@ -88,33 +101,48 @@ def check_hbm_room(blocks: list[Block], config: OffloadConfig) -> None:
 
 
 def place_state(
-    blocks: list[Block], host_alloc: HostAlloc, config: OffloadConfig, engine: Any
+    blocks: list[Block],
+    host_alloc: HostAlloc,
+    config: OffloadConfig,
+    engine: Any,
+    start: Callable[[Any], Any] | None = None,
 ) -> None:
     """Each block's fp32 state (master from the weights, moments zero) on the tier, and
     where the mode keeps them there, its gradients and weights (pinned on a GPU); the
     first ``config.hbm_blocks`` blocks' state in the device's memory, and nothing of
-    theirs on the tier."""
+    theirs on the tier. ``start``: a parameter's starting values (a checkpoint's), read
+    for the master, and streamed, written into the parameter's home, which it then holds
+    (it may be on ``meta`` until then)."""
     torch = import_torch()
     pinned = on_gpu = config.on_gpu
+
+    def values(p: ParamSlot) -> Any:
+        return (start(p.param) if start is not None else p.param.detach()).reshape(-1)
+
     for position, B in enumerate(blocks):
         size = B.dtype.itemsize
         if position < config.hbm_blocks:
             B.state = torch.zeros(3 * B.numel, dtype=torch.float32, device=config.device)
             with torch.no_grad():
                 for p in B.params:
-                    B.part(B.state, 0, p).copy_(p.param.detach().reshape(-1))
+                    B.part(B.state, 0, p).copy_(values(p))
             B.flight.updated = engine.event()
             continue
-        state = host_alloc(3 * B.numel * 4, pinned).view(torch.float32).zero_()
-        with torch.no_grad():
-            for p in B.params:
-                B.part(state, 0, p).copy_(p.param.detach().reshape(-1))
-        B.state = state
+        B.state = host_alloc(3 * B.numel * 4, pinned).view(torch.float32).zero_()
         if config.streamed:
             B.weights = host_alloc(B.total * size, pinned).view(B.dtype).zero_()
             B.grads = host_alloc(B.numel * size, pinned).view(B.dtype).zero_()
         elif on_gpu:
             B.grads = host_alloc(B.numel * size, True).view(B.dtype)
             B.weights = host_alloc(B.numel * size, True).view(B.dtype)
+        with torch.no_grad():
+            for p in B.everything if config.streamed else B.params:
+                v = values(p)
+                if p.group >= 0:  # trainable
+                    B.part(B.state, 0, p).copy_(v)
+                if config.streamed and start is not None:  # its home, from the file
+                    home = piece(B.weights, p)
+                    home.copy_(v)
+                    place(p.param, home.view(p.shape))
         if on_gpu:
             B.flight.landed, B.flight.updated = engine.event(), engine.event()
