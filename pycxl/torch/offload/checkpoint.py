@@ -83,9 +83,11 @@ class WeightSource:
         return self._open[f]
 
     def has(self, name: str) -> bool:
+        """Whether the files hold a tensor of this name."""
         return name in self._file_of
 
     def shape_of(self, name: str) -> tuple[int, ...]:
+        """The named tensor's shape, from the file's header."""
         return tuple(self._handle(self._file_of[name]).get_slice(name).get_shape())
 
     def read(self, name: str) -> Any:
@@ -127,6 +129,7 @@ class WeightSource:
         return names
 
     def close(self) -> None:
+        """Let go of the open files."""
         self._open.clear()
 
 
