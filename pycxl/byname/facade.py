@@ -297,7 +297,6 @@ def offload_layers(
 def _tier_cpus(s: System, nodes: Iterable[int]) -> list[int]:
     """The CPUs of the socket nearest the tier that this process may use (the CPU
     Adam step's threads), or all it may use where that socket has none of them."""
-
     allowed = os.sched_getaffinity(0)
     near = s.nearest_cpu_node(next(iter(nodes))).node.cpus
     return [c for c in near if c in allowed] or sorted(allowed)

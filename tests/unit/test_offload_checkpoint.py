@@ -6,6 +6,7 @@ memory is taken."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,12 @@ def test_bad_checkpoint_paths_and_a_meta_model_without_one_are_refused_by_name(
     opt = _adamw(model)
     with pytest.raises(InvalidRequestError, match="no such file or folder"):
         pycxl.offload_model(model, "dram0", None, optimizer=opt, weights_from=tmp_path / "x")
+    os.mkfifo(tmp_path / "model.safetensors")  # never opened: a read would block
     with pytest.raises(InvalidRequestError, match=r"no \.safetensors file there"):
         pycxl.offload_model(model, "dram0", None, optimizer=opt, weights_from=tmp_path)
+    with pytest.raises(InvalidRequestError, match="is not a regular file or a folder"):
+        pycxl.offload_model(model, "dram0", None, optimizer=opt,
+                            weights_from=tmp_path / "model.safetensors")  # fmt: skip
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weights": {}}))
     with pytest.raises(InvalidRequestError, match="is not a safetensors index"):
         pycxl.offload_model(model, "dram0", None, optimizer=opt, weights_from=tmp_path)

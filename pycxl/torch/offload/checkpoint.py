@@ -53,8 +53,13 @@ class WeightSource:
                     "checkpoint again (model.save_pretrained(folder))"
                 ) from None
             return cls({k: root / f for k, f in weight_map.items()}, str(root))
-        elif root.is_dir():
-            files = sorted(root.glob("*.safetensors"))
+        elif root.is_dir():  # regular files only: a FIFO named so would block the read
+            files = sorted(f for f in root.glob("*.safetensors") if f.is_file())
+        elif root.exists():
+            raise InvalidRequestError(
+                f"weights_from {root} is not a regular file or a folder: give a "
+                ".safetensors file or the folder of a checkpoint"
+            )
         else:
             raise InvalidRequestError(f"weights_from {root}: no such file or folder")
         if not files:

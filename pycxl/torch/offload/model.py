@@ -135,6 +135,8 @@ class ModelOffload:
         self._adam_steps = AdamSteps(p.param for B in self._blocks for p in B.params)
         self._closed = False
         setup.place_state(self._blocks, host_alloc, config, engine, start)
+        if weights_from is not None:
+            weights_from.close()  # every value is where it lives: the files are done with
         rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_blocks]
         self._rest = RestUpdate(rest, group_of, self.device, self._adam_steps)
         self._cpu = CpuSide(
