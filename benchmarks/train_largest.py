@@ -30,11 +30,15 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
 LR, WEIGHT_DECAY, WARMUP = 1e-4, 0.01, 3
+CHILD = "TRAIN_LARGEST_CHILD"  # set in the child that runs DeepSpeed
 
 
 def build(args: argparse.Namespace, device: str | None) -> Any:
@@ -113,7 +117,7 @@ def main() -> int:
     ap.add_argument("--deepspeed", type=float, metavar="RATIO", help="DeepSpeed ZeRO-3 instead")
     args = ap.parse_args()
     if args.deepspeed is not None:
-        return train_deepspeed(args)
+        return train_deepspeed(args) if os.environ.get(CHILD) else deepspeed_in_child(args)
 
     import torch
     import transformers
@@ -159,6 +163,13 @@ def main() -> int:
         print(
             f"fit's bound {chosen.step_s * 1e3:.0f} ms: measured {step_s / chosen.step_s:.2f}x it"
         )
+    t = off.times
+    ms = {k: round(getattr(t, k) * 1e3) for k in ("cpu_s", "gpu_s", "head_s")}
+    after = round(t.cpu_after_s * 1e3), round(t.gpu_after_s * 1e3)
+    print(
+        f"update of the last step: CPU {ms['cpu_s']} ms, GPU {ms['gpu_s']} ms; backward from "
+        f"the first gradients to step() {ms['head_s']} ms; after step(): CPU, GPU {after} ms"
+    )
     print(f"tier pages by node {off.pages_by_node()}")
     off.close()
     return 0
@@ -206,6 +217,20 @@ def report(name: str, shape: Any, args: argparse.Namespace, losses: list[float],
     print(f"peak HBM {peak:.1f} GiB, host peak resident {rss:.1f} GiB")
     print(f"losses {[round(v, 4) for v in losses]}", flush=True)
     return step
+
+
+def deepspeed_in_child(args: argparse.Namespace) -> int:
+    """Runs DeepSpeed in a child process, so that a run the kernel's OOM killer ends
+    (host memory exhausted: no Python exception is raised) is still reported."""
+    env = dict(os.environ, **{CHILD: "1"})
+    done = subprocess.run([sys.executable, *sys.argv], env=env, check=False)
+    if done.returncode < 0:
+        sig = signal.Signals(-done.returncode).name
+        print(f"DeepSpeed ZeRO-3, ratio {args.deepspeed:g}: failed: killed by {sig} "
+              "(SIGKILL: most likely the kernel's OOM killer, host memory exhausted; "
+              "see dmesg)", flush=True)  # fmt: skip
+        return 1
+    return done.returncode
 
 
 def train_deepspeed(args: argparse.Namespace) -> int:
