@@ -57,6 +57,12 @@ if TYPE_CHECKING:
     help="Micro-batches a step (gradient accumulation).",
 )
 @click.option(
+    "--update-in-backward",
+    is_flag=True,
+    help="The loop does not clip: the update runs beside the backward pass "
+    "(offload_model's update_in_backward); otherwise it begins at step().",
+)
+@click.option(
     "--tier",
     default="dram0",
     show_default=True,
@@ -104,7 +110,8 @@ if TYPE_CHECKING:
 @AS_JSON
 def plan_train_command(params: int | None, layers: int, hidden: int, intermediate: int | None,
                        vocab: int, tied: bool, tokens: int, seq: int | None,
-                       accumulation: int, tier: str, gpu: str | None, hbm_free: int | None,
+                       accumulation: int, update_in_backward: bool, tier: str,
+                       gpu: str | None, hbm_free: int | None,
                        tier_free: int | None, link: float | None, tflops: float | None,
                        cpu_update: float | None, lookahead: int,
                        as_json: bool) -> None:  # fmt: skip
@@ -137,7 +144,8 @@ def plan_train_command(params: int | None, layers: int, hidden: int, intermediat
             raise
     plan = pycxl.fit(
         shape, tier, None if hbm_free is not None else gpu, tokens=tokens, seq=seq,
-        lookahead=lookahead, accumulation=accumulation, hbm_free=hbm_free, tier_free=tier_free,
+        lookahead=lookahead, accumulation=accumulation, update_in_backward=update_in_backward,
+        hbm_free=hbm_free, tier_free=tier_free,
         link=None if link is None else link * 1e9,
         cpu_update=None if cpu_update is None else cpu_update * 1e9,
         gpu_flops=None if tflops is None else tflops * 1e12, system=system,

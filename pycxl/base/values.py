@@ -112,6 +112,13 @@ def real_text(text: str, what: str) -> float:
     return float(text)
 
 
+def flag(value: object, what: str) -> bool:
+    """A yes/no option: True or False, never a truthy stand-in."""
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{what} {value!r}: give True or False")
+    return value
+
+
 def count(value: object, what: str, minimum: int = 1, maximum: int | None = None) -> int:
     """A whole number of at least ``minimum`` (samples, threads, steps), and at most
     ``maximum`` where one is given: ints only, so ``1.5``, ``True`` or ``"3"`` are refused

@@ -30,6 +30,7 @@ from ..base.values import (
     MAX_STEPS,
     count,
     finite,
+    flag,
     optional_size,
     page_size,
     reals,
@@ -214,8 +215,7 @@ def measure_bandwidth(
     mixes = loaded.mix_names(mix) if mix is not None else None
     if mixes is not None and (kernel != "all" or nt_stores):
         raise InvalidRequestError("--mix measures its own loads: drop --kernel and --nt-stores")
-    if not isinstance(zero_copy, bool):
-        raise InvalidRequestError(f"zero_copy {zero_copy!r}: give True or False")
+    flag(zero_copy, "zero_copy")
     if zero_copy and (mixes is not None or threads is not None or nt_stores):
         raise InvalidRequestError(
             "--zero-copy is a GPU's STREAM on the tier: drop --mix, --threads and --nt-stores"

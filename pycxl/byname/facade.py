@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import InvalidRequestError
-from ..base.values import ascii_digits, count, instance, items, size as checked_size
+from ..base.values import ascii_digits, count, flag, instance, items, size as checked_size
 from ..cxl import regions as _regions
 from ..resolve.system import System, given_or_read, snapshot
 
@@ -407,6 +407,7 @@ def fit(
     seq: int | None = None,
     lookahead: int = 1,
     accumulation: int = 1,
+    update_in_backward: bool = False,
     hbm_free: int | str | None = None,
     tier_free: int | str | None = None,
     link: float | None = None,
@@ -423,6 +424,8 @@ def fit(
     link's and the GPU's rates (``gpu=None``: no GPU here; give ``hbm_free`` and, for a
     step time, ``link`` and ``gpu_flops``), the CPU update's rate on the tier (measured
     on ``target``'s memory even where ``tier_free`` plans for more of it than is here).
+    ``update_in_backward``: as offload_model's, for a loop that does not clip (the
+    update then runs beside the backward pass; otherwise it begins at ``step()``).
 
     >>> plan = pycxl.fit(model, "dram0", tokens=4096)
     >>> print(plan.why)         # fits: weights resident, a step at least 412 ms (...)
@@ -433,6 +436,7 @@ def fit(
 
     tokens, seq, lookahead, accumulation = planning.checked_step(tokens, seq, lookahead,
                                                                  accumulation)  # fmt: skip
+    early = flag(update_in_backward, "update_in_backward")
     for what, rate in (("link", link), ("cpu_update", cpu_update), ("gpu_flops", gpu_flops)):
         if rate is not None:
             finite(rate, what, 0.0, planning.MAX_RATE)
@@ -459,7 +463,7 @@ def fit(
         hbm_free=hbm, link=link, cpu_update=cpu_update, flops=gpu_flops,
     )  # fmt: skip
     return planning.fit(shape, machine, tokens, seq=seq, lookahead=lookahead,
-                        accumulation=accumulation)  # fmt: skip
+                        accumulation=accumulation, update_in_backward=early)  # fmt: skip
 
 
 def _tier_room(s: System, nodes: Iterable[int]) -> tuple[str, int]:

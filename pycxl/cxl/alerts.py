@@ -49,8 +49,7 @@ class AlertChange:
     def __post_init__(self) -> None:
         if not isinstance(self.alert, str) or self.alert not in ALERTS:
             raise InvalidRequestError(f"alert {self.alert!r}: use {', '.join(ALERTS)}")
-        if not isinstance(self.enable, bool):
-            raise InvalidRequestError(f"enable {self.enable!r}: give True or False")
+        device_ops.flag(self.enable, "enable")
         flag = self.alert.replace("_", "-")
         if not self.enable:
             if self.threshold is not None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeAlias
 from ..base.errors import InvalidRequestError, NotAvailableError, SysfsError
 from ..base.plan import Plan, StepHook, require_root
 from ..base.sysfs import Sysfs
-from ..base.values import ascii_digits
+from ..base.values import ascii_digits, flag
 from .mailbox import Mailbox
 from .model import Memdev
 from .read import CXL_DEVICES, bus_present, read_cxl
@@ -83,13 +83,6 @@ def name(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequestError(f"{what} {value!r}: give a name such as {NAMED[what]}")
     return ascii_digits(value.strip(), what)
-
-
-def flag(value: object, what: str) -> bool:
-    """A yes/no option: True or False, never a truthy stand-in."""
-    if not isinstance(value, bool):
-        raise InvalidRequestError(f"{what} {value!r}: give True or False")
-    return value
 
 
 def topology(fs: Sysfs) -> CxlTopology:

@@ -169,6 +169,32 @@ def test_the_link_carries_what_each_placement_moves_a_step() -> None:
     )
 
 
+def test_an_update_that_begins_at_step_runs_beside_the_next_forward_pass_only() -> None:
+    shape = TrainShape.decoder(layers=24, hidden=2048)
+    n, d = shape.block_params, shape.dtype_bytes
+    # a slow CPU takes no block: the GPU side moves every block's state, 12 bytes each way
+    m = Machine("dram0", None, 400 * GiB, link=1e10, cpu_update=1e3, gpu_flops=1e14)
+    waits = {o.name: o for o in fit(shape, m, 4096).options}
+    for name, first_share in (("resident", 2 / 6), ("resident + checkpointing", 2 / 8)):
+        o = waits[name]
+        compute, update = o.parts_s["compute"], n * 12 / 1e10
+        assert update > compute  # the update is what the step waits for
+        assert o.parts_s["update_then_backward"] == pytest.approx(
+            update + compute * (1 - first_share), rel=1e-3
+        )
+        assert o.step_s == o.parts_s["update_then_backward"] > o.parts_s["link"]
+        assert o.bound.startswith("bound by update + backward"), o.bound
+    early = {o.name: o for o in fit(shape, m, 4096, update_in_backward=True).options}
+    assert "update_then_backward" not in early["resident"].parts_s  # beside the backward pass
+    assert early["resident"].step_s == pytest.approx(max(early["resident"].parts_s.values()))
+    streamed = early["stream"].parts_s  # streamed, the update waits for step() all the same:
+    # then the backward pass's weights in and gradients home, where slower than its compute
+    after = max(streamed["compute"] * 4 / 6, 2 * n * d / 1e10)
+    assert streamed["update_then_backward"] == pytest.approx(n * (12 + d) / 1e10 + after, rel=1e-3)
+    with pytest.raises(InvalidRequestError, match="update_in_backward 1: give True or False"):
+        pycxl.fit(shape, "dram0", None, tokens=4096, hbm_free="80G", update_in_backward=1)  # type: ignore[arg-type]
+
+
 def test_state_goes_to_hbm_where_it_has_room_and_the_tier_takes_the_rest() -> None:
     shape = TrainShape.decoder(layers=22, hidden=2048, intermediate=5632)  # a 1.1B
     block = -(-shape.block_params // 22)
@@ -265,10 +291,14 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_plan_train_says_what_fits_and_exits_8_where_nothing_does() -> None:
     small = ["--params", "1.1B", "--layers", "22", "--hidden", "2048", "--tokens", "4096"]
-    fits = _plan(*small, "--hbm", "16G", "--tier-free", "100G", "--link", "50", "--tflops",
-                 "600", "--cpu-update", "2")  # fmt: skip
+    rates = ["--hbm", "16G", "--tier-free", "100G", "--link", "50", "--tflops", "600",
+             "--cpu-update", "2"]  # fmt: skip
+    fits = _plan(*small, *rates, "--update-in-backward")
     assert fits.returncode == 0, fits.stderr
     assert "fits: weights resident + checkpointing, the state of" in fits.stdout, fits.stdout
+    assert "(bound by link: " in fits.stdout, fits.stdout
+    clipped = _plan(*small, *rates)  # the update waits for step()
+    assert "bound by update + backward: " in clipped.stdout, clipped.stdout
     assert "HBM      optimizer state" in fits.stdout, fits.stdout
     big = _plan("--params", "13B", "--layers", "40", "--hidden", "5120", "--tokens", "4096",
                 "--hbm", "40G", "--tier-free", "120G", "--cpu-update", "2", "--json")  # fmt: skip

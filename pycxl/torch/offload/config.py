@@ -9,17 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...base.errors import InvalidRequestError
-from ...base.values import count, lookahead as checked_lookahead, word
+from ...base.values import count, flag, lookahead as checked_lookahead, word
 
 MAX_BLOCKS = 4096  # as pycxl.fit's layers
 Update = Literal["auto", "cpu", "gpu"]
 Weights = Literal["resident", "stream"]
-
-
-def _flag(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidRequestError(f"{what} {value!r}: give True or False")
-    return value
 
 
 @dataclass(frozen=True)
@@ -57,8 +51,8 @@ class OffloadConfig:
             device,
             weights=word(weights, "weights", ("resident", "stream")),  # type: ignore[arg-type]
             update=word(update, "update", ("auto", "cpu", "gpu")),  # type: ignore[arg-type]
-            overlap=_flag(overlap, "overlap"),
-            update_in_backward=_flag(update_in_backward, "update_in_backward"),
+            overlap=flag(overlap, "overlap"),
+            update_in_backward=flag(update_in_backward, "update_in_backward"),
             lookahead=checked_lookahead(lookahead),
             hbm_blocks=count(hbm_blocks, "hbm_blocks", 0, MAX_BLOCKS),
         )

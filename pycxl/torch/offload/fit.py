@@ -32,7 +32,12 @@ direction for what crosses it a step (streamed: the weights in twice and the gra
 home; resident: the CPU's blocks' gradients home and their new weights back; either way
 the state of the blocks the GPU updates); and the CPU's update of its blocks, the
 blocks split between the two sides as offload_model splits them. With ``overlap`` they run beside
-each other, so a step takes at least the largest; the prediction is that bound.
+each other, so a step takes at least the largest. And where the update begins at
+``step()`` (the default, and any loop that clips: the norm needs every gradient), the next
+step's first forward pass runs beside the update, each block waiting for its own, and the
+rest of the step after it: at least the update (the CPU's blocks, or what the GPU side's
+moves over the link, the slower) plus the step's compute less that forward pass. The
+prediction is the largest of these.
 """
 
 from __future__ import annotations
@@ -189,6 +194,12 @@ PARTS = {
     "pinned_gradients_weights": "pinned gradients and weights",
     "headroom": "headroom (the estimate's error, fragmentation)",
 }  # each part's name in a table
+BOUNDS = {
+    "compute": "compute",
+    "link": "link",
+    "update": "update",
+    "update_then_backward": "update + backward",
+}  # what bounds a step, as ``why`` names it
 
 
 @dataclass(frozen=True)
@@ -377,6 +388,7 @@ def _option(
     checkpointing: bool,
     lookahead: int,
     accumulation: int,
+    update_in_backward: bool = False,
 ) -> Option:
     d, n, layers = shape.dtype_bytes, shape.block_params, shape.layers
     stream = weights == "stream"
@@ -439,9 +451,23 @@ def _option(
             moved = on_cpu * d + on_gpu * STATE_BYTES
         parts["link"] = moved / m.link
         parts["update"] = on_cpu / m.cpu_update
+        if "compute" in parts and not (update_in_backward and not stream):
+            # the update begins at step(): the next step's first forward pass runs beside
+            # it (each block waits for its own), the rest of the step after it
+            # what the update moves over the link (resident: the CPU's blocks' new
+            # weights back too), the busier way
+            after = on_gpu * (STATE_BYTES + d) if stream else on_gpu * STATE_BYTES + on_cpu * d
+            update = max(parts["update"], after / m.link)
+            first = parts["compute"] / accumulation * (2 / 8 if checkpointing else 2 / 6)
+            rest = parts["compute"] - first
+            if stream:  # and the rest of the step's weights in and gradients home
+                rest = max(rest, parts["link"] - (on_tier * whole_block * d + after) / m.link)
+            parts["update_then_backward"] = max(update, first) + rest
     if {"compute", "link", "update"} <= parts.keys():
         what = max(parts, key=lambda k: parts[k])
-        bound = f"bound by {what}: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in parts.items())
+        bound = f"bound by {BOUNDS[what]}: " + ", ".join(
+            f"{BOUNDS[k]} {v * 1e3:.0f} ms" for k, v in parts.items()
+        )
         step: float | None = parts[what]
     else:
         missing = [w for w, ok in (("the GPU's rate", m.gpu_flops), ("the link's rate", m.link),
@@ -504,14 +530,17 @@ def fit(
     seq: int | None = None,
     lookahead: int = 1,
     accumulation: int = 1,
+    update_in_backward: bool = False,
 ) -> Fit:
     """The placements for a step of ``tokens`` a micro-batch (sequences of ``seq``,
     default one of ``tokens``) over ``accumulation`` micro-batches, fastest first where
     the rates are known, else resident before streamed and without checkpointing before
-    with it."""
+    with it. ``update_in_backward``: as offload_model's, for a loop that leaves the
+    gradients as the backward pass made them (no clip): resident, the update then runs
+    beside the backward pass; otherwise it begins at ``step()``."""
     tokens, seq, lookahead, accumulation = checked_step(tokens, seq, lookahead, accumulation)
     options = [
-        _option(shape, machine, tokens, seq, w, c, lookahead, accumulation)
+        _option(shape, machine, tokens, seq, w, c, lookahead, accumulation, update_in_backward)
         for c in (False, True)
         for w in ("resident", "stream")
     ]
