@@ -227,6 +227,29 @@ def test_a_saved_model_and_optimizer_resume_to_the_same_losses(tmp_path: Any, we
     off2.close()
 
 
+@pytest.mark.parametrize(("weights", "hbm_blocks"), [("resident", 1), ("stream", 1)])
+def test_a_run_saved_to_a_folder_resumes_bit_for_bit(
+    tmp_path: Any, weights: str, hbm_blocks: int
+) -> None:
+    """offload.save / offload.load: weights on the GPU or at home, state on the tier and
+    in HBM, each read back where it lives; the resumed run's losses are the saved run's."""
+    model = _llama()
+    off = _offload(model, weights=weights, hbm_blocks=hbm_blocks)
+    data = _data(6)
+    _train(model, off.optimizer, data[:3], clip=0.5)
+    folder = off.save(tmp_path / "run")
+    after = _train(model, off.optimizer, data[3:], clip=0.5)
+    off.close()
+    torch.manual_seed(5)
+    fresh = _llama()
+    for p in fresh.parameters():
+        p.data.normal_()  # nothing of these survives the load
+    again = _offload(fresh, weights=weights, hbm_blocks=hbm_blocks)
+    again.load(folder)
+    assert _train(fresh, again.optimizer, data[3:], clip=0.5) == after
+    again.close()
+
+
 @pytest.mark.parametrize(("weights", "hbm_blocks"), [("resident", 0), ("stream", 1)])
 def test_a_model_built_on_meta_from_its_checkpoint_trains_as_the_one_saved(
     tmp_path: Any, weights: str, hbm_blocks: int

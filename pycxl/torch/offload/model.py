@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
-from . import clipping, model_setup as setup, state as saved
+from . import clipping, model_setup as setup, saving, state as saved
 from .adam import AdamSettings, AdamSteps, CpuAdam
 from .checkpoint import WeightSource, materialise
 from .clocks import StepClock
@@ -413,6 +415,30 @@ class ModelOffload:
         """The fp32 master copy of a block's parameter (a view of the tier's memory)."""
         self.synchronize()
         return saved.master_of(self._blocks, self._rest, param)
+
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """The model's weights and the optimizer's state into ``folder``, one tensor at a
+        time from where each lives (nothing copied whole: saving.py): a checkpoint
+        ``from_pretrained`` and ``offload_model(weights_from=folder)`` read, with the
+        optimizer's state beside it for ``load``. The scheduler's state is the
+        scheduler's own (``scheduler.state_dict()``)."""
+        self._check_open()
+        self.synchronize()
+        groups = self.optimizer.param_groups
+        entries = saved.entries(self._blocks, self._rest)
+        return saving.save(folder, self.model, self._blocks, entries, self._adam_steps, groups)
+
+    def load(self, folder: str | os.PathLike[str]) -> None:
+        """The weights and the optimizer's state ``save`` wrote into ``folder``, read
+        into where each lives, one tensor at a time; every name, dtype and shape
+        checked before anything changes."""
+        self._check_open()
+        found = saving.Saved(folder)
+        self.synchronize()
+        groups = self.optimizer.param_groups
+        entries = saved.entries(self._blocks, self._rest)
+        saving.load(found, self.model, entries, self._adam_steps, groups)
+        self._forget_device_copies()
 
     def _state_dict(self, base: dict[str, Any]) -> dict[str, Any]:
         """The optimizer's state as torch's Adam saves it (state.py)."""

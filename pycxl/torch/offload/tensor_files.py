@@ -1,0 +1,125 @@
+"""safetensors files written straight from tensors' memory and read straight into it.
+The format (an 8-byte header length, a JSON header of each tensor's dtype, shape and
+byte offsets, then the bytes) is written here rather than by the ``safetensors``
+package, whose ``save_file`` builds each tensor's bytes as a new object first: a CPU
+tensor here is written from its own memory, and read back into the memory it is to
+live in (the tier's), so no second copy of a model's state exists at any time. A GPU
+tensor passes through one host copy of itself. The files are ordinary safetensors:
+``safe_open`` and ``from_pretrained`` read them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ...base.errors import InvalidRequestError
+from .._import import import_torch
+
+_HEADER_MAX = 100 << 20  # a header of more than this is not one these files write
+_ALIGN = 8
+
+
+def _dtypes() -> dict[Any, str]:
+    torch = import_torch()
+    return {
+        torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
+        torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
+        torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
+    }  # fmt: skip
+
+
+def _raw(t: Any) -> Any:
+    """``t``'s bytes as a buffer over a CPU tensor's memory (a GPU tensor's host copy)."""
+    torch = import_torch()
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def write(path: Path, tensors: list[tuple[str, Any]]) -> None:
+    """``tensors`` (name, tensor) into a safetensors file at ``path``, in that order."""
+    dtypes = _dtypes()
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, t in tensors:
+        if t.dtype not in dtypes:
+            raise InvalidRequestError(f"{name}: a tensor of {t.dtype} has no safetensors type")
+        size = t.numel() * t.element_size()
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + size]}  # fmt: skip
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % _ALIGN)
+    with path.open("wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for _, t in tensors:
+            f.write(_raw(t))
+
+
+class TensorFile:
+    """One safetensors file's header, read and checked; tensors read into place."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            with path.open("rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size)) if 0 < size <= _HEADER_MAX else None
+            length = path.stat().st_size
+        except (OSError, ValueError) as err:
+            raise InvalidRequestError(f"{path} cannot be read ({err})") from None
+        if not isinstance(header, dict):
+            raise InvalidRequestError(f"{path} is not a safetensors file (no header)")
+        header.pop("__metadata__", None)
+        self._start = 8 + size
+        self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+        for name, e in header.items():
+            try:
+                dtype, shape, (begin, end) = e["dtype"], tuple(e["shape"]), e["data_offsets"]
+                ok = all(isinstance(v, int) and v >= 0 for v in (*shape, begin, end))
+            except (TypeError, KeyError, ValueError):
+                ok = False
+            if not ok or not begin <= end <= length - self._start:
+                raise InvalidRequestError(f"{path}: the entry of {name} is not a tensor's")
+            self.entries[name] = (dtype, shape, begin, end)
+
+    def check(self, name: str, like: Any) -> None:
+        """Refused by name unless the file holds ``name`` of ``like``'s dtype and shape."""
+        e = self.entries.get(name)
+        want = (_dtypes().get(like.dtype), tuple(like.shape))
+        if e is None:
+            raise InvalidRequestError(
+                f"{self.path} has no {name}: load a folder saved from this model"
+            )
+        if (e[0], e[1]) != want or e[3] - e[2] != like.numel() * like.element_size():
+            raise InvalidRequestError(
+                f"{name} in {self.path} is {e[0]} {list(e[1])}, this model's {want[0]} "
+                f"{list(want[1])}: load a folder saved from this model"
+            )
+
+    def read_into(self, name: str, target: Any) -> None:
+        """The named tensor's bytes into ``target`` (checked first with ``check``): into
+        a CPU tensor's own memory, into a GPU tensor through one host copy."""
+        torch = import_torch()
+        _, _, begin, end = self.entries[name]
+        host = target if target.device.type == "cpu" and target.is_contiguous() else None
+        if host is None:
+            host = torch.empty(target.shape, dtype=target.dtype)
+        view = memoryview(host.reshape(-1).view(torch.uint8).numpy())
+        with self.path.open("rb") as f:
+            f.seek(self._start + begin)
+            got = f.readinto(view)
+        if got != end - begin:
+            raise InvalidRequestError(f"{self.path} ends inside {name}: the file is cut short")
+        if host is not target:
+            target.copy_(host)
+
+
+def replace_all(written: list[tuple[Path, Path]]) -> None:
+    """Each file written under its temporary name moved to its own, once all are."""
+    for tmp, final in written:
+        os.replace(tmp, final)
