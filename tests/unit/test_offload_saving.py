@@ -159,7 +159,7 @@ def test_saving_takes_no_second_copy_of_the_state(tmp_path: Path) -> None:
         state, grew = map(int, done.stdout.split()[-2:])
         return state, grew
 
-    state, saved = rise("save", str(tmp_path / "run"))
+    state, saved = rise(str(tmp_path / "run"))
     assert state > 300 << 20  # the blocks' fp32 state and pinned buffers on the tier
     _, cloned = rise()  # what optimizer.state_dict() takes
     assert saved < state // 10 < cloned, (saved, cloned, state)
