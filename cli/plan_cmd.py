@@ -169,6 +169,9 @@ def _show(plan: Fit) -> None:
         f"CPU update {m.cpu_update / 1e9:.2f} G params/s" if m.cpu_update else "CPU not known",
         f"GPU {m.gpu_flops / 1e12:.0f} TFLOP/s" if m.gpu_flops else "GPU rate not known",
     ]
+    if m.shared:
+        rates.insert(4, f"beside each other {m.shared[0] / 1e9:.2f} G params/s and "
+                        f"{m.shared[1] / 1e9:.1f} GB/s")  # fmt: skip
     s = plan.shape
     click.echo(f"{s.params / 1e9:.2f} B parameters ({s.block_params / 1e9:.2f} B in {s.layers} "
                f"blocks), {plan.tokens} tokens a step; {', '.join(rates)}")  # fmt: skip

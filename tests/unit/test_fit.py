@@ -184,6 +184,14 @@ def test_an_update_that_begins_at_step_runs_beside_the_next_forward_pass_only() 
         )
         assert o.step_s == o.parts_s["update_then_backward"] > o.parts_s["link"]
         assert o.bound.startswith("bound by update + backward"), o.bound
+    # where the two sides slow each other (measured beside each other), the update does
+    halved = Machine("dram0", None, 400 * GiB, link=1e10, cpu_update=1e3, gpu_flops=1e14,
+                     shared=(1e3, 5e9))  # fmt: skip
+    slower = {o.name: o for o in fit(shape, halved, 4096).options}["resident"].parts_s
+    assert slower["update_then_backward"] == pytest.approx(
+        waits["resident"].parts_s["update_then_backward"] + n * 12 / 1e10, rel=1e-3
+    )
+    assert slower["link"] == waits["resident"].parts_s["link"]  # the rest of the step: alone
     early = {o.name: o for o in fit(shape, m, 4096, update_in_backward=True).options}
     assert "update_then_backward" not in early["resident"].parts_s  # beside the backward pass
     assert early["resident"].step_s == pytest.approx(max(early["resident"].parts_s.values()))

@@ -167,7 +167,9 @@ class Machine:
     """What the plan reads of a machine: free bytes in HBM and on the tier, and rates
     (None: not known; the plan then says what it cannot predict). ``link``: bytes per
     second each way between HBM and the tier; ``cpu_update``: parameters per second of
-    the CPU's Adam step on the tier; ``gpu_flops``: the GPU's sustained bf16 rate."""
+    the CPU's Adam step on the tier; ``gpu_flops``: the GPU's sustained bf16 rate;
+    ``shared``: the CPU step's and the link's rates while both run at once, as they do in
+    an update (they share the host's memory), where measured."""
 
     tier: str
     hbm_free: int | None
@@ -175,10 +177,12 @@ class Machine:
     link: float | None = None
     cpu_update: float | None = None
     gpu_flops: float | None = None
+    shared: tuple[float, float] | None = None  # cpu_update and link while both run
 
     def __post_init__(self) -> None:
+        shared = zip(("shared cpu_update", "shared link"), self.shared or (), strict=False)
         for what, rate in (("link", self.link), ("cpu_update", self.cpu_update),
-                           ("gpu_flops", self.gpu_flops)):  # fmt: skip
+                           ("gpu_flops", self.gpu_flops), *shared):  # fmt: skip
             if rate is not None:
                 finite(rate, what, 0.0, MAX_RATE)
 
@@ -299,6 +303,8 @@ class Fit:
                 "tier": m.tier, "hbm_free": m.hbm_free, "tier_free": m.tier_free,
                 "link_bytes_per_s": m.link, "cpu_update_params_per_s": m.cpu_update,
                 "gpu_flops_per_s": m.gpu_flops,
+                "shared_cpu_update_params_per_s": m.shared[0] if m.shared else None,
+                "shared_link_bytes_per_s": m.shared[1] if m.shared else None,
             },
             "placements": [
                 {
@@ -423,10 +429,10 @@ def _option(
     # where HBM holds fewer blocks than the tier needs it to: the tier's shortfall instead
     tier_instead = max(0, sum(on_tier_bytes(room).values()) - m.tier_free) if needed > room else 0
     plan = None
+    per_param = STATE_BYTES + (d if stream else 0)  # what the GPU side moves each way
     if m.link and m.cpu_update and on_tier:
         # the update split as offload_model splits it: the CPU side's blocks at its
         # rate, the GPU side's streaming their state (streamed: and weights) both ways
-        per_param = STATE_BYTES + (d if stream else 0)
         plan = split_blocks({i: block for i in range(on_tier)}, m.cpu_update, m.link / per_param,
                             "rates given")  # fmt: skip
     if on_tier == 0 or (plan is not None and not plan.gpu):
@@ -453,15 +459,22 @@ def _option(
         parts["update"] = on_cpu / m.cpu_update
         if "compute" in parts and not (update_in_backward and not stream):
             # the update begins at step(): the next step's first forward pass runs beside
-            # it (each block waits for its own), the rest of the step after it
+            # it (each block waits for its own), the rest of the step after it. Both
+            # sides run at once then, at their rates beside each other where measured,
+            # split so that they finish together, as the offload's split comes to
+            cpu_rate, link = m.shared or (m.cpu_update, m.link)
+            both = split_blocks({i: block for i in range(on_tier)}, cpu_rate,
+                                link / per_param, "rates beside each other")  # fmt: skip
+            on_gpu_u, on_cpu_u = block * len(both.gpu), block * len(both.cpu)
             # what the update moves over the link (resident: the CPU's blocks' new
             # weights back too), the busier way
-            after = on_gpu * (STATE_BYTES + d) if stream else on_gpu * STATE_BYTES + on_cpu * d
-            update = max(parts["update"], after / m.link)
+            after = on_gpu_u * per_param + (0 if stream else on_cpu_u * d)
+            update = max(on_cpu_u / cpu_rate, after / link)
             first = parts["compute"] / accumulation * (2 / 8 if checkpointing else 2 / 6)
             rest = parts["compute"] - first
             if stream:  # and the rest of the step's weights in and gradients home
-                rest = max(rest, parts["link"] - (on_tier * whole_block * d + after) / m.link)
+                moved_after = moved - on_gpu * per_param - on_tier * whole_block * d
+                rest = max(rest, moved_after / m.link)
             parts["update_then_backward"] = max(update, first) + rest
     if {"compute", "link", "update"} <= parts.keys():
         what = max(parts, key=lambda k: parts[k])

@@ -5,7 +5,7 @@ the pinned copies between HBM and the tier, and the GPU's bf16 matrix multiply."
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._import import import_torch
@@ -15,13 +15,16 @@ from .host_memory import HostAlloc
 
 UPDATE_PARAMS = 1 << 24  # 256 MiB of state and weights: past the caches, a block's size
 COPY_BYTES = 1 << 28
+SHARED_PIECE = 1 << 24  # a copy beside the CPU step: 16 MiB, a fraction of the step's time
 GEMM_SIDE = 8192
 
 
-def cpu_update_rate(host_alloc: HostAlloc, cpus: Sequence[int]) -> float:
+def cpu_update_rate(host_alloc: HostAlloc, cpus: Sequence[int],
+                    beside: Callable[[], Callable[[], None]] | None = None) -> float:  # fmt: skip
     """Parameters per second of the fused CPU Adam step (bf16 gradients and weights, fp32
     state) on memory from ``host_alloc``, on threads pinned to ``cpus``: the better of
-    three, the first warming the pages."""
+    three, the first warming the pages. ``beside``: begins work that runs while a step
+    is timed, and returns what to call once it is (``shared_rates``)."""
     torch = import_torch()
     n = UPDATE_PARAMS
     state = host_alloc(3 * n * 4, False).view(torch.float32).zero_()
@@ -31,14 +34,61 @@ def cpu_update_rate(host_alloc: HostAlloc, cpus: Sequence[int]) -> float:
     settings = AdamSettings(0.0, (0.9, 0.999), 1e-8, 0.0, True, False)  # changes nothing
     adam = CpuAdam(cpus)
     try:
+        adam.step(parts, grads, weights, 1, settings)  # the pages warmed
         best = float("inf")
-        for _ in range(3):
+        for _ in range(2):
+            ended = beside() if beside is not None else None
             began = time.perf_counter()
             adam.step(parts, grads, weights, 1, settings)
             best = min(best, time.perf_counter() - began)
+            if ended is not None:
+                ended()
     finally:
         adam.close()
     return n / best
+
+
+def shared_rates(host_alloc: HostAlloc, cpus: Sequence[int], device: Any,
+                 cpu_alone: float, link_alone: float) -> tuple[float, float]:  # fmt: skip
+    """The CPU step's rate and the link's (the slower direction) while both run at
+    once, as they do in an update: copies both ways queued on two streams for longer
+    than the step takes, and the link's rate read from the copies done while it ran."""
+    torch = import_torch()
+    ends = [torch.cuda.Stream(device) for _ in range(2)]
+    host = [host_alloc(COPY_BYTES, True) for _ in range(2)]
+    dev = [torch.empty(COPY_BYTES, dtype=torch.uint8, device=device) for _ in range(2)]
+    # pieces short beside the step, enough of them to outlast one three times slower
+    # than alone, the buffers used round and round
+    copies = 2 + int(3 * UPDATE_PARAMS / cpu_alone / (SHARED_PIECE / link_alone))
+    pieces = COPY_BYTES // SHARED_PIECE
+    rates: list[float] = []
+
+    def begin() -> Callable[[], None]:
+        marks = []
+        for stream, dst, src in ((ends[0], host[0], dev[0]), (ends[1], dev[1], host[1])):
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(copies + 1)]
+            with torch.cuda.stream(stream):
+                events[0].record()
+                for k, e in enumerate(events[1:]):
+                    at = (k % pieces) * SHARED_PIECE
+                    dst[at : at + SHARED_PIECE].copy_(src[at : at + SHARED_PIECE],
+                                                      non_blocking=True)  # fmt: skip
+                    e.record()
+            marks.append(events)
+
+        def end() -> None:
+            done = [[e for e in events[1:] if e.query()] for events in marks]  # in the step
+            torch.cuda.synchronize(device)  # the rest, before the next; elapsed_time needs it
+            rates.append(min(
+                len(d) * SHARED_PIECE / (events[0].elapsed_time(d[-1]) / 1e3) if d else 0.0
+                for events, d in zip(marks, done, strict=True)
+            ))  # fmt: skip
+
+        return end
+
+    cpu = cpu_update_rate(host_alloc, cpus, beside=begin)
+    link = max(rates)
+    return cpu, link if link > 0 else link_alone  # no piece done: a GPU too slow to tell
 
 
 def link_rate(host_alloc: HostAlloc, device: Any) -> float:
@@ -93,13 +143,18 @@ def read_machine(
 ) -> Machine:
     """The machine as the plan needs it: what is given, and the rest measured here
     (HBM's free bytes and the GPU's rates only where ``device`` is a CUDA device)."""
+    measure_cpu = cpu_update is None
+    shared = None
     if cpu_update is None:
         cpu_update = cpu_update_rate(host_alloc, cpus)
     if device is not None:
         torch = import_torch()
         if hbm_free is None:
             hbm_free = int(torch.cuda.mem_get_info(device)[0])
+        measured = link is None and measure_cpu
         link = link_rate(host_alloc, device) if link is None else link
         flops = gpu_flops(device) if flops is None else flops
+        if measured:  # both measured here: and beside each other
+            shared = shared_rates(host_alloc, cpus, device, cpu_update, link)
         torch.cuda.empty_cache()  # what the measurements took goes back to the driver
-    return Machine(tier, hbm_free, tier_free, link, cpu_update, flops)
+    return Machine(tier, hbm_free, tier_free, link, cpu_update, flops, shared)
