@@ -137,6 +137,9 @@ def main() -> int:
     model = build(args, device)
     if chosen.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointed = chosen.checkpointed_blocks or (args.layers if chosen.checkpointing else 0)
+    for layer in model.model.layers[checkpointed:]:  # the plan's: the first so many only
+        layer.gradient_checkpointing = False
     model.train()
     adamw = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     held = chosen.hbm_blocks if gpu is not None else 0  # no GPU here: no HBM to hold state
@@ -158,7 +161,7 @@ def main() -> int:
     losses, times = train(step, args, "cuda" if gpu is not None else "cpu")
     off.synchronize()
     name = f"pycxl, weights {chosen.name}, hbm_blocks {held}"
-    step_s = report(name, shape, args, losses, times, chosen.checkpointing, gpu is not None)
+    step_s = report(name, shape, args, losses, times, checkpointed, gpu is not None)
     if chosen.step_s:
         print(
             f"fit's bound {chosen.step_s * 1e3:.0f} ms: measured {step_s / chosen.step_s:.2f}x it"
@@ -202,13 +205,13 @@ def train(step: Any, args: argparse.Namespace, on: str) -> tuple[list[float], li
 
 
 def report(name: str, shape: Any, args: argparse.Namespace, losses: list[float],
-           times: list[float], checkpointing: bool, on_gpu: bool) -> float:  # fmt: skip
+           times: list[float], checkpointed: int, on_gpu: bool) -> float:  # fmt: skip
     """Prints the step (median after two), tokens/s, MFU, peak memory and losses."""
     import torch
 
     step = statistics.median(times[2:] or times)
     flops = 6 * shape.params * args.tokens + 6 * shape.layers * args.tokens**2 * shape.hidden
-    flops *= 8 / 6 if checkpointing else 1
+    flops *= (6 + 2 * checkpointed / shape.layers) / 6  # a checkpointed block runs twice
     peak = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else 0.0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"{name}: {shape.params / 1e9:.3g} B parameters, step {step * 1e3:.0f} ms (mean "
@@ -260,7 +263,7 @@ def train_deepspeed(args: argparse.Namespace) -> int:
         print(f"{name}: failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
         return 1
     torch.cuda.synchronize()
-    report(name, shape, args, losses, times, True, True)
+    report(name, shape, args, losses, times, args.layers, True)
     return 0
 
 

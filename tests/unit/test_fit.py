@@ -103,7 +103,8 @@ def test_the_placement_is_the_fastest_that_fits() -> None:
     roomy = fit(shape, _machine(139, 100), 4096)
     assert roomy.chosen is not None and roomy.chosen.name == "resident"
     tight = fit(shape, _machine(12, 100), 4096)  # activations and resident weights do not fit
-    assert tight.chosen is not None and tight.chosen.name == "resident + checkpointing"
+    assert tight.chosen is not None and tight.chosen.name.startswith("resident + checkpointing")
+    assert tight.chosen.checkpointed_blocks > 0  # only some: the rates unknown, less recomputed
     rates = {"link": 50e9, "cpu_update": 2e9, "gpu_flops": 600e12}
     timed = fit(shape, _machine(139, 100, **rates), 4096)
     steps = [o.step_s for o in timed.options]
@@ -343,3 +344,36 @@ def test_a_tier_short_of_room_names_the_blocks_hbm_would_have_to_hold() -> None:
     with pytest.raises(InvalidRequestError) as e:
         check_tier_room(LLAMA2_13B, **on_cpu)
     assert "hbm_blocks" not in str(e.value)  # no GPU: nothing to put in HBM
+
+
+def test_where_only_checkpointing_fits_the_fewest_blocks_that_fit_are_checkpointed() -> None:
+    shape = TrainShape.decoder(layers=32, hidden=4096)
+    rates = {"link": 50e9, "cpu_update": 2e9, "gpu_flops": 600e12}
+    free = 56
+    planned = fit(shape, _machine(free, 400, **rates), 16384)
+    by_name = {o.name: o for o in planned.options}
+    assert not by_name["resident"].fits and by_name["resident + checkpointing"].fits
+    partial = next(o for o in planned.options if o.weights == "resident" and o.checkpointed_blocks)
+    k = partial.checkpointed_blocks
+    assert 0 < k < 32 and partial.fits, partial
+    assert partial.name == f"resident + checkpointing of the first {k} blocks"
+    fewer = _option_of(shape, free, rates, k - 1)
+    assert not fewer.fits  # one block fewer checkpointed does not fit
+    whole = by_name["resident + checkpointing"]
+    acts = partial.hbm["activations_estimate"]
+    none = by_name["resident"]
+    assert whole.hbm["activations_estimate"] < acts < none.hbm["activations_estimate"]
+    assert activation_bytes(shape, 16384, k) == acts
+    # a checkpointed block's forward runs twice: k of 32 blocks cost k/32 of the extra
+    extra = whole.parts_s["compute"] - by_name["resident"].parts_s["compute"]
+    assert partial.parts_s["compute"] == pytest.approx(
+        by_name["resident"].parts_s["compute"] + extra * k / 32
+    )
+    assert planned.to_dict()["placements"][planned.options.index(partial)][
+        "checkpointed_blocks"] == k  # fmt: skip
+
+
+def _option_of(shape: TrainShape, free: float, rates: dict[str, float], k: int) -> Any:
+    from pycxl.torch.offload.fit import _option
+
+    return _option(shape, _machine(free, 400, **rates), 16384, 16384, "resident", k, 1, 1)

@@ -22,7 +22,7 @@ with SDPA attention and a gated MLP in bf16, ``24 h + 8 i`` bytes a token a bloc
 counted for transformers' Llama, tests/unit/test_fit.py; fp32 weights under autocast
 keep about 1.75 times that), plus the logits and their gradient, 10 bytes a token a
 vocabulary entry; with activation checkpointing, a block's input a token a block and
-one block's worth recomputed. It is an estimate: the figure that decides a tight fit is
+one block's worth recomputed (checkpointing some blocks: those, and the others' whole). It is an estimate: the figure that decides a tight fit is
 the one a real step shows.
 
 The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token, 8
@@ -222,6 +222,7 @@ class Option:
     parts_s: dict[str, float] = field(default_factory=dict)
     hbm_blocks: int = 0  # the first blocks whose state (streamed: and weights) is in HBM
     tier_instead: int = 0  # where HBM is short for the tier's sake: the tier's shortfall
+    checkpointed_blocks: int = 0  # where not every block is: the first so many are
 
     @property
     def fits(self) -> bool:
@@ -230,8 +231,12 @@ class Option:
 
     @property
     def name(self) -> str:
-        """``resident`` / ``stream``, and ``+ checkpointing``."""
-        return self.weights + (" + checkpointing" if self.checkpointing else "")
+        """``resident`` / ``stream``, and ``+ checkpointing`` (of how many blocks, where
+        not all)."""
+        if not self.checkpointing:
+            return self.weights
+        k = self.checkpointed_blocks
+        return self.weights + " + checkpointing" + (f" of the first {k} blocks" if k else "")
 
 
 @dataclass(frozen=True)
@@ -309,6 +314,8 @@ class Fit:
             "placements": [
                 {
                     "weights": o.weights, "checkpointing": o.checkpointing, "fits": o.fits,
+                    "checkpointed_blocks": o.checkpointed_blocks or (
+                        self.shape.layers if o.checkpointing else 0),
                     "hbm_blocks": o.hbm_blocks, "tier_instead": o.tier_instead,
                     "hbm": o.hbm, "hbm_total": sum(o.hbm.values()), "tier": o.tier,
                     "tier_total": sum(o.tier.values()), "short_hbm": o.short_hbm,
@@ -326,15 +333,22 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def activation_bytes(shape: TrainShape, tokens: int, checkpointing: bool) -> int:
-    """Activations a step keeps for its backward pass (the module's text says how)."""
+def activation_bytes(shape: TrainShape, tokens: int, checkpointing: bool | int) -> int:
+    """Activations a step keeps for its backward pass (the module's text says how);
+    ``checkpointing``: every block checkpointed (True), none, or how many."""
     per_block = 24 * shape.hidden + 8 * shape.intermediate  # a token, a block, in bf16
     if shape.dtype_bytes == 4:
         per_block = per_block * 7 // 4
     logits = LOGIT_BYTES * shape.vocab * tokens
-    if checkpointing:
-        return shape.layers * tokens * 2 * shape.hidden + tokens * per_block + logits
-    return shape.layers * tokens * per_block + logits
+    k = _checkpointed(shape, checkpointing)
+    kept = (shape.layers - k) * tokens * per_block + k * tokens * 2 * shape.hidden
+    return kept + (tokens * per_block if k else 0) + logits  # one block recomputed at a time
+
+
+def _checkpointed(shape: TrainShape, checkpointing: bool | int) -> int:
+    if isinstance(checkpointing, bool):
+        return shape.layers if checkpointing else 0
+    return min(max(checkpointing, 0), shape.layers)
 
 
 def tier_bytes(
@@ -391,12 +405,13 @@ def _option(
     tokens: int,
     seq: int,
     weights: str,
-    checkpointing: bool,
+    checkpointing: bool | int,
     lookahead: int,
     accumulation: int,
     update_in_backward: bool = False,
 ) -> Option:
     d, n, layers = shape.dtype_bytes, shape.block_params, shape.layers
+    checkpointed = _checkpointed(shape, checkpointing)
     stream = weights == "stream"
     whole = n + shape.frozen_block_params  # what the blocks' weights hold
     block, whole_block = -(-n // layers), -(-whole // layers)
@@ -405,7 +420,7 @@ def _option(
         "block_weights": (lookahead + 1) * whole_block * d if stream else whole * d,
         "block_gradients": (LANDING_MAX + 1) * block * d if stream else n * d,
         "rest": r * (2 * rd + (0 if rd == 4 else 4) + 8) + shape.frozen_rest_params * rd,
-        "activations_estimate": activation_bytes(shape, tokens, checkpointing),
+        "activations_estimate": activation_bytes(shape, tokens, checkpointed),
         "update_buffers": SLOTS * min(CHUNK_ELEMENTS, block) * (16 + 2 * d),
         "cuda_context": CONTEXT_BYTES,
     }
@@ -444,7 +459,8 @@ def _option(
     if m.gpu_flops:
         # the blocks' and the head's matrices (the input embedding is a lookup)
         matmul = n + shape.frozen_block_params + min(r, shape.vocab * shape.hidden)
-        flops = (8 if checkpointing else 6) * matmul * tokens
+        per = 6 + 2 * checkpointed / layers  # a checkpointed block's forward runs twice
+        flops = per * matmul * tokens
         flops += 6 * layers * seq * shape.hidden * tokens  # causal attention
         parts["compute"] = flops / m.gpu_flops * accumulation
     if m.link and m.cpu_update:
@@ -470,7 +486,7 @@ def _option(
             # weights back too), the busier way
             after = on_gpu_u * per_param + (0 if stream else on_cpu_u * d)
             update = max(on_cpu_u / cpu_rate, after / link)
-            first = parts["compute"] / accumulation * (2 / 8 if checkpointing else 2 / 6)
+            first = parts["compute"] / accumulation * 2 / (6 + 2 * checkpointed / layers)
             rest = parts["compute"] - first
             if stream:  # and the rest of the step's weights in and gradients home
                 moved_after = moved - on_gpu * per_param - on_tier * whole_block * d
@@ -487,8 +503,9 @@ def _option(
                                    ("the CPU update's rate", m.cpu_update)) if not ok]  # fmt: skip
         bound = f"no step time: {', '.join(missing)} not known"
         step = None
-    return Option(weights, checkpointing, hbm, tier, short_hbm, short_tier, step, bound, parts,
-                  held, tier_instead)  # fmt: skip
+    partial = checkpointed if checkpointed < layers else 0
+    return Option(weights, checkpointed > 0, hbm, tier, short_hbm, short_tier, step, bound, parts,
+                  held, tier_instead, partial)  # fmt: skip
 
 
 def hbm_headroom(hbm_free: int, activations: int) -> int:
@@ -548,15 +565,32 @@ def fit(
     """The placements for a step of ``tokens`` a micro-batch (sequences of ``seq``,
     default one of ``tokens``) over ``accumulation`` micro-batches, fastest first where
     the rates are known, else resident before streamed and without checkpointing before
-    with it. ``update_in_backward``: as offload_model's, for a loop that leaves the
+    with it. Where the activations fit only with checkpointing, a placement that
+    checkpoints the fewest blocks that fit is one of them (``checkpointed_blocks``: the
+    first so many; the others keep their activations and are not recomputed).
+    ``update_in_backward``: as offload_model's, for a loop that leaves the
     gradients as the backward pass made them (no clip): resident, the update then runs
     beside the backward pass; otherwise it begins at ``step()``."""
     tokens, seq, lookahead, accumulation = checked_step(tokens, seq, lookahead, accumulation)
-    options = [
-        _option(shape, machine, tokens, seq, w, c, lookahead, accumulation, update_in_backward)
-        for c in (False, True)
-        for w in ("resident", "stream")
-    ]
+
+    def option(weights: str, checkpointed: int) -> Option:
+        return _option(shape, machine, tokens, seq, weights, checkpointed, lookahead,
+                       accumulation, update_in_backward)  # fmt: skip
+
+    layers = shape.layers
+    options = [option(w, 0) for w in ("resident", "stream")]
+    full = [option(w, layers) for w in ("resident", "stream")]
+    for w in ("resident", "stream"):
+        # where the activations of no checkpointing do not fit and those of all do: the
+        # fewest blocks checkpointed that fit (HBM use falls as more are), recomputing less
+        if not option(w, 0).fits and option(w, layers).fits and layers > 1:
+            low, high = 1, layers  # option(w, high) fits
+            while low < high:
+                mid = (low + high) // 2
+                low, high = (low, mid) if option(w, mid).fits else (mid + 1, high)
+            if high < layers:
+                options.append(option(w, high))
+    options += full
     order = {id(o): i for i, o in enumerate(options)}
     options.sort(key=lambda o: (o.step_s is None, o.step_s or 0.0, order[id(o)]))
     return Fit(shape, tokens, seq, machine, tuple(options), accumulation)
