@@ -22,8 +22,8 @@ with SDPA attention and a gated MLP in bf16, ``24 h + 8 i`` bytes a token a bloc
 counted for transformers' Llama, tests/unit/test_fit.py; fp32 weights under autocast
 keep about 1.75 times that), plus the logits and their gradient, 10 bytes a token a
 vocabulary entry; with activation checkpointing, a block's input a token a block and
-one block's worth recomputed (checkpointing some blocks: those, and the others' whole). It is an estimate: the figure that decides a tight fit is
-the one a real step shows.
+one block's worth recomputed (checkpointing some blocks: those, and the others' whole).
+It is an estimate: the figure that decides a tight fit is the one a real step shows.
 
 The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token, 8
 with checkpointing, for the blocks and the head: the input embedding is a lookup; and
