@@ -92,9 +92,10 @@ class WeightFerry:
     runs each time gradients of a block are on their way home: ``sent``, the positions
     (in ``block.params``) of the parameters whose gradients went (all of the block's
     once they have all arrived, or those that had when the backward pass left the
-    block); ``adding``: onto an earlier micro-batch's (``adder``'s threads add them, and
-    the ferry closes it; without one, torch). ``accumulate``: gradients add up
-    across backward passes in ``.grad`` (False: ``on_home`` consumes each pass's;
+    block); ``adding``: onto an earlier micro-batch's (``adder()`` makes the threads that
+    add them, at the first, and the ferry closes it; without one, torch).
+    ``accumulate``: gradients add up across backward passes in ``.grad`` (False:
+    ``on_home`` consumes each pass's;
     ``.grad`` stays None). Takes the parameters home at once. A parameter changed in
     place at home (an optimizer of the user's, ``copy_``) is copied to the device again
     when its block next runs."""
@@ -111,13 +112,15 @@ class WeightFerry:
         on_home: Callable[[Block, bool, list[int]], None] | None = None,
         accumulate: bool = True,
         norms: GradNorms | None = None,
-        adder: CpuAdam | None = None,
+        adder: Callable[[], CpuAdam] | None = None,
     ) -> None:
         torch = import_torch()
         self.norms = norms  # where given, the gradients' norms are taken as they leave
-        # where given, later micro-batches' gradients are added home by its threads, the
-        # sums' norms taken in the same pass (else by torch, and their norms not known)
-        self._cpu_adder = adder
+        # where given, later micro-batches' gradients are added home by the threads it
+        # makes at the first such add (a loop without accumulation makes none), the sums'
+        # norms taken in the same pass (else by torch, and their norms not known)
+        self._make_adder = adder
+        self._cpu_adder: CpuAdam | None = None
         self.blocks = list(blocks)
         self.engine = engine
         self._host_alloc = host_alloc
@@ -365,7 +368,9 @@ class WeightFerry:
                 p = B.params[j]
                 home, new = piece(B.grads, p), piece(B.incoming, p)
                 adding = id(p.param) in self._set_aside
-                if self._cpu_adder is not None:
+                if self._make_adder is not None:
+                    if self._cpu_adder is None:  # only ever on the one adder thread
+                        self._cpu_adder = self._make_adder()
                     sumsq = self._cpu_adder.accumulate(home, new, adding)
                     if self.norms is not None:
                         self.norms.summed(p.param, sumsq, self._home_grads[k][j])
@@ -388,7 +393,7 @@ class WeightFerry:
         adds, self._adds = self._adds, []
         for f in adds:
             f.result()
-        if adds and self._cpu_adder is None and self.norms is not None:
+        if adds and self._make_adder is None and self.norms is not None:
             self.norms.lost()  # sums made by torch: their norms are not known
         if self._accumulate:
             for k, j in self._landed_params:

@@ -161,7 +161,7 @@ class ModelOffload:
                 self._on_tier, engine, self.device, lookahead=config.lookahead,
                 before_copy=self._before_copy, host_alloc=self._gradient_memory,
                 on_home=self._early.sent_home if config.update_in_backward else None,
-                norms=norms, adder=CpuAdam(cpus),
+                norms=norms, adder=functools.partial(CpuAdam, cpus),
             )  # fmt: skip
             # clipping reads the norms taken as the gradients left, and its coefficient
             # is applied in the update: no pass over the gradients on the tier
