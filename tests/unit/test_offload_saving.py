@@ -8,6 +8,7 @@ second copy of the state (optimizer.state_dict() does)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -110,12 +111,36 @@ def test_a_folder_of_another_model_is_refused_before_anything_changes(tmp_path: 
         target.load(folder)
     deeper = _model(1, layers=4)
     deep = _offload(deeper, "resident")
-    with pytest.raises(InvalidRequestError, match=r"has no model.layers.3.* load a folder"):
+    with pytest.raises(InvalidRequestError, match=r"no entry for model.layers.3.* load a folder"):
         deep.load(folder)
     deep.close()
-    (folder / "optimizer.json").write_text("{}")
-    with pytest.raises(InvalidRequestError, match="is not of format 1"):
-        target.load(folder)
+    shallower = _model(1, layers=2)  # the folder holds a layer it does not have
+    shallow = _offload(shallower, "resident")
+    with pytest.raises(InvalidRequestError, match=r"holds \d+ tensors or entries this model"):
+        shallow.load(folder)
+    shallow.close()
+    same = _model(2)
+    like = _offload(same, "resident")
+    kept = {n: p.detach().clone() for n, p in same.named_parameters()}
+    settings = json.loads((folder / "optimizer.json").read_text())
+    for bad, match in (
+        ({"param_groups": [7]}, "param group 0 is not one"),
+        ({"param_groups": [{"lr": "fast"}]}, "param group 0's lr is 'fast'"),
+        ({"param_groups": []}, "0 param groups saved, the optimizer has 1"),
+        ({"params": {n: {"step": True, "group": 0} for n in settings["params"]}},
+         "is not a step count and a param group"),
+        ({"params": {n: {"step": 1, "group": 1} for n in settings["params"]}},
+         "is not a step count and a param group of 1"),  # a group the optimizer lacks
+        ({"files": ["../x.safetensors"]}, "is not a file a save writes"),
+        ({"save": "other"}, "is of another save than optimizer.json"),
+        ({"format": 2}, "is not of format 1"),
+    ):  # fmt: skip
+        (folder / "optimizer.json").write_text(json.dumps({**settings, **bad}))
+        with pytest.raises(InvalidRequestError, match=match):
+            like.load(folder)
+    for n, p in same.named_parameters():
+        assert torch.equal(p.detach(), kept[n]), n
+    like.close()
     with pytest.raises(InvalidRequestError, match="is not a folder an offload saved"):
         target.load(tmp_path / "nothing")
     for n, p in wide.named_parameters():
@@ -133,7 +158,48 @@ def test_a_save_that_fails_leaves_the_folder_as_it_was(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequestError, match="of type object cannot be saved"):
         off.save(folder)
     assert {f.name: f.read_bytes() for f in folder.iterdir()} == kept
+    del off.optimizer.param_groups[0]["custom"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InvalidRequestError, match="is a file, not a folder"):
+        off.save(tmp_path / "file")
+    with pytest.raises(InvalidRequestError, match=r"saving into .* failed .* folder is as it was"):
+        off.save(tmp_path / "file" / "under")  # a file where a folder would be made
     off.close()
+
+
+def test_a_save_over_another_replaces_it_and_files_of_two_saves_are_refused(
+    tmp_path: Path,
+) -> None:
+    deep = _model(0, layers=4)
+    off = _offload(deep, "resident")
+    _train(deep, off.optimizer, _data(2, 1))
+    folder = off.save(tmp_path / "run")
+    first = {f.name for f in folder.iterdir()}
+    off.close()
+    shallow = _model(1, layers=3)  # fewer files than the first save's
+    fresh = _offload(shallow, "resident")
+    fresh.save(folder)
+    left = {f.name for f in folder.iterdir()}
+    assert "optimizer-00005-of-00005.safetensors" in first - left  # the first save's: gone
+    other = _model(2, layers=3)
+    again = _offload(other, "resident")
+    again.load(folder)
+    for (n, p), q in zip(other.named_parameters(), shallow.parameters(), strict=True):
+        assert torch.equal(p.detach(), q.detach()), n
+    master = again.master_weights(other.model.layers[0].mlp.up_proj.weight)
+    assert torch.equal(master, fresh.master_weights(shallow.model.layers[0].mlp.up_proj.weight))
+    # a file of another save copied in (or a save cut short while renaming)
+    elsewhere = fresh.save(tmp_path / "elsewhere")
+    name = "optimizer-00001-of-00004.safetensors"
+    (folder / name).write_bytes((elsewhere / name).read_bytes())
+    with pytest.raises(InvalidRequestError, match=f"{name} is of another save"):
+        again.load(folder)
+    (folder / name).unlink()
+    os.mkfifo(folder / name)  # never opened: a read would block
+    with pytest.raises(InvalidRequestError, match="is not a regular file"):
+        again.load(folder)
+    fresh.close()
+    again.close()
 
 
 SAVE_PEAK = """

@@ -20,6 +20,7 @@ from typing import Any
 
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
+from .tensor_files import TensorFile
 
 INDEX = "model.safetensors.index.json"
 
@@ -69,7 +70,7 @@ class WeightSource:
             )
         file_of: dict[str, Path] = {}
         for f in files:
-            for name in _names_in(f):
+            for name in TensorFile(f).entries:
                 file_of[name] = f
         return cls(file_of, str(root))
 
@@ -136,19 +137,6 @@ class WeightSource:
     def close(self) -> None:
         """Let go of the open files."""
         self._open.clear()
-
-
-def _names_in(f: Path) -> list[str]:
-    """The tensor names of a safetensors file, from its header alone."""
-    try:
-        with f.open("rb") as fh:
-            size = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(size)) if 0 < size < 1 << 30 else None
-    except (OSError, ValueError) as e:
-        raise InvalidRequestError(f"{f} cannot be read ({e})") from None
-    if not isinstance(header, dict):
-        raise InvalidRequestError(f"{f} is not a safetensors file (no header)")
-    return [k for k in header if k != "__metadata__"]
 
 
 def _meta_buffers(model: Any) -> list[tuple[str, Any, str]]:

@@ -17,17 +17,31 @@ from typing import Any
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
 
-_HEADER_MAX = 100 << 20  # a header of more than this is not one these files write
+HEADER_MAX = 100_000_000  # safetensors' own limit on a header's bytes
 _ALIGN = 8
+_NAMES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
+    "uint8": "U8",
+    "bool": "BOOL",
+    "complex64": "C64",
+}  # torch's dtype names (those this torch has) and safetensors'
 
 
 def _dtypes() -> dict[Any, str]:
     torch = import_torch()
-    return {
-        torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
-        torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
-        torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
-    }  # fmt: skip
+    return {getattr(torch, k): v for k, v in _NAMES.items() if hasattr(torch, k)}
 
 
 def _raw(t: Any) -> Any:
@@ -35,14 +49,15 @@ def _raw(t: Any) -> Any:
     torch = import_torch()
     t = t.detach()
     if t.device.type != "cpu":
-        t = t.cpu()
-    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+        t = t.contiguous().cpu()  # one host copy, contiguous already
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy()  # a CPU copy: contiguous
 
 
-def write(path: Path, tensors: list[tuple[str, Any]]) -> None:
-    """``tensors`` (name, tensor) into a safetensors file at ``path``, in that order."""
+def write(path: Path, tensors: list[tuple[str, Any]], metadata: dict[str, str]) -> None:
+    """``tensors`` (name, tensor) into a safetensors file at ``path``, in that order,
+    with ``metadata`` (text to text) in its header; on the disk when this returns."""
     dtypes = _dtypes()
-    header: dict[str, Any] = {}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", **metadata}}
     offset = 0
     for name, t in tensors:
         if t.dtype not in dtypes:
@@ -58,6 +73,8 @@ def write(path: Path, tensors: list[tuple[str, Any]]) -> None:
         f.write(raw)
         for _, t in tensors:
             f.write(_raw(t))
+        f.flush()
+        os.fsync(f.fileno())  # before the file takes its name: a crash leaves no torn file
 
 
 class TensorFile:
@@ -65,16 +82,19 @@ class TensorFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        if not path.is_file():  # a FIFO would block the read
+            raise InvalidRequestError(f"{path} is not a regular file: give the checkpoint's own")
         try:
             with path.open("rb") as f:
                 size = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(size)) if 0 < size <= _HEADER_MAX else None
+                header = json.loads(f.read(size)) if 0 < size <= HEADER_MAX else None
             length = path.stat().st_size
         except (OSError, ValueError) as err:
             raise InvalidRequestError(f"{path} cannot be read ({err})") from None
         if not isinstance(header, dict):
             raise InvalidRequestError(f"{path} is not a safetensors file (no header)")
-        header.pop("__metadata__", None)
+        meta = header.pop("__metadata__", None)
+        self.metadata: dict[str, Any] = meta if isinstance(meta, dict) else {}
         self._start = 8 + size
         self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         for name, e in header.items():
@@ -84,13 +104,16 @@ class TensorFile:
             except (TypeError, KeyError, ValueError):
                 ok = False
             if not ok or not begin <= end <= length - self._start:
-                raise InvalidRequestError(f"{path}: the entry of {name} is not a tensor's")
+                raise InvalidRequestError(
+                    f"{path}: the entry of {name} is not a tensor's, or the file is cut "
+                    "short: the file is damaged; save it again"
+                )
             self.entries[name] = (dtype, shape, begin, end)
 
     def check(self, name: str, like: Any) -> None:
         """Refused by name unless the file holds ``name`` of ``like``'s dtype and shape."""
         e = self.entries.get(name)
-        want = (_dtypes().get(like.dtype), tuple(like.shape))
+        want = (_dtypes().get(like.dtype, str(like.dtype)), tuple(like.shape))
         if e is None:
             raise InvalidRequestError(
                 f"{self.path} has no {name}: load a folder saved from this model"
@@ -117,9 +140,3 @@ class TensorFile:
             raise InvalidRequestError(f"{self.path} ends inside {name}: the file is cut short")
         if host is not target:
             target.copy_(host)
-
-
-def replace_all(written: list[tuple[Path, Path]]) -> None:
-    """Each file written under its temporary name moved to its own, once all are."""
-    for tmp, final in written:
-        os.replace(tmp, final)
