@@ -23,7 +23,8 @@ import os
 import pwd
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import BinaryIO
 
 from .errors import InvalidRequestError, OperationError
 
@@ -146,6 +147,21 @@ def write_atomically(path: str, data: str | bytes, mode: int = 0o644) -> None:
     one. A symbolic link at ``path`` is replaced, never followed (nor its metadata
     copied); anything else that is not a regular file (a device node, a FIFO: it may have
     appeared since the path was checked) is refused, never replaced."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = stage(path, lambda f: f.write(raw), mode)
+    try:
+        commit(tmp, path)
+    except OperationError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def stage(path: str, fill: Callable[[BinaryIO], object], mode: int = 0o644) -> str:
+    """A new file beside ``path`` that ``fill`` writes, given the old file's metadata
+    (as ``write_atomically`` does) and synced: its name, for ``commit`` to put it in
+    ``path``'s place, or for the caller to remove. Several files staged first and
+    committed after change a folder from one whole set to another."""
     _refuse_special(path, "write")
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -154,17 +170,26 @@ def write_atomically(path: str, data: str | bytes, mode: int = 0o644) -> None:
         raise OperationError(f"cannot write {path}: {e.strerror}") from e
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
+            fill(f)
             f.flush()
             _keep_metadata(f.fileno(), path)
             os.fsync(f.fileno())
-        _refuse_special(path, "write")
-        os.replace(tmp, path)
-    except (OSError, OperationError) as e:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, OperationError):
-            raise
+        if isinstance(e, OSError):
+            raise OperationError(f"cannot write {path}: {e.strerror}") from e
+        raise
+    return tmp
+
+
+def commit(tmp: str, path: str) -> None:
+    """The file ``stage`` made put in ``path``'s place (anything there but a regular
+    file or a link refused)."""
+    _refuse_special(path, "write")
+    try:
+        os.replace(tmp, path)
+    except OSError as e:
         raise OperationError(f"cannot write {path}: {e.strerror}") from e
 
 

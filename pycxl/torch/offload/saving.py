@@ -13,7 +13,8 @@ them, the optimizer's state in files of its own, named by parameter
 files, each parameter's step count and group, and the param groups' settings.
 
 Every file is written under a temporary name, flushed to the disk, and takes its own
-once all are written, ``optimizer.json`` last; files of an earlier save there that this
+(and the mode and owner of the file it replaces: outfiles.py) once all are written,
+``optimizer.json`` last; files of an earlier save there that this
 one does not use are removed. Every file carries the save's id: a load refuses a
 folder whose files come from two saves (a save cut short while renaming). A load checks
 every name, dtype, shape, step count and setting before it changes anything, and
@@ -21,15 +22,17 @@ refuses a folder that holds what this model does not (another model's)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from ...base.errors import InvalidRequestError
+from ...base import outfiles
+from ...base.errors import InvalidRequestError, OperationError
 from .adam import AdamSteps
 from .checkpoint import INDEX
 from .layout import Block
@@ -121,48 +124,41 @@ def save(
         texts.append((root / "config.json", config_text))
     texts.append((root / OPTIMIZER, json.dumps(settings, indent=1, default=_plain)))
     made = not root.exists()
-    written: list[tuple[Path, Path]] = []
+    staged: list[tuple[str, Path]] = []
     try:
         try:
             root.mkdir(parents=True, exist_ok=True)
             for final, tensors in files:
-                written.append((_partial(final), final))
-                write(written[-1][0], tensors, {"save": save_id})
+                fill = functools.partial(write, tensors=tensors, metadata={"save": save_id})
+                staged.append((outfiles.stage(str(final), fill), final))
             for final, text in texts:
-                written.append((_partial(final), final))
-                _write_text(written[-1][0], text)
-        except OSError as e:
+                fill = functools.partial(_write_bytes, data=text.encode())
+                staged.append((outfiles.stage(str(final), fill), final))
+        except (OSError, OperationError) as e:
             raise InvalidRequestError(f"saving into {root} failed ({e}): the folder is as "
                                       "it was; free the room or fix the path, and save "
                                       "again") from None  # fmt: skip
         try:
-            for tmp, final in written:  # optimizer.json last: the save is whole once it is
-                os.replace(tmp, final)
-        except OSError as e:
+            for tmp, final in staged:  # optimizer.json last: the save is whole once it is
+                outfiles.commit(tmp, str(final))
+        except OperationError as e:
             raise InvalidRequestError(f"saving into {root} failed while renaming ({e}): its "
                                       "files are of two saves now, which load refuses; "
                                       "save again") from None  # fmt: skip
     finally:
-        for tmp, _ in written:
-            tmp.unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
         if made and root.is_dir() and not any(root.iterdir()):
             root.rmdir()
-    ours = {final.name for _, final in written}
+    ours = {final.name for _, final in staged}
     for old in root.iterdir():  # an earlier save's shards this one does not use
         if _SHARD.fullmatch(old.name) and old.name not in ours and old.is_file():
             old.unlink()
     return root
 
 
-def _partial(final: Path) -> Path:
-    return final.with_name(f".{final.name}.partial")
-
-
-def _write_text(path: Path, text: str) -> None:
-    with path.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+def _write_bytes(f: BinaryIO, data: bytes) -> None:
+    f.write(data)
 
 
 def _config_text(model: Any) -> str | None:

@@ -10,9 +10,8 @@ tensor passes through one host copy of itself. The files are ordinary safetensor
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
@@ -53,9 +52,9 @@ def _raw(t: Any) -> Any:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy()  # a CPU copy: contiguous
 
 
-def write(path: Path, tensors: list[tuple[str, Any]], metadata: dict[str, str]) -> None:
-    """``tensors`` (name, tensor) into a safetensors file at ``path``, in that order,
-    with ``metadata`` (text to text) in its header; on the disk when this returns."""
+def write(f: BinaryIO, tensors: list[tuple[str, Any]], metadata: dict[str, str]) -> None:
+    """``tensors`` (name, tensor) as a safetensors file into ``f``, in that order, with
+    ``metadata`` (text to text) in its header."""
     dtypes = _dtypes()
     header: dict[str, Any] = {"__metadata__": {"format": "pt", **metadata}}
     offset = 0
@@ -68,13 +67,10 @@ def write(path: Path, tensors: list[tuple[str, Any]], metadata: dict[str, str]) 
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % _ALIGN)
-    with path.open("wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for _, t in tensors:
-            f.write(_raw(t))
-        f.flush()
-        os.fsync(f.fileno())  # before the file takes its name: a crash leaves no torn file
+    f.write(len(raw).to_bytes(8, "little"))
+    f.write(raw)
+    for _, t in tensors:
+        f.write(_raw(t))
 
 
 class TensorFile:
