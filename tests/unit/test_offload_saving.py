@@ -203,7 +203,7 @@ def test_a_save_over_another_replaces_it_and_files_of_two_saves_are_refused(
 
 
 SAVE_PEAK = """
-import resource, sys, torch, transformers, pycxl
+import sys, torch, transformers, pycxl
 torch.manual_seed(0)
 cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=512, intermediate_size=2048,
                                num_hidden_layers=8, num_attention_heads=8)
@@ -211,10 +211,14 @@ model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 off = pycxl.offload_model(model, "dram0", None, optimizer=opt)
 state = sum(t.numel() * t.element_size() for t in off.host_tensors())
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-before = peak()
+def status(key):
+    line = next(l for l in open("/proc/self/status") if l.startswith(key + ":"))
+    return int(line.split()[1]) * 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak resident size starts again from now (Linux >= 4.0)
+before = status("VmRSS")
 kept = off.save(sys.argv[1]) if len(sys.argv) > 1 else off.optimizer.state_dict()
-print(state, peak() - before)
+print(state, status("VmHWM") - before)
 """
 
 
