@@ -11,16 +11,17 @@ The model is built where it lives: resident, on the GPU in bf16 (nothing of it o
 host); streamed, on the host in bf16 (offload_model moves the blocks' weights to the tier
 and the rest to the GPU). Each run is one process.
 
-``--deepspeed RATIO`` trains the same model, data and loop under DeepSpeed ZeRO-3 instead,
-built inside ``deepspeed.zero.Init`` (as transformers builds a model too large for one
-copy), with activation checkpointing and its threads bound as its launcher binds them:
+``--deepspeed RATIO [RATIO...]`` trains the same model, data and loop under DeepSpeed
+ZeRO-3 instead, built inside ``deepspeed.zero.Init`` (as transformers builds a model too
+large for one copy), with activation checkpointing and its threads bound as its launcher binds them:
 RATIO 1 offloads the parameters and the optimizer to the CPU (ZeRO-3 offload); below 1,
 the parameters stay on the GPU and that fraction of the optimizer state is offloaded
-(DeepSpeed's ``ratio``), the rest updated on the GPU. Where it fails (out of host or GPU
-memory) the error is printed and the exit status is 1.
+(DeepSpeed's ``ratio``), the rest updated on the GPU. Each ratio runs in a process of
+its own; where one fails (out of host or GPU memory, the OOM killer included) that is
+printed, and the fastest that ran is named (exit status 1 where none ran).
 
     python3 benchmarks/train_largest.py --tier dram0                 # 13 B on the GPU machine
-    python3 benchmarks/train_largest.py --deepspeed 0.5              # DeepSpeed, same model
+    python3 benchmarks/train_largest.py --deepspeed 1 0.5 0.25       # DeepSpeed, same model
     python3 benchmarks/train_largest.py --layers 2 --hidden 256 --intermediate 512 \\
         --vocab 1000 --tokens 64 --gpu none --hbm-free 4G           # a smoke run, no GPU
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import signal
 import statistics
@@ -38,7 +40,8 @@ import time
 from typing import Any
 
 LR, WEIGHT_DECAY, WARMUP = 1e-4, 0.01, 3
-CHILD = "TRAIN_LARGEST_CHILD"  # set in the child that runs DeepSpeed
+CHILD = "TRAIN_LARGEST_CHILD"  # the ratio, in the child that runs DeepSpeed
+STEP = re.compile(r"^DeepSpeed ZeRO-3, ratio [\d.]+: .* step (\d+) ms")
 
 
 def build(args: argparse.Namespace, device: str | None) -> Any:
@@ -114,10 +117,14 @@ def main() -> int:
     ap.add_argument("--hbm-free", help="plan for this much HBM (no GPU here: required)")
     ap.add_argument("--tier-free", help="plan for this much free on the tier (default: read)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16")
-    ap.add_argument("--deepspeed", type=float, metavar="RATIO", help="DeepSpeed ZeRO-3 instead")
+    ap.add_argument("--deepspeed", type=float, nargs="+", metavar="RATIO",
+                    help="DeepSpeed ZeRO-3 instead, at each RATIO in turn")  # fmt: skip
     args = ap.parse_args()
     if args.deepspeed is not None:
-        return train_deepspeed(args) if os.environ.get(CHILD) else deepspeed_in_child(args)
+        if os.environ.get(CHILD):
+            args.deepspeed = float(os.environ[CHILD])
+            return train_deepspeed(args)
+        return deepspeed_in_children(args)
 
     import torch
     import transformers
@@ -222,23 +229,43 @@ def report(name: str, shape: Any, args: argparse.Namespace, losses: list[float],
     return step
 
 
-def deepspeed_in_child(args: argparse.Namespace) -> int:
-    """Runs DeepSpeed in a child process, so that a run the kernel's OOM killer ends
-    (host memory exhausted: no Python exception is raised) is still reported."""
-    env = dict(os.environ, **{CHILD: "1"})
-    done = subprocess.run([sys.executable, *sys.argv], env=env, check=False)
-    if done.returncode < 0:
-        sig = signal.Signals(-done.returncode).name
-        print(f"DeepSpeed ZeRO-3, ratio {args.deepspeed:g}: failed: killed by {sig} "
-              "(SIGKILL: most likely the kernel's OOM killer, host memory exhausted; "
-              "see dmesg)", flush=True)  # fmt: skip
+def deepspeed_in_children(args: argparse.Namespace) -> int:
+    """Runs DeepSpeed at each ratio asked in a child process of its own (as a user
+    tunes ``ratio`` until it runs), so that a run the kernel's OOM killer ends (host
+    memory exhausted: no Python exception is raised) is reported too; then the fastest
+    that ran."""
+    ran: dict[float, float] = {}
+    for ratio in args.deepspeed:
+        env = dict(os.environ, **{CHILD: repr(ratio)})
+        child = subprocess.Popen([sys.executable, *sys.argv], env=env, text=True,
+                                 stdout=subprocess.PIPE)  # fmt: skip
+        assert child.stdout is not None
+        for line in child.stdout:
+            print(line, end="", flush=True)
+            step = STEP.search(line)
+            if step:
+                ran[ratio] = float(step.group(1))
+        code = child.wait()
+        if code < 0:
+            print(f"DeepSpeed ZeRO-3, ratio {ratio:g}: failed: killed by "
+                  f"{signal.Signals(-code).name} (SIGKILL: most likely the kernel's OOM "
+                  "killer, host memory exhausted; see dmesg)", flush=True)  # fmt: skip
+    if not ran:
+        print("DeepSpeed ZeRO-3: no ratio asked runs here")
         return 1
-    return done.returncode
+    best = min(ran, key=lambda r: ran[r])
+    print(f"DeepSpeed ZeRO-3's best here: ratio {best:g}, step {ran[best]:.0f} ms")
+    return 0
 
 
 def train_deepspeed(args: argparse.Namespace) -> int:
     from train_offload_vs_deepspeed import physical_cores
 
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        print("DeepSpeed is not installed here: pip install deepspeed")
+        return 1
     cores = physical_cores()  # as its launcher binds a rank, before torch loads
     os.sched_setaffinity(0, cores)
     os.environ["OMP_NUM_THREADS"] = str(len(cores))
