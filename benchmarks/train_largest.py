@@ -29,6 +29,7 @@ printed, and the fastest that ran is named (exit status 1 where none ran).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import resource
@@ -261,9 +262,7 @@ def deepspeed_in_children(args: argparse.Namespace) -> int:
 def train_deepspeed(args: argparse.Namespace) -> int:
     from train_offload_vs_deepspeed import physical_cores
 
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("deepspeed") is None:  # not imported: torch loads later
         print("DeepSpeed is not installed here: pip install deepspeed")
         return 1
     cores = physical_cores()  # as its launcher binds a rank, before torch loads
