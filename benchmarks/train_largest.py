@@ -145,7 +145,7 @@ def main() -> int:
     model = build(args, device)
     if chosen.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    checkpointed = chosen.checkpointed_blocks or (args.layers if chosen.checkpointing else 0)
+    checkpointed = chosen.checkpointed_blocks
     for layer in model.model.layers[checkpointed:]:  # the plan's: the first so many only
         layer.gradient_checkpointing = False
     model.train()

@@ -196,10 +196,22 @@ def test_an_update_that_begins_at_step_runs_beside_the_next_forward_pass_only() 
     early = {o.name: o for o in fit(shape, m, 4096, update_in_backward=True).options}
     assert "update_then_backward" not in early["resident"].parts_s  # beside the backward pass
     assert early["resident"].step_s == pytest.approx(max(early["resident"].parts_s.values()))
-    streamed = early["stream"].parts_s  # streamed, the update waits for step() all the same:
-    # then the backward pass's weights in and gradients home, where slower than its compute
+    streamed = early["stream"].parts_s  # streamed, the update waits for step() all the same
+    # (the next forward pass's weights coming in beside it), then the backward pass's
+    # weights in and gradients home, where slower than its compute
     after = max(streamed["compute"] * 4 / 6, 2 * n * d / 1e10)
-    assert streamed["update_then_backward"] == pytest.approx(n * (12 + d) / 1e10 + after, rel=1e-3)
+    assert streamed["update_then_backward"] == pytest.approx(
+        n * (12 + d + d) / 1e10 + after, rel=1e-3
+    )
+    # begun in the last of 8 micro-batches' backward pass: beside that and the next
+    # forward pass only, the other seven micro-batches after it
+    eight = {o.name: o for o in fit(shape, m, 4096, accumulation=8,
+                                    update_in_backward=True).options}["resident"]  # fmt: skip
+    micro = eight.parts_s["compute"] / 8
+    assert eight.parts_s["update_then_backward"] == pytest.approx(
+        max(n * 12 / 1e10, micro) + 7 * micro, rel=1e-3
+    )
+    assert eight.step_s == eight.parts_s["update_then_backward"]
     with pytest.raises(InvalidRequestError, match="update_in_backward 1: give True or False"):
         pycxl.fit(shape, "dram0", None, tokens=4096, hbm_free="80G", update_in_backward=1)  # type: ignore[arg-type]
 
@@ -304,7 +316,7 @@ def test_plan_train_says_what_fits_and_exits_8_where_nothing_does() -> None:
              "--cpu-update", "2"]  # fmt: skip
     fits = _plan(*small, *rates, "--update-in-backward")
     assert fits.returncode == 0, fits.stderr
-    assert "fits: weights resident + checkpointing, the state of" in fits.stdout, fits.stdout
+    assert "fits: weights resident + checkpointing" in fits.stdout, fits.stdout
     assert "(bound by link: " in fits.stdout, fits.stdout
     clipped = _plan(*small, *rates)  # the update waits for step()
     assert "bound by update + backward: " in clipped.stdout, clipped.stdout
@@ -346,31 +358,41 @@ def test_a_tier_short_of_room_names_the_blocks_hbm_would_have_to_hold() -> None:
     assert "hbm_blocks" not in str(e.value)  # no GPU: nothing to put in HBM
 
 
-def test_where_only_checkpointing_fits_the_fewest_blocks_that_fit_are_checkpointed() -> None:
+def test_where_only_checkpointing_fits_some_blocks_are_checkpointed() -> None:
     shape = TrainShape.decoder(layers=32, hidden=4096)
     rates = {"link": 50e9, "cpu_update": 2e9, "gpu_flops": 600e12}
     free = 56
+    fits = [_option_of(shape, free, {}, k).fits for k in range(33)]
+    assert not fits[0] and fits[32]
+    fewest = fits.index(True)
+    assert 0 < fewest < 32 and all(fits[fewest:])  # more checkpointed: fits still
+    # rates unknown: the fewest that fit (the least recomputed)
+    unknown = next(o for o in fit(shape, _machine(free, 400), 16384).options
+                   if 0 < o.checkpointed_blocks < 32 and o.weights == "resident")  # fmt: skip
+    assert unknown.checkpointed_blocks == fewest and unknown.fits
+    assert unknown.name == f"resident + checkpointing of the first {fewest} blocks"
+    # rates known: the fastest of those that fit
     planned = fit(shape, _machine(free, 400, **rates), 16384)
+    partial = next(o for o in planned.options
+                   if 0 < o.checkpointed_blocks < 32 and o.weights == "resident")  # fmt: skip
+    steps = {k: _option_of(shape, free, rates, k).step_s for k in range(fewest, 32)}
+    assert partial.step_s == min(steps.values())  # type: ignore[type-var]
     by_name = {o.name: o for o in planned.options}
-    assert not by_name["resident"].fits and by_name["resident + checkpointing"].fits
-    partial = next(o for o in planned.options if o.weights == "resident" and o.checkpointed_blocks)
+    none, whole = by_name["resident"], by_name["resident + checkpointing"]
+    assert whole.checkpointed_blocks == 32 and none.checkpointed_blocks == 0
     k = partial.checkpointed_blocks
-    assert 0 < k < 32 and partial.fits, partial
-    assert partial.name == f"resident + checkpointing of the first {k} blocks"
-    fewer = _option_of(shape, free, rates, k - 1)
-    assert not fewer.fits  # one block fewer checkpointed does not fit
-    whole = by_name["resident + checkpointing"]
     acts = partial.hbm["activations_estimate"]
-    none = by_name["resident"]
-    assert whole.hbm["activations_estimate"] < acts < none.hbm["activations_estimate"]
+    assert acts < none.hbm["activations_estimate"]
+    # the last block checkpointed is recomputed at once: L - 1 keep less than L
+    assert activation_bytes(shape, 16384, 31) < activation_bytes(shape, 16384, 32)
     assert activation_bytes(shape, 16384, k) == acts
+    assert activation_bytes(shape, 16384, 1) < activation_bytes(shape, 16384, 0)
     # a checkpointed block's forward runs twice: k of 32 blocks cost k/32 of the extra
-    extra = whole.parts_s["compute"] - by_name["resident"].parts_s["compute"]
-    assert partial.parts_s["compute"] == pytest.approx(
-        by_name["resident"].parts_s["compute"] + extra * k / 32
-    )
-    assert planned.to_dict()["placements"][planned.options.index(partial)][
-        "checkpointed_blocks"] == k  # fmt: skip
+    extra = whole.parts_s["compute"] - none.parts_s["compute"]
+    assert partial.parts_s["compute"] == pytest.approx(none.parts_s["compute"] + extra * k / 32)
+    placements = planned.to_dict()["placements"]
+    assert placements[planned.options.index(partial)]["checkpointed_blocks"] == k
+    assert placements[planned.options.index(whole)]["checkpointed_blocks"] == 32
 
 
 def _option_of(shape: TrainShape, free: float, rates: dict[str, float], k: int) -> Any:

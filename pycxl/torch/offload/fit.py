@@ -26,18 +26,21 @@ one block's worth recomputed (checkpointing some blocks: those, and the others' 
 It is an estimate: the figure that decides a tight fit is the one a real step shows.
 
 The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token, 8
-with checkpointing, for the blocks and the head: the input embedding is a lookup; and
-causal attention's ``6 L s h`` a token), at the rate the GPU sustains; the link's busier
-direction for what crosses it a step (streamed: the weights in twice and the gradients
-home; resident: the CPU's blocks' gradients home and their new weights back; either way
-the state of the blocks the GPU updates); and the CPU's update of its blocks, the
-blocks split between the two sides as offload_model splits them. With ``overlap`` they run beside
-each other, so a step takes at least the largest. And where the update begins at
-``step()`` (the default, and any loop that clips: the norm needs every gradient), the next
-step's first forward pass runs beside the update, each block waiting for its own, and the
-rest of the step after it: at least the update (the CPU's blocks, or what the GPU side's
-moves over the link, the slower) plus the step's compute less that forward pass. The
-prediction is the largest of these.
+with checkpointing, 6 + 2k/L with the first k of L blocks checkpointed, for the blocks
+and the head: the input embedding is a lookup; and causal attention's ``6 L s h`` a
+token), at the rate the GPU sustains; the link's busier direction for what crosses it a
+step (streamed: the weights in twice and the gradients home; resident: the CPU's blocks'
+gradients home and their new weights back; either way the state of the blocks the GPU
+updates); and the update, both sides at once (the CPU's blocks at its rate, the GPU
+side's state over the link), split as offload_model splits them, at their rates beside
+each other where measured (they share the host's memory). With ``overlap`` these run
+beside each other, so a step takes at least the largest. And where the update begins at
+``step()`` (the default, and any loop that clips: the norm needs every gradient), only
+the next step's first forward pass runs beside it (each block waiting for its own;
+streamed, its weights come in meanwhile), and the rest of the step after it: at least
+the update plus the step's compute less that forward pass (``update_in_backward``,
+resident, with accumulation: less the last micro-batch's backward pass too; without,
+the update runs beside the backward pass). The prediction is the largest of these.
 """
 
 from __future__ import annotations
@@ -180,10 +183,18 @@ class Machine:
     shared: tuple[float, float] | None = None  # cpu_update and link while both run
 
     def __post_init__(self) -> None:
-        shared = zip(("shared cpu_update", "shared link"), self.shared or (), strict=False)
         for what, rate in (("link", self.link), ("cpu_update", self.cpu_update),
-                           ("gpu_flops", self.gpu_flops), *shared):  # fmt: skip
+                           ("gpu_flops", self.gpu_flops)):  # fmt: skip
             if rate is not None:
+                finite(rate, what, 0.0, MAX_RATE)
+        if self.shared is not None:
+            if not isinstance(self.shared, tuple) or len(self.shared) != 2:
+                raise InvalidRequestError(
+                    f"shared {self.shared!r}: give (cpu_update, link) measured beside each "
+                    "other, or None"
+                )
+            for what, rate in zip(("shared cpu_update", "shared link"), self.shared,
+                                  strict=True):  # fmt: skip
                 finite(rate, what, 0.0, MAX_RATE)
 
 
@@ -222,7 +233,8 @@ class Option:
     parts_s: dict[str, float] = field(default_factory=dict)
     hbm_blocks: int = 0  # the first blocks whose state (streamed: and weights) is in HBM
     tier_instead: int = 0  # where HBM is short for the tier's sake: the tier's shortfall
-    checkpointed_blocks: int = 0  # where not every block is: the first so many are
+    checkpointed_blocks: int = 0  # the first so many blocks are checkpointed (0 to all)
+    layers: int = 0  # the model's blocks
 
     @property
     def fits(self) -> bool:
@@ -236,7 +248,8 @@ class Option:
         if not self.checkpointing:
             return self.weights
         k = self.checkpointed_blocks
-        return self.weights + " + checkpointing" + (f" of the first {k} blocks" if k else "")
+        some = 0 < k < self.layers
+        return self.weights + " + checkpointing" + (f" of the first {k} blocks" if some else "")
 
 
 @dataclass(frozen=True)
@@ -314,8 +327,7 @@ class Fit:
             "placements": [
                 {
                     "weights": o.weights, "checkpointing": o.checkpointing, "fits": o.fits,
-                    "checkpointed_blocks": o.checkpointed_blocks or (
-                        self.shape.layers if o.checkpointing else 0),
+                    "checkpointed_blocks": o.checkpointed_blocks,
                     "hbm_blocks": o.hbm_blocks, "tier_instead": o.tier_instead,
                     "hbm": o.hbm, "hbm_total": sum(o.hbm.values()), "tier": o.tier,
                     "tier_total": sum(o.tier.values()), "short_hbm": o.short_hbm,
@@ -341,8 +353,10 @@ def activation_bytes(shape: TrainShape, tokens: int, checkpointing: bool | int) 
         per_block = per_block * 7 // 4
     logits = LOGIT_BYTES * shape.vocab * tokens
     k = _checkpointed(shape, checkpointing)
-    kept = (shape.layers - k) * tokens * per_block + k * tokens * 2 * shape.hidden
-    return kept + (tokens * per_block if k else 0) + logits  # one block recomputed at a time
+    # the blocks after the first k keep theirs, freed as the backward pass leaves each,
+    # before it recomputes a checkpointed block's (one at a time)
+    kept = max(shape.layers - k, 1 if k else 0) * tokens * per_block
+    return kept + k * tokens * 2 * shape.hidden + logits
 
 
 def _checkpointed(shape: TrainShape, checkpointing: bool | int) -> int:
@@ -472,26 +486,31 @@ def _option(
         else:  # the CPU's blocks' gradients home and new weights back: each way
             moved = on_cpu * d + on_gpu * STATE_BYTES
         parts["link"] = moved / m.link
-        parts["update"] = on_cpu / m.cpu_update
-        if "compute" in parts and not (update_in_backward and not stream):
-            # the update begins at step(): the next step's first forward pass runs beside
-            # it (each block waits for its own), the rest of the step after it. Both
-            # sides run at once then, at their rates beside each other where measured,
-            # split so that they finish together, as the offload's split comes to
-            cpu_rate, link = m.shared or (m.cpu_update, m.link)
-            both = split_blocks({i: block for i in range(on_tier)}, cpu_rate,
-                                link / per_param, "rates beside each other")  # fmt: skip
-            on_gpu_u, on_cpu_u = block * len(both.gpu), block * len(both.cpu)
-            # what the update moves over the link (resident: the CPU's blocks' new
-            # weights back too), the busier way
-            after = on_gpu_u * per_param + (0 if stream else on_cpu_u * d)
-            update = max(on_cpu_u / cpu_rate, after / link)
-            first = parts["compute"] / accumulation * 2 / (6 + 2 * checkpointed / layers)
-            rest = parts["compute"] - first
+        # the update: both sides at once, at their rates beside each other where
+        # measured (they share the host's memory), split so that they finish together,
+        # as the offload's split comes to
+        cpu_rate, link = m.shared or (m.cpu_update, m.link)
+        both = split_blocks({i: block for i in range(on_tier)}, cpu_rate,
+                            link / per_param, "rates beside each other")  # fmt: skip
+        on_gpu_u, on_cpu_u = block * len(both.gpu), block * len(both.cpu)
+        # what the update moves over the link (resident: the CPU's blocks' new weights
+        # back too; streamed: the next forward pass's weights come in beside it)
+        after = on_gpu_u * per_param + (on_tier * whole_block * d if stream else on_cpu_u * d)
+        parts["update"] = max(on_cpu_u / cpu_rate, after / link)
+        early = update_in_backward and not stream
+        if "compute" in parts and not (early and accumulation == 1):
+            # the update begins at step() (with update_in_backward, in the last
+            # micro-batch's backward pass): what runs beside it is the next step's first
+            # forward pass (each block waits for its own) and, begun early, that backward
+            # pass; the rest of the step after it
+            per = 6 + 2 * checkpointed / layers
+            micro = parts["compute"] / accumulation
+            beside = micro * (2 + (per - 2 if early else 0)) / per
+            rest = parts["compute"] - beside
             if stream:  # and the rest of the step's weights in and gradients home
                 moved_after = moved - on_gpu * per_param - on_tier * whole_block * d
                 rest = max(rest, moved_after / m.link)
-            parts["update_then_backward"] = max(update, first) + rest
+            parts["update_then_backward"] = max(parts["update"], beside) + rest
     if {"compute", "link", "update"} <= parts.keys():
         what = max(parts, key=lambda k: parts[k])
         bound = f"bound by {BOUNDS[what]}: " + ", ".join(
@@ -503,9 +522,8 @@ def _option(
                                    ("the CPU update's rate", m.cpu_update)) if not ok]  # fmt: skip
         bound = f"no step time: {', '.join(missing)} not known"
         step = None
-    partial = checkpointed if checkpointed < layers else 0
     return Option(weights, checkpointed > 0, hbm, tier, short_hbm, short_tier, step, bound, parts,
-                  held, tier_instead, partial)  # fmt: skip
+                  held, tier_instead, checkpointed, layers)  # fmt: skip
 
 
 def hbm_headroom(hbm_free: int, activations: int) -> int:
@@ -566,8 +584,9 @@ def fit(
     default one of ``tokens``) over ``accumulation`` micro-batches, fastest first where
     the rates are known, else resident before streamed and without checkpointing before
     with it. Where the activations fit only with checkpointing, a placement that
-    checkpoints the fewest blocks that fit is one of them (``checkpointed_blocks``: the
-    first so many; the others keep their activations and are not recomputed).
+    checkpoints some of the blocks is one of them (``checkpointed_blocks``: the first so
+    many; the others keep their activations and are not recomputed): the fastest where
+    the rates are known, else the fewest that fit.
     ``update_in_backward``: as offload_model's, for a loop that leaves the
     gradients as the backward pass made them (no clip): resident, the update then runs
     beside the backward pass; otherwise it begins at ``step()``."""
@@ -588,8 +607,14 @@ def fit(
             while low < high:
                 mid = (low + high) // 2
                 low, high = (low, mid) if option(w, mid).fits else (mid + 1, high)
-            if high < layers:
-                options.append(option(w, high))
+            # every k from there fits; where the rates are known, the fastest of them
+            # (fewer checkpointed recompute less, but leave HBM fewer blocks' state)
+            some = [option(w, k) for k in range(high, layers)]
+            timed = [o for o in some if o.step_s is not None]
+            if timed:
+                some = [min(timed, key=lambda o: o.step_s or 0.0)]
+            if some:
+                options.append(some[0])
     options += full
     order = {id(o): i for i, o in enumerate(options)}
     options.sort(key=lambda o: (o.step_s is None, o.step_s or 0.0, order[id(o)]))

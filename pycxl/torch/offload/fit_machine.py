@@ -19,12 +19,16 @@ SHARED_PIECE = 1 << 24  # a copy beside the CPU step: 16 MiB, a fraction of the 
 GEMM_SIDE = 8192
 
 
+Beside = Callable[[], Callable[[float], None]]  # begins work; what to call when the step ends
+
+
 def cpu_update_rate(host_alloc: HostAlloc, cpus: Sequence[int],
-                    beside: Callable[[], Callable[[], None]] | None = None) -> float:  # fmt: skip
+                    beside: Beside | None = None) -> float:  # fmt: skip
     """Parameters per second of the fused CPU Adam step (bf16 gradients and weights, fp32
     state) on memory from ``host_alloc``, on threads pinned to ``cpus``: the better of
-    three, the first warming the pages. ``beside``: begins work that runs while a step
-    is timed, and returns what to call once it is (``shared_rates``)."""
+    two after one that warms the pages. ``beside``: begins work that runs while a step
+    is timed, and returns what to call with the step's seconds once it is
+    (``shared_rates``)."""
     torch = import_torch()
     n = UPDATE_PARAMS
     state = host_alloc(3 * n * 4, False).view(torch.float32).zero_()
@@ -42,7 +46,7 @@ def cpu_update_rate(host_alloc: HostAlloc, cpus: Sequence[int],
             adam.step(parts, grads, weights, 1, settings)
             best = min(best, time.perf_counter() - began)
             if ended is not None:
-                ended()
+                ended(time.perf_counter() - began)
     finally:
         adam.close()
     return n / best
@@ -52,7 +56,9 @@ def shared_rates(host_alloc: HostAlloc, cpus: Sequence[int], device: Any,
                  cpu_alone: float, link_alone: float) -> tuple[float, float]:  # fmt: skip
     """The CPU step's rate and the link's (the slower direction) while both run at
     once, as they do in an update: copies both ways queued on two streams for longer
-    than the step takes, and the link's rate read from the copies done while it ran."""
+    than the step takes, and the link's rate read from the copies done while it ran
+    (from the last one done when the step began). Both from the run whose step was the
+    faster, neither above its rate alone."""
     torch = import_torch()
     ends = [torch.cuda.Stream(device) for _ in range(2)]
     host = [host_alloc(COPY_BYTES, True) for _ in range(2)]
@@ -61,9 +67,9 @@ def shared_rates(host_alloc: HostAlloc, cpus: Sequence[int], device: Any,
     # than alone, the buffers used round and round
     copies = 2 + int(3 * UPDATE_PARAMS / cpu_alone / (SHARED_PIECE / link_alone))
     pieces = COPY_BYTES // SHARED_PIECE
-    rates: list[float] = []
+    runs: list[tuple[float, float]] = []  # (CPU parameters/s, link bytes/s) a run
 
-    def begin() -> Callable[[], None]:
+    def begin() -> Callable[[float], None]:
         marks = []
         for stream, dst, src in ((ends[0], host[0], dev[0]), (ends[1], dev[1], host[1])):
             events = [torch.cuda.Event(enable_timing=True) for _ in range(copies + 1)]
@@ -75,20 +81,37 @@ def shared_rates(host_alloc: HostAlloc, cpus: Sequence[int], device: Any,
                                                       non_blocking=True)  # fmt: skip
                     e.record()
             marks.append(events)
+        # where the step begins: the last piece done by now (queueing took a while)
+        starts = [_done(events) for events in marks]
 
-        def end() -> None:
-            done = [[e for e in events[1:] if e.query()] for events in marks]  # in the step
+        def end(seconds: float) -> None:
+            ends = [_done(events) for events in marks]  # the last piece done in the step
             torch.cuda.synchronize(device)  # the rest, before the next; elapsed_time needs it
-            rates.append(min(
-                len(d) * SHARED_PIECE / (events[0].elapsed_time(d[-1]) / 1e3) if d else 0.0
-                for events, d in zip(marks, done, strict=True)
-            ))  # fmt: skip
+            link = min(
+                (b - a) * SHARED_PIECE / (events[a].elapsed_time(events[b]) / 1e3)
+                if b > a else 0.0
+                for events, a, b in zip(marks, starts, ends, strict=True)
+            )  # fmt: skip
+            runs.append((UPDATE_PARAMS / seconds, link))
 
         return end
 
-    cpu = cpu_update_rate(host_alloc, cpus, beside=begin)
-    link = max(rates)
-    return cpu, link if link > 0 else link_alone  # no piece done: a GPU too slow to tell
+    cpu_update_rate(host_alloc, cpus, beside=begin)
+    cpu, link = max(runs)
+    if link <= 0:  # no piece done in the step: a GPU too slow to tell
+        link = link_alone
+    return min(cpu, cpu_alone), min(link, link_alone)
+
+
+def _done(events: list[Any]) -> int:
+    """The index of the last event of ``events`` (recorded in order on one stream)
+    done by now; 0 (the first, recorded before any piece) where none after it is."""
+    last = 0
+    for i, e in enumerate(events):
+        if not e.query():
+            break
+        last = i
+    return last
 
 
 def link_rate(host_alloc: HostAlloc, device: Any) -> float:
