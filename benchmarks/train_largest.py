@@ -118,6 +118,8 @@ def main() -> int:
     ap.add_argument("--hbm-free", help="plan for this much HBM (no GPU here: required)")
     ap.add_argument("--tier-free", help="plan for this much free on the tier (default: read)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16")
+    ap.add_argument("--weights", choices=("resident", "stream"),
+                    help="the fastest placement of these weights that fits")  # fmt: skip
     ap.add_argument("--deepspeed", type=float, nargs="+", metavar="RATIO",
                     help="DeepSpeed ZeRO-3 instead, at each RATIO in turn")  # fmt: skip
     args = ap.parse_args()
@@ -138,6 +140,10 @@ def main() -> int:
                      tier_free=args.tier_free)  # fmt: skip
     print(plan.why, flush=True)
     chosen = plan.chosen
+    if args.weights is not None:  # the fastest of those asked for (options: best first)
+        chosen = next((o for o in plan.options if o.fits and o.weights == args.weights), None)
+        said = "none fits" if chosen is None else f"{chosen.name}, {chosen.bound}"
+        print(f"asked for weights {args.weights}: {said}", flush=True)
     if chosen is None:
         return 8
     streamed = chosen.weights == "stream"

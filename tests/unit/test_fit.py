@@ -390,7 +390,9 @@ def test_where_only_checkpointing_fits_some_blocks_are_checkpointed() -> None:
     # a checkpointed block's forward runs twice: k of 32 blocks cost k/32 of the extra
     extra = whole.parts_s["compute"] - none.parts_s["compute"]
     assert partial.parts_s["compute"] == pytest.approx(none.parts_s["compute"] + extra * k / 32)
-    placements = planned.to_dict()["placements"]
+    as_json = planned.to_dict()
+    assert as_json["update_in_backward"] is False and as_json["lookahead"] == 1
+    placements = as_json["placements"]
     assert placements[planned.options.index(partial)]["checkpointed_blocks"] == k
     assert placements[planned.options.index(whole)]["checkpointed_blocks"] == 32
 

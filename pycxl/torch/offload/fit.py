@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.errors import InvalidRequestError
-from ...base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, count, finite
+from ...base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, count, finite, flag
 from .ferry import LANDING_MAX
 from .gpu_side import CHUNK_ELEMENTS, SLOTS
 from .update_split import split_blocks
@@ -264,6 +264,8 @@ class Fit:
     machine: Machine
     options: tuple[Option, ...]
     accumulation: int = 1
+    lookahead: int = 1
+    update_in_backward: bool = False
 
     @property
     def chosen(self) -> Option | None:
@@ -308,6 +310,8 @@ class Fit:
             "tokens": self.tokens,
             "seq": self.seq,
             "accumulation": self.accumulation,
+            "lookahead": self.lookahead,
+            "update_in_backward": self.update_in_backward,
             "model": {
                 "params": self.shape.params, "block_params": self.shape.block_params,
                 "rest_params": self.shape.rest_params,
@@ -591,6 +595,7 @@ def fit(
     gradients as the backward pass made them (no clip): resident, the update then runs
     beside the backward pass; otherwise it begins at ``step()``."""
     tokens, seq, lookahead, accumulation = checked_step(tokens, seq, lookahead, accumulation)
+    update_in_backward = flag(update_in_backward, "update_in_backward")
 
     def option(weights: str, checkpointed: int) -> Option:
         return _option(shape, machine, tokens, seq, weights, checkpointed, lookahead,
@@ -618,4 +623,6 @@ def fit(
     options += full
     order = {id(o): i for i, o in enumerate(options)}
     options.sort(key=lambda o: (o.step_s is None, o.step_s or 0.0, order[id(o)]))
-    return Fit(shape, tokens, seq, machine, tuple(options), accumulation)
+    return Fit(
+        shape, tokens, seq, machine, tuple(options), accumulation, lookahead, update_in_backward
+    )
