@@ -25,10 +25,10 @@ vocabulary entry; with activation checkpointing, a block's input a token a block
 one block's worth recomputed (checkpointing some blocks: those, and the others' whole).
 It is an estimate: the figure that decides a tight fit is the one a real step shows.
 
-The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token, 8
-with checkpointing, 6 + 2k/L with the first k of L blocks checkpointed, for the blocks
-and the head: the input embedding is a lookup; and causal attention's ``6 L s h`` a
-token), at the rate the GPU sustains; the link's busier direction for what crosses it a
+The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token
+for the blocks and the head: the input embedding is a lookup; and causal attention's
+``6 L s h`` a token; a checkpointed block's forward again: 8 for the blocks where all
+are), at the rate the GPU sustains; the link's busier direction for what crosses it a
 step (streamed: the weights in twice and the gradients home; resident: the CPU's blocks'
 gradients home and their new weights back; either way the state of the blocks the GPU
 updates); and the update, both sides at once (the CPU's blocks at its rate, the GPU
@@ -474,12 +474,16 @@ def _option(
     short_hbm = 0 if m.hbm_free is None else max(0, sum(hbm.values()) - m.hbm_free)
     short_tier = max(0, sum(tier.values()) - m.tier_free)
     parts: dict[str, float] = {}
+    forward_s = 0.0  # a micro-batch's forward pass
     if m.gpu_flops:
-        # the blocks' and the head's matrices (the input embedding is a lookup)
-        matmul = n + shape.frozen_block_params + min(r, shape.vocab * shape.hidden)
-        per = 6 + 2 * checkpointed / layers  # a checkpointed block's forward runs twice
-        flops = per * matmul * tokens
-        flops += 6 * layers * seq * shape.hidden * tokens  # causal attention
+        # the blocks' and the head's matrices (the input embedding is a lookup) and
+        # causal attention, forward; the backward pass twice that; a checkpointed
+        # block's forward (its matrices and attention) again
+        blocks_fwd = 2 * (n + shape.frozen_block_params) * tokens
+        blocks_fwd += 2 * layers * seq * shape.hidden * tokens
+        forward = blocks_fwd + 2 * min(r, shape.vocab * shape.hidden) * tokens
+        flops = 3 * forward + blocks_fwd * checkpointed / layers
+        forward_s = forward / m.gpu_flops
         parts["compute"] = flops / m.gpu_flops * accumulation
     if m.link and m.cpu_update:
         on_gpu = block * len(plan.gpu) if plan else 0
@@ -507,9 +511,7 @@ def _option(
             # micro-batch's backward pass): what runs beside it is the next step's first
             # forward pass (each block waits for its own) and, begun early, that backward
             # pass; the rest of the step after it
-            per = 6 + 2 * checkpointed / layers
-            micro = parts["compute"] / accumulation
-            beside = micro * (2 + (per - 2 if early else 0)) / per
+            beside = parts["compute"] / accumulation if early else forward_s
             rest = parts["compute"] - beside
             if stream:  # and the rest of the step's weights in and gradients home
                 moved_after = moved - on_gpu * per_param - on_tier * whole_block * d
