@@ -41,6 +41,15 @@ def _offload(model: Any, weights: str) -> Any:
     return pycxl.offload_model(model, "dram0", None, optimizer=opt, weights=weights)
 
 
+def _weights(model: Any) -> dict[str, Any]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _assert_weights(model: Any, want: dict[str, Any]) -> None:
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), want[n]), n
+
+
 def _data(steps: int, seed: int) -> list[list[Any]]:
     g = torch.Generator().manual_seed(seed)
     return [[torch.randint(0, 256, (2, 32), generator=g)] for _ in range(steps)]
@@ -56,7 +65,7 @@ def test_a_run_resumed_from_its_folder_trains_on_as_the_one_that_saved_it(
     off.optimizer.param_groups[0]["lr"] = 5e-4  # as a scheduler leaves it
     folder = off.save(tmp_path / "run")
     want = _train(model, off.optimizer, _data(3, 2), clip=0.5)
-    trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trained = _weights(model)
     off.close()
 
     other = _model(7)  # other weights, a fresh optimizer: all of it comes from the folder
@@ -65,8 +74,7 @@ def test_a_run_resumed_from_its_folder_trains_on_as_the_one_that_saved_it(
     assert resumed.optimizer.param_groups[0]["lr"] == 5e-4
     assert _train(other, resumed.optimizer, _data(3, 2), clip=0.5) == want  # bit for bit
     resumed.synchronize()
-    for n, p in other.named_parameters():
-        assert torch.equal(p.detach(), trained[n]), n
+    _assert_weights(other, trained)
     resumed.close()
 
 
@@ -85,8 +93,7 @@ def test_the_folder_is_a_checkpoint_transformers_and_weights_from_read(tmp_path:
             assert torch.equal(f.get_tensor(f"{name}.{k}"),
                                block.part(block.state, which, slot).view(slot.shape))  # fmt: skip
     loaded = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
-    for n, p in model.named_parameters():
-        assert torch.equal(loaded.get_parameter(n), p.detach()), n
+    _assert_weights(loaded, _weights(model))
     off.close()
     with torch.device("meta"):
         meta = transformers.LlamaForCausalLM(loaded.config).to(torch.bfloat16)
@@ -94,8 +101,7 @@ def test_the_folder_is_a_checkpoint_transformers_and_weights_from_read(tmp_path:
     built = pycxl.offload_model(meta, "dram0", None, optimizer=opt, weights="stream",
                                 weights_from=folder)  # fmt: skip
     built.load(folder)
-    for n, p in meta.named_parameters():
-        assert torch.equal(p.detach(), loaded.get_parameter(n)), n
+    _assert_weights(meta, _weights(loaded))
     built.close()
 
 
@@ -106,7 +112,7 @@ def test_a_folder_of_another_model_is_refused_before_anything_changes(tmp_path: 
     off.close()
     wide = _model(1, intermediate=256)
     target = _offload(wide, "resident")
-    before = {n: p.detach().clone() for n, p in wide.named_parameters()}
+    before = _weights(wide)
     with pytest.raises(InvalidRequestError, match=r"mlp.* is BF16 \[128, 64\], this model's"):
         target.load(folder)
     deeper = _model(1, layers=4)
@@ -121,7 +127,7 @@ def test_a_folder_of_another_model_is_refused_before_anything_changes(tmp_path: 
     shallow.close()
     same = _model(2)
     like = _offload(same, "resident")
-    kept = {n: p.detach().clone() for n, p in same.named_parameters()}
+    kept = _weights(same)
     settings = json.loads((folder / "optimizer.json").read_text())
     for bad, match in (
         ({"param_groups": [7]}, "param group 0 is not one"),
@@ -138,13 +144,11 @@ def test_a_folder_of_another_model_is_refused_before_anything_changes(tmp_path: 
         (folder / "optimizer.json").write_text(json.dumps({**settings, **bad}))
         with pytest.raises(InvalidRequestError, match=match):
             like.load(folder)
-    for n, p in same.named_parameters():
-        assert torch.equal(p.detach(), kept[n]), n
+    _assert_weights(same, kept)
     like.close()
     with pytest.raises(InvalidRequestError, match="is not a folder an offload saved"):
         target.load(tmp_path / "nothing")
-    for n, p in wide.named_parameters():
-        assert torch.equal(p.detach(), before[n]), n
+    _assert_weights(wide, before)
     target.close()
 
 
@@ -184,8 +188,7 @@ def test_a_save_over_another_replaces_it_and_files_of_two_saves_are_refused(
     other = _model(2, layers=3)
     again = _offload(other, "resident")
     again.load(folder)
-    for (n, p), q in zip(other.named_parameters(), shallow.parameters(), strict=True):
-        assert torch.equal(p.detach(), q.detach()), n
+    _assert_weights(other, _weights(shallow))
     master = again.master_weights(other.model.layers[0].mlp.up_proj.weight)
     assert torch.equal(master, fresh.master_weights(shallow.model.layers[0].mlp.up_proj.weight))
     # a file of another save copied in (or a save cut short while renaming)

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...base.errors import InvalidRequestError
-from ...base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, count, finite, flag
+from ...base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, count, finite
 from .ferry import LANDING_MAX
 from .gpu_side import CHUNK_ELEMENTS, SLOTS
 from .update_split import split_blocks
@@ -597,32 +597,31 @@ def fit(
     gradients as the backward pass made them (no clip): resident, the update then runs
     beside the backward pass; otherwise it begins at ``step()``."""
     tokens, seq, lookahead, accumulation = checked_step(tokens, seq, lookahead, accumulation)
-    update_in_backward = flag(update_in_backward, "update_in_backward")
 
     def option(weights: str, checkpointed: int) -> Option:
         return _option(shape, machine, tokens, seq, weights, checkpointed, lookahead,
                        accumulation, update_in_backward)  # fmt: skip
 
     layers = shape.layers
-    options = [option(w, 0) for w in ("resident", "stream")]
-    full = [option(w, layers) for w in ("resident", "stream")]
-    for w in ("resident", "stream"):
+    weights = ("resident", "stream")
+    none = {w: option(w, 0) for w in weights}
+    every = {w: option(w, layers) for w in weights}
+    options = list(none.values())
+    for w in weights:
         # where the activations of no checkpointing do not fit and those of all do: the
-        # fewest blocks checkpointed that fit (HBM use falls as more are), recomputing less
-        if not option(w, 0).fits and option(w, layers).fits and layers > 1:
+        # fewest blocks checkpointed that fit (HBM use falls as more are)
+        if not none[w].fits and every[w].fits and layers > 1:
             low, high = 1, layers  # option(w, high) fits
             while low < high:
                 mid = (low + high) // 2
                 low, high = (low, mid) if option(w, mid).fits else (mid + 1, high)
-            # every k from there fits; where the rates are known, the fastest of them
-            # (fewer checkpointed recompute less, but leave HBM fewer blocks' state)
+            # every k from there fits: the fastest where the rates are known (fewer
+            # checkpointed recompute less, but leave HBM fewer blocks' state), else the
+            # fewest (min keeps the first of equals)
             some = [option(w, k) for k in range(high, layers)]
-            timed = [o for o in some if o.step_s is not None]
-            if timed:
-                some = [min(timed, key=lambda o: o.step_s or 0.0)]
             if some:
-                options.append(some[0])
-    options += full
+                options.append(min(some, key=lambda o: o.step_s or 0.0))
+    options += every.values()
     order = {id(o): i for i, o in enumerate(options)}
     options.sort(key=lambda o: (o.step_s is None, o.step_s or 0.0, order[id(o)]))
     return Fit(

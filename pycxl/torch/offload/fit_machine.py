@@ -44,9 +44,10 @@ def cpu_update_rate(host_alloc: HostAlloc, cpus: Sequence[int],
             ended = beside() if beside is not None else None
             began = time.perf_counter()
             adam.step(parts, grads, weights, 1, settings)
-            best = min(best, time.perf_counter() - began)
+            seconds = time.perf_counter() - began
+            best = min(best, seconds)
             if ended is not None:
-                ended(time.perf_counter() - began)
+                ended(seconds)
     finally:
         adam.close()
     return n / best

@@ -44,12 +44,13 @@ def _dtypes() -> dict[Any, str]:
 
 
 def _raw(t: Any) -> Any:
-    """``t``'s bytes as a buffer over a CPU tensor's memory (a GPU tensor's host copy)."""
+    """``t``'s bytes as a buffer over a CPU tensor's memory (a GPU tensor's host copy;
+    a strided view's contiguous copy: only ever one tensor's)."""
     torch = import_torch()
-    t = t.detach()
+    t = t.detach().contiguous()
     if t.device.type != "cpu":
-        t = t.contiguous().cpu()  # one host copy, contiguous already
-    return t.contiguous().reshape(-1).view(torch.uint8).numpy()  # a CPU copy: contiguous
+        t = t.cpu()
+    return t.reshape(-1).view(torch.uint8).numpy()
 
 
 def write(f: BinaryIO, tensors: list[tuple[str, Any]], metadata: dict[str, str]) -> None:
