@@ -14,7 +14,13 @@ backward pass (the tensors saved before the one it asks for come back while it w
 that one), as activation offloading does.
 
 The means are PyTorch's own (``torch.autograd.graph.saved_tensors_hooks``, installed for
-the process once a step has spilled: a script that fits never has them). Leaves
+the process once a step has spilled: a script that fits never has them). They are
+installed only where the script has none of its own open (``save_on_cpu``, say): its
+``with`` would pop ours at its exit and leave its own in place for good, and its own
+already say where its saved tensors go. Like every such hook they hold for the thread
+that ran the optimizer step (the one that runs the forward pass in a training loop; not
+``DataParallel``'s worker threads), and nothing is sent while a CUDA graph is captured
+(its copies and events would be replayed, not run). Leaves
 (parameters, inputs, buffers), views and expanded tensors, tensors under 1 MiB and those
 on the tier already are saved as they are, and unpacked only if unchanged since: with
 hooks installed, autograd leaves that check to them; a sent tensor changed in place
@@ -44,6 +50,7 @@ SAVED = compiled.USE_KINDS["saved_activations"]
 # HBM that trips in flight may hold beyond the plan (at least one tensor's worth): an
 # activation whose copy out is not done yet, and those brought back ahead of their use
 IN_FLIGHT = 512 << 20
+NEVER = -2  # no backward pass has taken a saved tensor back (-1: outside any)
 
 
 def next_budget(budget: int, spilled_in_step: int) -> int:
@@ -71,7 +78,7 @@ class _OnTier:
     later forward pass starts a list of its own."""
 
     __slots__ = ("__weakref__", "arrived", "back", "back_stream", "changed", "copy", "index",
-                 "order", "sent", "stream", "used")  # fmt: skip
+                 "order", "sent", "stream", "used_in")  # fmt: skip
 
     def __init__(self, copy: Any, stream: Any, sent: Any, order: list[Any]) -> None:
         self.copy, self.stream, self.sent = copy, stream, sent
@@ -79,13 +86,14 @@ class _OnTier:
         self.back: Any = None  # in HBM, filled by the copy stream
         self.back_stream: Any = None
         self.arrived: Any = None  # the copy stream's event after it
-        self.used = False
+        self.used_in = NEVER  # the backward pass (graph task) that last took it back
         self.changed = ""  # the in-place change found while it was sent, as PyTorch says it
 
     def __del__(self) -> None:
-        # dropped before the backward pass took it back (a graph freed unused): its
-        # copies are freed in their streams' order, which must first see the trips end
-        if self.used:
+        # dropped before a backward pass took it back (a graph freed unused, or one
+        # brought back ahead and not taken): its copies are freed in their streams'
+        # order, which must first see the trips end
+        if self.used_in != NEVER and self.back is None:
             return
         self.stream.wait_event(self.arrived or self.sent)
         if self.back_stream is not None and self.back_stream != self.stream:
@@ -137,10 +145,23 @@ class SavedOffload:
         log.info("the step spilled %d bytes: saved activations up to %d bytes go to the tier",
                  spilled, budget)  # fmt: skip
         self.budget = budget
-        if not self._hooks:
-            hooks = self.torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
-            hooks.__enter__()  # for the rest of the process, on the thread that runs forward
-            self._hooks.append(hooks)
+        self.install_hooks()
+
+    def install_hooks(self) -> bool:
+        """Install the hooks for the rest of the process, on this thread (the one that
+        runs the forward pass), unless they are, or the script has its own open (a next
+        step's end tries again). True where they are installed now."""
+        if self._hooks:
+            return True
+        top = getattr(self.torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+        if top is None or top(False) is not None:
+            log.info("the script has saved-tensor hooks of its own open: saved activations "
+                     "stay where those put them")  # fmt: skip
+            return False
+        hooks = self.torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        hooks.__enter__()
+        self._hooks.append(hooks)
+        return True
 
     def _worth_sending(self, t: Any) -> bool:
         torch = self.torch
@@ -156,6 +177,8 @@ class SavedOffload:
             return False  # a view: its base holds the memory (and may be saved too)
         if torch._C._current_graph_task_id() != -1:
             return False  # saved in a backward pass (a reentrant checkpoint): used in it
+        if torch.cuda.is_current_stream_capturing():
+            return False  # a trip's copies and events in a CUDA graph would be replayed
         if compiled.tier_owns(t.untyped_storage().data_ptr()):
             return False
         figures, _ = compiled.tier_use(t.device.index or 0)
@@ -228,32 +251,40 @@ class SavedOffload:
             self._leaving_bytes[device] = self._leaving_bytes.get(device, 0) + size
         return item
 
-    def _bring_back(self, item: _OnTier) -> None:
+    def _bring_back(self, item: _OnTier, stream: Any) -> None:
         """Start ``item``'s copy back to HBM on the copy stream; the copy back is made on
-        the stream the backward pass runs on, and written once that stream is there."""
+        ``stream`` (where the backward pass will use it: it is freed in that stream's
+        order) and written once the backward pass's current stream is there."""
         torch = self.torch
-        stream = torch.cuda.current_stream(item.copy.device)
-        item.back = torch.empty_like(item.copy)  # in HBM (the spill's net below)
+        with torch.cuda.stream(stream):
+            item.back = torch.empty_like(item.copy)  # in HBM (the spill's net below)
         item.back_stream = stream
         copier = self._copy_stream(item.copy.device)
+        copier.wait_stream(torch.cuda.current_stream(item.copy.device))
         copier.wait_stream(stream)
         with torch.cuda.stream(copier):
             item.back.copy_(item.copy, non_blocking=True)
             item.arrived = torch.cuda.Event()
             item.arrived.record(copier)
 
-    def _bring_back_ahead(self, item: _OnTier) -> None:
+    def _bring_back_ahead(self, item: _OnTier, task: int) -> None:
         """Bring back the tensors its forward pass sent before ``item`` (the backward
-        pass's next), up to IN_FLIGHT bytes ahead of their use."""
+        pass's next), up to IN_FLIGHT bytes ahead of their use: each onto the stream it
+        was saved on (where the backward pass runs its node). Where HBM and the tier are
+        both out of room, what is ahead waits for its turn instead."""
         ahead = 0
         for i in range(item.index - 1, -1, -1):
             if ahead >= IN_FLIGHT:
                 return
             earlier = item.order[i]()
-            if earlier is None or earlier.used:
+            if earlier is None or earlier.used_in == task:
                 continue
             if earlier.back is None:
-                self._bring_back(earlier)
+                try:
+                    self._bring_back(earlier, earlier.stream)
+                except RuntimeError:  # out of memory: the one asked for came first
+                    log.info("no room to bring saved activations back ahead of their use")
+                    return
             ahead += earlier.copy.numel() * earlier.copy.element_size()
 
     def unpack(self, packed: Any) -> Any:
@@ -273,17 +304,28 @@ class SavedOffload:
             self._let_go(packed.copy.device.index or 0, IN_FLIGHT + 1)
             if packed.changed:
                 _modified(packed.changed)
-            if packed.back is None:
-                self._bring_back(packed)
-            self._bring_back_ahead(packed)
             stream = self.torch.cuda.current_stream(packed.copy.device)
+            if packed.back is None:
+                self._bring_back(packed, stream)
+            task = self.torch._C._current_graph_task_id()
+            packed.used_in = task
+            self._bring_back_ahead(packed, task)
             stream.wait_event(packed.arrived)
             back = packed.back
+            if packed.back_stream != stream:
+                # brought back ahead onto the stream it was saved on, asked for on
+                # another: a copy made here, so that this stream's use is not cut short
+                # by a free in the other's order
+                with self.torch.cuda.stream(stream):
+                    back = back.clone()
+                done = self.torch.cuda.Event()
+                done.record(stream)
+                packed.back_stream.wait_event(done)
             # the copies are freed in their streams' order (each trip back, a kept
             # graph's second too)
             for made in {packed.stream, packed.back_stream} - {stream, None}:
                 made.wait_event(packed.arrived)
-            packed.used, packed.back = True, None  # a graph kept for a second pass asks again
+            packed.back = None  # a graph kept for a second pass asks again
         return back
 
 

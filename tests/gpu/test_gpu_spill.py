@@ -209,6 +209,14 @@ with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         y = checkpoint(model[i : i + 2], y, use_reentrant=True)
     y.square().mean().backward()
     out["reentrant"] = same(grads(), plain)
+    side = torch.cuda.Stream()  # a forward pass on a stream of the script's own
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        loss = model(x).square().mean()
+    loss.backward()
+    torch.cuda.current_stream().wait_stream(side)
+    out["side_stream"] = same(grads(), plain)
+    del loss
     gc.collect()
     out["left_at_end"] = tier_saved()
 print(json.dumps(out))
@@ -223,5 +231,5 @@ def test_saved_activations_cross_the_link_beside_the_compute_and_come_back_exact
     r = _child(TRIPS)
     assert r["sent"] >= 6 * 8192 * 2048 * 4, r  # each block's input and its GELU's input
     assert r["plain"] and r["retained"] and r["interleaved"], r
-    assert r["checkpointed"] and r["reentrant"], r
+    assert r["checkpointed"] and r["reentrant"] and r["side_stream"], r
     assert r["left_on_tier"] == 0 and r["left_at_end"] == 0, r

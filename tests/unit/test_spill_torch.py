@@ -141,3 +141,29 @@ def test_a_graph_dropped_without_a_backward_pass_frees_what_it_saved() -> None:
         y = (a * 2).exp()  # and one used: the gradient as without the hooks
         y.sum().backward()
     assert torch.allclose(a.grad, 2 * torch.full((4,), 2.0).exp())
+
+
+def test_the_hooks_wait_for_the_scripts_own_to_close_and_outlive_later_ones() -> None:
+    """A script's own ``with saved_tensors_hooks`` pops the top of torch's stack at its
+    exit: ours are installed only where none of its own is open, and then stay installed
+    through its later ones."""
+    from torch._C._autograd import (
+        _pop_saved_tensors_default_hooks as pop,
+        _top_saved_tensors_default_hooks as top,
+    )
+
+    from pycxl.torch.spill_saved import SavedOffload
+
+    saved = SavedOffload(torch, slot=0)
+    assert top(False) is None
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        assert not saved.install_hooks()
+    assert top(False) is None
+    try:
+        assert saved.install_hooks() and saved.install_hooks()  # once
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            pass
+        assert top(False) == (saved.pack, saved.unpack)
+    finally:
+        pop()
+    assert top(False) is None
