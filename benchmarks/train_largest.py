@@ -175,11 +175,17 @@ def main() -> int:
     losses, times = train(step, args, "cuda" if gpu is not None else "cpu")
     off.synchronize()
     name = f"pycxl, weights {chosen.name}, hbm_blocks {held}"
-    step_s = report(name, shape, args, losses, times, checkpointed, gpu is not None)
+    step_s, peak = report(name, shape, args, losses, times, checkpointed, gpu is not None)
     if chosen.step_s:
         print(
             f"fit's bound {chosen.step_s * 1e3:.0f} ms: measured {step_s / chosen.step_s:.2f}x it"
         )
+    # fit's bytes against what the run held: HBM at its peak, the tier's pages now
+    on_tier = sum(off.pages_by_node().values()) * resource.getpagesize()
+    for where, said, held in (("HBM", chosen.hbm, peak), ("tier", chosen.tier, on_tier)):
+        said_b = sum(said.values())
+        ratio = f"{held / said_b:.3f}x" if said_b else "-"
+        print(f"fit's {where} {said_b / 2**30:.2f} GiB, held {held / 2**30:.2f} GiB: {ratio}")
     t = off.times
     ms = {k: round(getattr(t, k) * 1e3) for k in ("cpu_s", "gpu_s", "head_s")}
     after = round(t.cpu_after_s * 1e3), round(t.gpu_after_s * 1e3)
@@ -219,21 +225,22 @@ def train(step: Any, args: argparse.Namespace, on: str) -> tuple[list[float], li
 
 
 def report(name: str, shape: Any, args: argparse.Namespace, losses: list[float],
-           times: list[float], checkpointed: int, on_gpu: bool) -> float:  # fmt: skip
-    """Prints the step (median after two), tokens/s, MFU, peak memory and losses."""
+           times: list[float], checkpointed: int, on_gpu: bool) -> tuple[float, int]:  # fmt: skip
+    """Prints the step (median after two), tokens/s, MFU, peak memory and losses; gives
+    the step and the peak HBM allocated, in bytes."""
     import torch
 
     step = statistics.median(times[2:] or times)
     flops = 6 * shape.params * args.tokens + 6 * shape.layers * args.tokens**2 * shape.hidden
     flops *= (6 + 2 * checkpointed / shape.layers) / 6  # a checkpointed block runs twice
-    peak = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else 0.0
+    peak = torch.cuda.max_memory_allocated() if on_gpu else 0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"{name}: {shape.params / 1e9:.3g} B parameters, step {step * 1e3:.0f} ms (mean "
           f"{statistics.mean(times) * 1e3:.0f}), {args.tokens / step:.0f} tokens/s, "
           f"MFU {flops / step / (args.peak_tflops * 1e12):.1%}", flush=True)  # fmt: skip
-    print(f"peak HBM {peak:.1f} GiB, host peak resident {rss:.1f} GiB")
+    print(f"peak HBM {peak / 2**30:.1f} GiB, host peak resident {rss:.1f} GiB")
     print(f"losses {[round(v, 4) for v in losses]}", flush=True)
-    return step
+    return step, peak
 
 
 def deepspeed_in_children(args: argparse.Namespace) -> int:
