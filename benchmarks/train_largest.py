@@ -11,6 +11,10 @@ The model is built where it lives: resident, on the GPU in bf16 (nothing of it o
 host); streamed, on the host in bf16 (offload_model moves the blocks' weights to the tier
 and the rest to the GPU). Each run is one process.
 
+``--slice K`` checks the losses instead: the model's first K blocks, placed as fit placed
+the whole (at least one block's state on the tier), trained with pycxl, against the same
+slice trained in HBM in fp32 (autocast to bf16) from the same bf16 start, data and loop.
+
 ``--deepspeed RATIO [RATIO...]`` trains the same model, data and loop under DeepSpeed
 ZeRO-3 instead, built inside ``deepspeed.zero.Init`` (as transformers builds a model too
 large for one copy), with activation checkpointing and its threads bound as its launcher binds them:
@@ -21,6 +25,7 @@ its own; where one fails (out of host or GPU memory, the OOM killer included) th
 printed, and the fastest that ran is named (exit status 1 where none ran).
 
     python3 benchmarks/train_largest.py --tier dram0                 # 13 B on the GPU machine
+    python3 benchmarks/train_largest.py --slice 4                    # losses against fp32
     python3 benchmarks/train_largest.py --deepspeed 1 0.5 0.25       # DeepSpeed, same model
     python3 benchmarks/train_largest.py --layers 2 --hidden 256 --intermediate 512 \\
         --vocab 1000 --tokens 64 --gpu none --hbm-free 4G           # a smoke run, no GPU
@@ -120,6 +125,9 @@ def main() -> int:
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16")
     ap.add_argument("--weights", choices=("resident", "stream"),
                     help="the fastest placement of these weights that fits")  # fmt: skip
+    ap.add_argument("--slice", type=int, metavar="K",
+                    help="check the losses instead: the first K blocks, placed as fit placed "
+                    "the whole model, against the same slice trained in HBM in fp32")  # fmt: skip
     ap.add_argument("--deepspeed", type=float, nargs="+", metavar="RATIO",
                     help="DeepSpeed ZeRO-3 instead, at each RATIO in turn")  # fmt: skip
     args = ap.parse_args()
@@ -128,9 +136,6 @@ def main() -> int:
             args.deepspeed = float(os.environ[CHILD])
             return train_deepspeed(args)
         return deepspeed_in_children(args)
-
-    import torch
-    import transformers
 
     import pycxl
 
@@ -146,32 +151,15 @@ def main() -> int:
         print(f"asked for weights {args.weights}: {said}", flush=True)
     if chosen is None:
         return 8
+    if args.slice is not None:
+        return check_slice(args, chosen, gpu)
     streamed = chosen.weights == "stream"
     device = "cpu" if gpu is None or streamed else "cuda"
     model = build(args, device)
-    if chosen.checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    checkpointed = chosen.checkpointed_blocks
-    for layer in model.model.layers[checkpointed:]:  # the plan's: the first so many only
-        layer.gradient_checkpointing = False
-    model.train()
-    adamw = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    checkpointed = checkpoint_first(model, chosen.checkpointed_blocks)
     held = chosen.hbm_blocks if gpu is not None else 0  # no GPU here: no HBM to hold state
-    off = pycxl.offload_model(model, args.tier, gpu, optimizer=adamw, weights=chosen.weights,
-                              hbm_blocks=held)  # fmt: skip
+    off, step = offloaded_step(model, args, chosen.weights, held, gpu)
     print(off.plan(), flush=True)
-    sched = transformers.get_linear_schedule_with_warmup(off.optimizer, WARMUP, args.steps)
-
-    def step(x: Any) -> Any:
-        loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        if args.clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        off.optimizer.step()
-        off.optimizer.zero_grad()
-        sched.step()
-        return loss
-
     losses, times = train(step, args, "cuda" if gpu is not None else "cpu")
     off.synchronize()
     name = f"pycxl, weights {chosen.name}, hbm_blocks {held}"
@@ -195,6 +183,90 @@ def main() -> int:
     )
     print(f"tier pages by node {off.pages_by_node()}")
     off.close()
+    return 0
+
+
+def checkpoint_first(model: Any, blocks: int) -> int:
+    """Activation checkpointing of the model's first ``blocks`` blocks (the plan's);
+    gives ``blocks``."""
+    if blocks:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for layer in model.model.layers[blocks:]:
+        layer.gradient_checkpointing = False
+    model.train()
+    return blocks
+
+
+def offloaded_step(model: Any, args: argparse.Namespace, weights: str, hbm_blocks: int,
+                   gpu: str | None) -> tuple[Any, Any]:  # fmt: skip
+    """The model under ``offload_model`` and one step of the loop people write (AdamW,
+    clip, a warm-up scheduler): ``(offload, step(tokens) -> loss)``."""
+    import torch
+    import transformers
+
+    import pycxl
+
+    adamw = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    off = pycxl.offload_model(model, args.tier, gpu, optimizer=adamw, weights=weights,
+                              hbm_blocks=hbm_blocks)  # fmt: skip
+    sched = transformers.get_linear_schedule_with_warmup(off.optimizer, WARMUP, args.steps)
+
+    def step(x: Any) -> Any:
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        if args.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        off.optimizer.step()
+        off.optimizer.zero_grad()
+        sched.step()
+        return loss
+
+    return off, step
+
+
+def check_slice(args: argparse.Namespace, chosen: Any, gpu: str | None) -> int:
+    """The losses of the model's first ``args.slice`` blocks placed as ``chosen`` places
+    the whole (weights resident or streamed, state in HBM for at most all but one of
+    them, checkpointing), against the same slice trained in HBM in fp32 (autocast to
+    bf16, torch's fused AdamW): the same start (the bf16 weights), data and loop."""
+    import torch
+    import transformers
+
+    on = "cuda" if gpu is not None else "cpu"
+    whole = args.layers
+    args.layers = args.slice
+    held = min(chosen.hbm_blocks, args.slice - 1) if gpu is not None else 0
+    checkpointed = min(chosen.checkpointed_blocks, args.slice)
+    model = build(args, "cpu" if chosen.weights == "stream" or gpu is None else "cuda")
+    checkpoint_first(model, checkpointed)
+    off, step = offloaded_step(model, args, chosen.weights, held, gpu)
+    losses, _ = train(step, args, on)
+    off.close()
+    del model, off, step
+    reference = build(args, on).float()
+    checkpoint_first(reference, checkpointed)
+    adamw = torch.optim.AdamW(reference.parameters(), lr=LR, weight_decay=WEIGHT_DECAY,
+                              fused=gpu is not None)  # fmt: skip
+    sched = transformers.get_linear_schedule_with_warmup(adamw, WARMUP, args.steps)
+
+    def fp32_step(x: Any) -> Any:
+        with torch.autocast(on, dtype=torch.bfloat16):
+            loss = reference(input_ids=x, labels=x).loss
+        loss.backward()
+        if args.clip:
+            torch.nn.utils.clip_grad_norm_(reference.parameters(), args.clip)
+        adamw.step()
+        adamw.zero_grad()
+        sched.step()
+        return loss
+
+    expected, _ = train(fp32_step, args, on)
+    apart = max(abs(a - b) for a, b in zip(losses, expected, strict=True))
+    print(f"slice of {args.slice} of {whole} blocks, weights {chosen.weights}, "
+          f"hbm_blocks {held}, checkpointed {checkpointed}:")  # fmt: skip
+    print(f"pycxl losses      {[round(v, 4) for v in losses]}")
+    print(f"HBM fp32 reference {[round(v, 4) for v in expected]}")
+    print(f"largest difference {apart:.4f} ({apart / max(expected):.2%} of the largest loss)")
     return 0
 
 
