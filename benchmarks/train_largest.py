@@ -168,9 +168,12 @@ def main() -> int:
         print(
             f"fit's bound {chosen.step_s * 1e3:.0f} ms: measured {step_s / chosen.step_s:.2f}x it"
         )
-    # fit's bytes against what the run held: HBM at its peak, the tier's pages now
+    # fit's bytes against what the run held: HBM's peak allocated (fit's parts that
+    # PyTorch allocates: not the CUDA context nor the headroom it leaves), the tier's
+    # pages now
     on_tier = sum(off.pages_by_node().values()) * resource.getpagesize()
-    for where, said, held in (("HBM", chosen.hbm, peak), ("tier", chosen.tier, on_tier)):
+    allocated = {k: v for k, v in chosen.hbm.items() if k not in ("cuda_context", "headroom")}
+    for where, said, held in (("HBM", allocated, peak), ("tier", chosen.tier, on_tier)):
         said_b = sum(said.values())
         ratio = f"{held / said_b:.3f}x" if said_b else "-"
         print(f"fit's {where} {said_b / 2**30:.2f} GiB, held {held / 2**30:.2f} GiB: {ratio}")
