@@ -26,6 +26,7 @@ printed, and the fastest that ran is named (exit status 1 where none ran).
 
     python3 benchmarks/train_largest.py --tier dram0                 # 13 B on the GPU machine
     python3 benchmarks/train_largest.py --slice 4                    # losses against fp32
+    python3 benchmarks/train_largest.py --largest --steps 4          # the most blocks here
     python3 benchmarks/train_largest.py --deepspeed 1 0.5 0.25       # DeepSpeed, same model
     python3 benchmarks/train_largest.py --layers 2 --hidden 256 --intermediate 512 \\
         --vocab 1000 --tokens 64 --gpu none --hbm-free 4G           # a smoke run, no GPU
@@ -128,6 +129,9 @@ def main() -> int:
     ap.add_argument("--slice", type=int, metavar="K",
                     help="check the losses instead: the first K blocks, placed as fit placed "
                     "the whole model, against the same slice trained in HBM in fp32")  # fmt: skip
+    ap.add_argument("--largest", action="store_true",
+                    help="train the most blocks of this shape that fit here (fit's answer, "
+                    "from this machine's free memory and rates)")  # fmt: skip
     ap.add_argument("--deepspeed", type=float, nargs="+", metavar="RATIO",
                     help="DeepSpeed ZeRO-3 instead, at each RATIO in turn")  # fmt: skip
     args = ap.parse_args()
@@ -143,6 +147,9 @@ def main() -> int:
     shape = model_shape(args)
     plan = pycxl.fit(shape, args.tier, gpu, tokens=args.tokens, hbm_free=args.hbm_free,
                      tier_free=args.tier_free)  # fmt: skip
+    if args.largest:
+        plan = most_layers(args, plan)
+        shape = plan.shape
     print(plan.why, flush=True)
     chosen = plan.chosen
     if args.weights is not None:  # the fastest of those asked for (options: best first)
@@ -271,6 +278,35 @@ def check_slice(args: argparse.Namespace, chosen: Any, gpu: str | None) -> int:
     print(f"HBM fp32 reference {[round(v, 4) for v in expected]}")
     print(f"largest difference {apart:.4f} ({apart / max(expected):.2%} of the largest loss)")
     return 0
+
+
+def most_layers(args: argparse.Namespace, plan: Any) -> Any:
+    """The plan for the most blocks of ``args``' shape that fit on ``plan``'s machine
+    (its rates measured once); ``args.layers`` set to that count."""
+    from pycxl.torch.offload import fit as planning
+
+    def plan_for(layers: int) -> Any:
+        args.layers = layers
+        return planning.fit(model_shape(args), plan.machine, args.tokens)
+
+    # low fits (1: none known to, the fewest a model has is 2); high does not
+    low, high = 1, args.layers
+    while (found := plan_for(high)).chosen is not None:
+        low, plan, high = high, found, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        found = plan_for(middle)
+        if found.chosen is not None:
+            low, plan = middle, found
+        else:
+            high = middle
+    if low == 1:
+        args.layers = high
+        return found  # not even two blocks fit: fit's answer says what is short
+    args.layers = low
+    print(f"the most blocks of this shape that fit here: {low} ({plan.shape.params / 1e9:.3g} B "
+          f"parameters; {high} do not fit)", flush=True)  # fmt: skip
+    return plan
 
 
 def model_shape(args: argparse.Namespace) -> Any:

@@ -42,3 +42,14 @@ def test_the_run_prints_its_step_and_fits_bytes_beside_what_it_held() -> None:
     assert re.search(r"pycxl, weights .*: 0.00\d+ B parameters, step \d+ ms", out), out
     assert re.search(r"fit's tier [\d.]+ GiB, held [\d.]+ GiB", out), out
     assert re.search(r"losses \[[\d., ]+\]", out), out
+
+
+def test_largest_trains_the_most_blocks_that_fit_and_no_more() -> None:
+    """--largest: fit's answer over the block count (one more does not fit), then a step
+    of that model (fewer layers asked than fit: it grows past them)."""
+    out = _run("--largest", "--hbm-free", "1200M", "--tier-free", "100M", "--steps", "1")
+    most = re.search(r"the most blocks of this shape that fit here: (\d+) \(([\d.]+) B param"
+                     r"eters; (\d+) do not fit\)", out)  # fmt: skip
+    assert most, out
+    assert int(most.group(1)) > 3 and int(most.group(3)) == int(most.group(1)) + 1, out
+    assert f": {most.group(2)} B parameters, step" in out, out  # the model trained is that one
