@@ -136,11 +136,14 @@ class SavedOffload:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def step_ended(self) -> None:
-        """Grow the budget by what the step spilled; install the hooks the first time."""
+        """Grow the budget by what the step spilled; install the hooks once one has (a
+        step's end tries again while the script's own hooks keep ours out)."""
         spilled = compiled.tier_spilled_rise(self.device)
         budget = next_budget(self.budget, spilled)
         log.info("optimizer step ended: HBM lacked %d bytes in it", spilled)
         if budget == self.budget:
+            if budget:
+                self.install_hooks()
             return
         log.info("the step spilled %d bytes: saved activations up to %d bytes go to the tier",
                  spilled, budget)  # fmt: skip
@@ -177,7 +180,7 @@ class SavedOffload:
             return False  # a view: its base holds the memory (and may be saved too)
         if torch._C._current_graph_task_id() != -1:
             return False  # saved in a backward pass (a reentrant checkpoint): used in it
-        if torch.cuda.is_current_stream_capturing():
+        if _capturing(torch, t.device):
             return False  # a trip's copies and events in a CUDA graph would be replayed
         if compiled.tier_owns(t.untyped_storage().data_ptr()):
             return False
@@ -257,15 +260,15 @@ class SavedOffload:
         order) and written once the backward pass's current stream is there."""
         torch = self.torch
         with torch.cuda.stream(stream):
-            item.back = torch.empty_like(item.copy)  # in HBM (the spill's net below)
-        item.back_stream = stream
+            back = _allocated(torch, torch.empty_like(item.copy))  # HBM, else the spill's tier
         copier = self._copy_stream(item.copy.device)
         copier.wait_stream(torch.cuda.current_stream(item.copy.device))
         copier.wait_stream(stream)
         with torch.cuda.stream(copier):
-            item.back.copy_(item.copy, non_blocking=True)
-            item.arrived = torch.cuda.Event()
-            item.arrived.record(copier)
+            back.copy_(item.copy, non_blocking=True)
+            arrived = torch.cuda.Event()
+            arrived.record(copier)
+        item.back, item.back_stream, item.arrived = back, stream, arrived
 
     def _bring_back_ahead(self, item: _OnTier, task: int) -> None:
         """Bring back the tensors its forward pass sent before ``item`` (the backward
@@ -282,7 +285,7 @@ class SavedOffload:
             if earlier.back is None:
                 try:
                     self._bring_back(earlier, earlier.stream)
-                except RuntimeError:  # out of memory: the one asked for came first
+                except self.torch.OutOfMemoryError:  # the one asked for came first
                     log.info("no room to bring saved activations back ahead of their use")
                     return
             ahead += earlier.copy.numel() * earlier.copy.element_size()
@@ -297,6 +300,12 @@ class SavedOffload:
             return t
         if not isinstance(packed, _OnTier):
             return packed
+        if _capturing(self.torch, packed.copy.device):
+            raise RuntimeError(
+                "a backward pass captured in a CUDA graph needs an activation that pycxl "
+                "spill sent to the tier in an uncaptured forward pass: capture the forward "
+                "pass too (nothing is sent while a graph is captured)"
+            )
         with self._lock:
             self._asked = True
             # the forward pass has ended: every copy out is let go, each checked for a
@@ -317,7 +326,7 @@ class SavedOffload:
                 # another: a copy made here, so that this stream's use is not cut short
                 # by a free in the other's order
                 with self.torch.cuda.stream(stream):
-                    back = back.clone()
+                    back = _allocated(self.torch, back.clone())
                 done = self.torch.cuda.Event()
                 done.record(stream)
                 packed.back_stream.wait_event(done)
@@ -327,6 +336,23 @@ class SavedOffload:
                 made.wait_event(packed.arrived)
             packed.back = None  # a graph kept for a second pass asks again
         return back
+
+
+def _capturing(torch: Any, device: Any) -> bool:
+    """A CUDA graph is being captured on ``device``'s current stream."""
+    with torch.cuda.device(device):
+        return bool(torch.cuda.is_current_stream_capturing())
+
+
+def _allocated(torch: Any, t: Any) -> Any:
+    """``t``, made by the spill's allocator: a null pointer is its refusal (HBM and the
+    tier both full), raised as PyTorch's own out of memory."""
+    if t.numel() and t.data_ptr() == 0:
+        raise torch.OutOfMemoryError(
+            f"pycxl spill: no room in HBM or on the tier for {t.numel() * t.element_size()} "
+            "bytes of saved activations brought back for the backward pass"
+        )
+    return t
 
 
 def _modified(what: str) -> None:
