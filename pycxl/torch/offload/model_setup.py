@@ -110,9 +110,9 @@ def place_state(
     """Each block's fp32 state (master from the weights, moments zero) on the tier, and
     where the mode keeps them there, its gradients and weights (pinned on a GPU); the
     first ``config.hbm_blocks`` blocks' state in the device's memory, and nothing of
-    theirs on the tier. ``start``: a parameter's starting values (a checkpoint's), read
-    for the master, and streamed, written into the parameter's home, which it then holds
-    (it may be on ``meta`` until then)."""
+    theirs on the tier. Streamed, each parameter's values are written into its home,
+    which it then holds. ``start``: a parameter's starting values (a checkpoint's), read
+    instead of its own (it may be on ``meta`` until then)."""
     torch = import_torch()
     pinned = on_gpu = config.on_gpu
 
@@ -140,7 +140,8 @@ def place_state(
                 v = values(p)
                 if p.group >= 0:  # trainable
                     B.part(B.state, 0, p).copy_(v)
-                if config.streamed and start is not None:  # its home, from the file
+                if config.streamed:  # its home now: the copy it had is let go block by
+                    # block (a model built on the host is never there twice)
                     home = piece(B.weights, p)
                     home.copy_(v)
                     place(p.param, home.view(p.shape))
