@@ -162,10 +162,14 @@ def main() -> int:
         return check_slice(args, chosen, gpu)
     streamed = chosen.weights == "stream"
     device = "cpu" if gpu is None or streamed else "cuda"
+    t0 = time.perf_counter()
     model = build(args, device)
     checkpointed = checkpoint_first(model, chosen.checkpointed_blocks)
+    t1 = time.perf_counter()
+    print(f"model built on {device} in {t1 - t0:.0f} s", flush=True)
     held = chosen.hbm_blocks if gpu is not None else 0  # no GPU here: no HBM to hold state
     off, step = offloaded_step(model, args, chosen.weights, held, gpu)
+    print(f"offload_model set up in {time.perf_counter() - t1:.0f} s", flush=True)
     print(off.plan(), flush=True)
     losses, times = train(step, args, "cuda" if gpu is not None else "cpu")
     off.synchronize()
