@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import mmap
+import os
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 # thp: transparent huge pages (MADV_HUGEPAGE); hugetlb: reserved huge pages (MAP_HUGETLB).
 HugePages = Literal["auto", "none", "thp", "hugetlb"]
 HUGE_2M = 2 << 20
+FIRST_TOUCH_SHARE = 256 << 20  # no thread faults in less (its start would cost more)
 
 
 def check_huge(huge: str) -> HugePages:
@@ -41,6 +44,34 @@ def check_huge(huge: str) -> HugePages:
     if not isinstance(huge, str) or huge not in choices:
         raise InvalidRequestError(f"huge={huge!r}: use one of {', '.join(choices)}")
     return huge  # type: ignore[return-value]
+
+
+def _first_touch(address: int, size: int, *, spread: bool) -> None:
+    """Write zeros over ``size`` bytes at ``address``, faulting each page in under the
+    range's policy. A large range is split over the process's CPUs where the policy,
+    not the faulting thread's node, places the pages (``spread``): faults are most of a
+    large buffer's making, and they run in parallel (ctypes lets go of the GIL). Every
+    thread is waited for, an interrupt too, before the range may be unmapped."""
+    threads = min(len(os.sched_getaffinity(0)), size // FIRST_TOUCH_SHARE) if spread else 1
+    if threads <= 1:
+        ctypes.memset(address, 0, size)
+        return
+    share = -(-size // threads // mmap.PAGESIZE) * mmap.PAGESIZE
+    workers = [
+        threading.Thread(target=ctypes.memset, args=(address + lo, 0, min(share, size - lo)),
+                         name="pycxl-first-touch", daemon=True)
+        for lo in range(0, size, share)
+    ]  # fmt: skip
+    for w in workers:
+        w.start()
+    try:
+        for w in workers:
+            w.join()
+    finally:
+        for w in workers:  # an interrupt in a join: the pages are still being written
+            while w.is_alive():
+                with contextlib.suppress(KeyboardInterrupt):
+                    w.join()
 
 
 def check_room(size: int, node_ids: Sequence[int], fs: Sysfs | None = None) -> None:
@@ -94,7 +125,7 @@ class NumaBuffer:
         if policy.mode != Mode.DEFAULT:
             bind_range(self.address, self.size, policy)
         if populate:
-            ctypes.memset(self.address, 0, self.size)  # first touch, under the policy
+            _first_touch(self.address, self.size, spread=policy.mode != Mode.DEFAULT)
 
     def __repr__(self) -> str:
         state = "closed" if self._map.closed else f"at {self.address:#x}"

@@ -47,6 +47,18 @@ def test_buffer_on_dram0_lands_there_page_by_page() -> None:
         del arr
 
 
+def test_a_large_buffer_is_touched_in_shares_every_page_on_its_node_and_zero() -> None:
+    """Past one share (FIRST_TOUCH_SHARE) a bound buffer's pages are faulted in by
+    several threads: each page still lands where the policy says, and reads zero."""
+    node = first_dram()
+    size = 2 * placement.FIRST_TOUCH_SHARE + 3 * PAGE  # a last share shorter than the rest
+    with placement.allocate(size, [node]) as buf:
+        assert buf.pages_by_node() == {node: size // PAGE}
+        arr = buf.array("uint64")
+        assert not arr.any()
+        del arr
+
+
 def test_the_id_floor_takes_node_ids() -> None:
     node = first_dram()
     with placement.allocate(MiB, [node]) as buf:
