@@ -184,10 +184,10 @@ def main() -> int:
     # pages now
     on_tier = sum(off.pages_by_node().values()) * resource.getpagesize()
     allocated = {k: v for k, v in chosen.hbm.items() if k not in ("cuda_context", "headroom")}
-    for where, said, held in (("HBM", allocated, peak), ("tier", chosen.tier, on_tier)):
+    for where, said, had in (("HBM", allocated, peak), ("tier", chosen.tier, on_tier)):
         said_b = sum(said.values())
-        ratio = f"{held / said_b:.3f}x" if said_b else "-"
-        print(f"fit's {where} {said_b / 2**30:.2f} GiB, held {held / 2**30:.2f} GiB: {ratio}")
+        ratio = f"{had / said_b:.3f}x" if said_b else "-"
+        print(f"fit's {where} {said_b / 2**30:.2f} GiB, held {had / 2**30:.2f} GiB: {ratio}")
     t = off.times
     ms = {k: round(getattr(t, k) * 1e3) for k in ("cpu_s", "gpu_s", "head_s")}
     after = round(t.cpu_after_s * 1e3), round(t.gpu_after_s * 1e3)
@@ -294,9 +294,10 @@ def most_layers(args: argparse.Namespace, plan: Any) -> Any:
         return planning.fit(model_shape(args), plan.machine, args.tokens)
 
     # low fits (1: none known to, the fewest a model has is 2); high does not
-    low, high = 1, args.layers
-    while (found := plan_for(high)).chosen is not None:
+    low, high, found = 1, args.layers, plan
+    while found.chosen is not None:
         low, plan, high = high, found, high * 2
+        found = plan_for(high)
     while high - low > 1:
         middle = (low + high) // 2
         found = plan_for(middle)

@@ -141,14 +141,12 @@ class SavedOffload:
         spilled = compiled.tier_spilled_rise(self.device)
         budget = next_budget(self.budget, spilled)
         log.info("optimizer step ended: HBM lacked %d bytes in it", spilled)
-        if budget == self.budget:
-            if budget:
-                self.install_hooks()
-            return
-        log.info("the step spilled %d bytes: saved activations up to %d bytes go to the tier",
-                 spilled, budget)  # fmt: skip
-        self.budget = budget
-        self.install_hooks()
+        if budget != self.budget:
+            log.info("the step spilled %d bytes: saved activations up to %d bytes go to "
+                     "the tier", spilled, budget)  # fmt: skip
+            self.budget = budget
+        if self.budget:
+            self.install_hooks()
 
     def install_hooks(self) -> bool:
         """Install the hooks for the rest of the process, on this thread (the one that
@@ -223,14 +221,12 @@ class SavedOffload:
             return _Kept(t.detach(), t._version)
         before = (compiled.tier_prefer(self.slot), compiled.tier_kind(SAVED))
         try:
-            copy = self.torch.empty_like(t)
-        except RuntimeError:  # the tier is full too: keep it where it is
+            copy = _allocated(self.torch, self.torch.empty_like(t))
+        except RuntimeError:  # the tier is full too (out of memory): keep it where it is
             return _Kept(t.detach(), t._version)
         finally:
             compiled.tier_prefer(before[0])
             compiled.tier_kind(before[1])
-        if copy.data_ptr() == 0:  # a pluggable allocator's refusal is a null pointer
-            return _Kept(t.detach(), t._version)
         size = t.numel() * t.element_size()
         device = t.device.index or 0
         stream = self.torch.cuda.current_stream(t.device)
@@ -350,7 +346,7 @@ def _allocated(torch: Any, t: Any) -> Any:
     if t.numel() and t.data_ptr() == 0:
         raise torch.OutOfMemoryError(
             f"pycxl spill: no room in HBM or on the tier for {t.numel() * t.element_size()} "
-            "bytes of saved activations brought back for the backward pass"
+            "bytes of saved activations"
         )
     return t
 
