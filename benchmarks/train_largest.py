@@ -336,6 +336,7 @@ def train(step: Any, args: argparse.Namespace, on: str) -> tuple[list[float], li
         losses.append(float(step(data[i % len(data)].to(on)).detach()))
         t1 = time.perf_counter()
         times.append(t1 - t0)
+        print(f"step {i + 1}: loss {losses[-1]:.4f}, {times[-1] * 1e3:.0f} ms", flush=True)
         t0 = t1
     return losses, times
 

@@ -217,6 +217,18 @@ with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
     torch.cuda.current_stream().wait_stream(side)
     out["side_stream"] = same(grads(), plain)
     del loss
+    # a saved tensor read on another stream than its own (from the graph, outside the
+    # backward pass) after the read of a later one brought it back ahead on its own
+    with torch.cuda.stream(side):
+        h = model[0](x)
+        out_g = model[1](h)
+        mid = model[2](out_g)
+        later = model[3](mid)
+    late_input = later.grad_fn._saved_self  # GELU's input, saved on side, read here
+    early_input = out_g.grad_fn._saved_self  # brought back ahead on side, asked here
+    torch.cuda.current_stream().wait_stream(side)
+    out["asked_elsewhere"] = torch.equal(early_input, h) and torch.equal(late_input, mid)
+    del h, out_g, mid, later, late_input, early_input
     gc.collect()
     out["left_at_end"] = tier_saved()
 print(json.dumps(out))
@@ -226,10 +238,12 @@ print(json.dumps(out))
 def test_saved_activations_cross_the_link_beside_the_compute_and_come_back_exact() -> None:
     """The copy stream's trips: gradients bitwise those of a run without the hooks, with a
     graph kept for a second backward pass (and another forward pass between the two),
-    with checkpointed blocks (reentrant: saved in the backward pass), and nothing left on
-    the tier by graphs dropped unused."""
+    with checkpointed blocks (reentrant: saved in the backward pass), with a forward pass
+    on a stream of the script's own and a saved tensor read on another, and nothing left
+    on the tier by graphs dropped unused."""
     r = _child(TRIPS)
     assert r["sent"] >= 6 * 8192 * 2048 * 4, r  # each block's input and its GELU's input
     assert r["plain"] and r["retained"] and r["interleaved"], r
     assert r["checkpointed"] and r["reentrant"] and r["side_stream"], r
+    assert r["asked_elsewhere"], r
     assert r["left_on_tier"] == 0 and r["left_at_end"] == 0, r
