@@ -316,6 +316,7 @@ def offload_model(
     update_in_backward: bool = False,
     hbm_blocks: int = 0,
     weights_from: str | os.PathLike[str] | None = None,
+    initialise: bool = False,
     cpus: Iterable[int] | None = None,
     huge: HugePages = "auto",
     system: System | None = None,
@@ -343,6 +344,9 @@ def offload_model(
     wrote) whose values each parameter takes where it lives, read one tensor at a time:
     a model built on the ``meta`` device (larger than HBM and host memory in fp32) is
     made straight into its placement, its fp32 master from the file's precision.
+    ``initialise``: a model built on ``meta`` is made by its own initialisation instead
+    (``reset_parameters``, then a transformers model's ``_init_weights``), one module at
+    a time on the device it trains on, and each value taken where it lives.
 
     >>> adamw = torch.optim.AdamW(model.parameters(), lr=1e-4)
     >>> off = pycxl.offload_model(model, "cxl0", "gpu0", optimizer=adamw)
@@ -356,6 +360,7 @@ def offload_model(
     from ..torch.offload.config import MAX_BLOCKS
     from ..torch.offload.fit import TrainShape, check_tier_room
     from ..torch.offload.host_memory import tier_allocator
+    from ..torch.offload.initialise import ModelInit
     from ..torch.offload.model import ModelOffload
 
     torch = import_torch()
@@ -365,7 +370,14 @@ def offload_model(
     nodes = s.placement_nodes(target)  # a bad name fails here, before any memory is taken
     if blocks is not None:
         blocks = items(blocks, "blocks", "a list of the model's blocks (model.model.layers)")
-    source = None if weights_from is None else WeightSource.open(weights_from)
+    if not isinstance(initialise, bool):
+        raise InvalidRequestError(f"initialise {initialise!r}: give True or False")
+    if initialise and weights_from is not None:
+        raise InvalidRequestError(
+            "give weights_from (a checkpoint's values) or initialise=True (the model's own "
+            "initialisation), not both"
+        )
+    source: Any = None if weights_from is None else WeightSource.open(weights_from)
     tier, free = _tier_room(s, nodes)
     hbm_blocks = count(hbm_blocks, "hbm_blocks", 0, MAX_BLOCKS)
     check_tier_room(TrainShape.of_model(model, blocks), streamed=weights == "stream",
@@ -391,6 +403,8 @@ def offload_model(
         torch.cuda.current_device()  # PyTorch's CUDA state first (pinned_tensor says why)
         ctx = GpuContext.of(found)
         engine, device = CudaEngine(ctx), torch.device("cuda", ctx.ordinal)
+    if initialise:
+        source = ModelInit(model, device)
     return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
                         weights=weights, lookahead=lookahead, overlap=overlap,

@@ -145,3 +145,66 @@ def test_bad_checkpoint_paths_and_a_meta_model_without_one_are_refused_by_name(
         with pytest.raises(InvalidRequestError, match=r"on the meta device.*weights_from"):
             pycxl.offload_model(model, "dram0", None, optimizer=opt, weights=weights)
     assert all(p.is_meta for p in model.parameters())
+
+
+def test_a_model_built_on_meta_is_made_by_its_own_initialisation_the_same_in_either_placement() -> (
+    None
+):
+    """initialise=True: each module initialised as the model initialises it, from a seed
+    of its own, so resident and streamed placements start from the same values and train
+    to the same losses."""
+    cfg = _config()
+    ref = transformers.LlamaForCausalLM(cfg)  # built on the CPU: the distributions to match
+    got = {}
+    for weights in ("resident", "stream"):
+        model = _on_meta(cfg)
+        torch.manual_seed(0)
+        off = pycxl.offload_model(model, "dram0", None, optimizer=_adamw(model),
+                                  weights=weights, initialise=True)  # fmt: skip
+        assert not any(p.is_meta for p in model.parameters())
+        assert torch.equal(model.model.rotary_emb.inv_freq, ref.model.rotary_emb.inv_freq)
+        values = {n: p.detach().clone() for n, p in model.named_parameters()}
+        losses = _train(model, off.optimizer, _data(3), clip=0.5)
+        off.close()
+        got[weights] = values, losses
+    values, losses = got["resident"]
+    assert got["stream"][0].keys() == values.keys()
+    assert all(torch.equal(got["stream"][0][n], v) for n, v in values.items())
+    assert got["stream"][1] == pytest.approx(losses, abs=1e-5) and losses[-1] < losses[0]
+    for n, p in ref.named_parameters():
+        if "norm" in n:
+            assert torch.equal(values[n], torch.ones_like(values[n])), n
+        else:  # normal(0, initializer_range), as transformers draws them on the CPU
+            assert float(values[n].std()) == pytest.approx(float(p.detach().std()), rel=0.1), n
+    # every module of the model has a seed of its own: not two alike
+    blocks = [values[f"model.layers.{i}.mlp.up_proj.weight"] for i in range(cfg.num_hidden_layers)]
+    assert not torch.equal(blocks[0], blocks[1])
+
+
+def test_initialise_refuses_a_parameter_it_cannot_set_and_a_checkpoint_beside_it(
+    tmp_path: Path,
+) -> None:
+    class Scaled(torch.nn.Module):  # a parameter no initialisation sets
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.empty(64))
+
+        def forward(self, x: Any) -> Any:
+            return x * self.scale
+
+    model = _on_meta(_config(layers=2))
+    with torch.device("meta"):
+        model.model.layers[1].post_scale = Scaled()
+    opt = _adamw(model)
+    with pytest.raises(InvalidRequestError, match=r"layers\.1\.post_scale\.scale \(Scaled\) "
+                       r"is set by neither.*weights_from="):  # fmt: skip
+        pycxl.offload_model(model, "dram0", None, optimizer=opt, initialise=True)
+    assert all(p.is_meta for p in model.parameters())  # refused while nothing was made
+    with pytest.raises(InvalidRequestError, match=r"weights_from .* or initialise=True"):
+        pycxl.offload_model(model, "dram0", None, optimizer=opt, initialise=True,
+                            weights_from=tmp_path)  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="initialise 'yes': give True or False"):
+        pycxl.offload_model(model, "dram0", None, optimizer=opt, initialise="yes")  # type: ignore[arg-type]
+    built = transformers.LlamaForCausalLM(_config(layers=2))
+    with pytest.raises(InvalidRequestError, match="holds values already: initialise=True"):
+        pycxl.offload_model(built, "dram0", None, optimizer=_adamw(built), initialise=True)

@@ -16,13 +16,26 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ...base.errors import InvalidRequestError
 from .._import import import_torch
 from .tensor_files import TensorFile
 
 INDEX = "model.safetensors.index.json"
+
+
+class StartingValues(Protocol):
+    """Where parameters' starting values come from: a checkpoint (``WeightSource``) or
+    the model's own initialisation (``initialise.ModelInit``)."""
+
+    def has(self, name: str) -> bool:
+        """Whether a buffer of this name is read from here (else the model makes it)."""
+        ...
+
+    def read(self, name: str) -> Any:
+        """The named parameter's starting values."""
+        ...
 
 
 class WeightSource:
@@ -125,8 +138,8 @@ class WeightSource:
                     "model: build the model from the checkpoint's config"
                 )
             names[ident] = found
-        for name, module, buf_name in _meta_buffers(model):
-            if not self.has(name) and not _computable(model, module, buf_name):
+        for name, module, buf_name in meta_buffers(model):
+            if not self.has(name) and not computable(model, module, buf_name):
                 raise InvalidRequestError(
                     f"buffer {name} is on the meta device and not in the checkpoint: "
                     "build the model with its parameters only on meta (accelerate's "
@@ -139,7 +152,7 @@ class WeightSource:
         self._open.clear()
 
 
-def _meta_buffers(model: Any) -> list[tuple[str, Any, str]]:
+def meta_buffers(model: Any) -> list[tuple[str, Any, str]]:
     """(full name, owning module, its name there) of each buffer on ``meta``."""
     out = []
     for prefix, module in model.named_modules():
@@ -149,7 +162,7 @@ def _meta_buffers(model: Any) -> list[tuple[str, Any, str]]:
     return out
 
 
-def _computable(model: Any, module: Any, buf_name: str) -> bool:
+def computable(model: Any, module: Any, buf_name: str) -> bool:
     """A buffer the model computes (not saved), in a module without parameters that a
     transformers model's own ``_init_weights`` initialises."""
     return (
@@ -172,7 +185,7 @@ def place(param: Any, tensor: Any) -> None:
 
 
 def materialise(
-    model: Any, source: WeightSource, names: dict[int, str], device: Any, keep: set[int]
+    model: Any, source: StartingValues, names: dict[int, str], device: Any, keep: set[int]
 ) -> None:
     """Every parameter but those in ``keep`` (ids: homes on the tier, filled as they are
     placed) read onto ``device`` in its own precision, one at a time; buffers on
@@ -183,7 +196,7 @@ def materialise(
             if id(p) not in keep:
                 place(p, source.read(names[id(p)]).to(device=device, dtype=p.dtype))
         computed = []
-        for name, module, buf_name in _meta_buffers(model):
+        for name, module, buf_name in meta_buffers(model):
             buf = module._buffers[buf_name]
             if source.has(name):
                 module._buffers[buf_name] = source.read(name).to(device=device, dtype=buf.dtype)

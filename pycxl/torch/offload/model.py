@@ -51,6 +51,7 @@ from .ferry import WeightFerry
 from .gpu_side import CHUNK_ELEMENTS, GpuSide
 from .grad_norms import GradNorms
 from .host_memory import HostAlloc, pages_of
+from .initialise import ModelInit
 from .layout import Block, ParamSlot, check_trainable, find_blocks, layout_blocks
 from .optimizer import optimizer_class
 from .rest import RestUpdate
@@ -82,7 +83,7 @@ class ModelOffload:
         overlap: bool = True,
         update_in_backward: bool = False,
         hbm_blocks: int = 0,
-        weights_from: WeightSource | None = None,
+        weights_from: WeightSource | ModelInit | None = None,
     ) -> None:
         torch = import_torch()
         self.config = config = OffloadConfig.checked(
@@ -124,7 +125,7 @@ class ModelOffload:
             materialise(model, weights_from, names, self.device, keep=streamed)
             source = weights_from
 
-            def start(param: Any) -> Any:  # the checkpoint's values, in its precision
+            def start(param: Any) -> Any:  # the checkpoint's values (its precision), or made
                 return source.read(names[id(param)])
 
         else:

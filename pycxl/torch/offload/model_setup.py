@@ -56,8 +56,8 @@ def check_not_meta(model: Any) -> None:
         if p.is_meta:
             raise InvalidRequestError(
                 f"{name} is on the meta device (no values): give offload_model its "
-                "checkpoint (weights_from=folder or file.safetensors), or build the model "
-                "on a real device"
+                "checkpoint (weights_from=folder or file.safetensors), let it initialise "
+                "the model (initialise=True), or build the model on a real device"
             )
 
 
