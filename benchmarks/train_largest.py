@@ -173,6 +173,12 @@ def main() -> int:
     off, step = offloaded_step(model, args, chosen.weights, held, gpu)
     print(f"offload_model set up in {time.perf_counter() - t1:.0f} s", flush=True)
     print(off.plan(), flush=True)
+    if gpu is not None:  # what is held before the first step, against fit's parts
+        import torch
+
+        parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in chosen.hbm.items())
+        print(f"HBM allocated after set-up {torch.cuda.memory_allocated() / 2**30:.2f} GiB; "
+              f"fit's parts (GiB): {parts}", flush=True)  # fmt: skip
     losses, times = train(step, args, "cuda" if gpu is not None else "cpu")
     off.synchronize()
     name = f"pycxl, weights {chosen.name}, hbm_blocks {held}"
