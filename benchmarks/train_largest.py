@@ -49,6 +49,7 @@ import time
 from typing import Any
 
 LR, WEIGHT_DECAY, WARMUP = 1e-4, 0.01, 3
+PHASES: dict[str, int] = {}  # peak HBM allocated: set-up, the first forward and backward
 CHILD = "TRAIN_LARGEST_CHILD"  # the ratio, in the child that runs DeepSpeed
 STEP = re.compile(r"^DeepSpeed ZeRO-3, ratio [\d.]+: .* step (\d+) ms")
 
@@ -192,6 +193,12 @@ def main() -> int:
     # pages now
     on_tier = sum(off.pages_by_node().values()) * resource.getpagesize()
     allocated = {k: v for k, v in chosen.hbm.items() if k not in ("cuda_context", "headroom")}
+    if PHASES:
+        import torch
+
+        rest = torch.cuda.max_memory_allocated()
+        print("peak HBM allocated (GiB): " + ", ".join(
+            f"{k} {v / 2**30:.2f}" for k, v in [*PHASES.items(), ("after", rest)]))  # fmt: skip
     for where, said, had in (("HBM", allocated, peak), ("tier", chosen.tier, on_tier)):
         said_b = sum(said.values())
         ratio = f"{had / said_b:.3f}x" if said_b else "-"
@@ -234,9 +241,17 @@ def offloaded_step(model: Any, args: argparse.Namespace, weights: str, hbm_block
                               hbm_blocks=hbm_blocks, initialise=made)  # fmt: skip
     sched = transformers.get_linear_schedule_with_warmup(off.optimizer, WARMUP, args.steps)
 
+    def phase_ended(name: str) -> None:  # the first step's peak HBM in each phase
+        if gpu is not None and len(PHASES) < 3:
+            PHASES[name] = torch.cuda.max_memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+
     def step(x: Any) -> Any:
+        phase_ended("set-up")
         loss = model(input_ids=x, labels=x).loss
+        phase_ended("forward")
         loss.backward()
+        phase_ended("backward")
         if args.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         off.optimizer.step()
@@ -359,7 +374,9 @@ def report(name: str, shape: Any, args: argparse.Namespace, losses: list[float],
     step = statistics.median(times[2:] or times)
     flops = 6 * shape.params * args.tokens + 6 * shape.layers * args.tokens**2 * shape.hidden
     flops *= (6 + 2 * checkpointed / shape.layers) / 6  # a checkpointed block runs twice
-    peak = torch.cuda.max_memory_allocated() if on_gpu else 0
+    # the steps' peak (PHASES: the first step's forward and backward passes apart)
+    steps = [v for k, v in PHASES.items() if k != "set-up"]
+    peak = max([torch.cuda.max_memory_allocated(), *steps]) if on_gpu else 0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"{name}: {shape.params / 1e9:.3g} B parameters, step {step * 1e3:.0f} ms (mean "
           f"{statistics.mean(times) * 1e3:.0f}), {args.tokens / step:.0f} tokens/s, "

@@ -6,6 +6,7 @@ input refused by name; the command's exit codes and JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,7 +17,14 @@ import pytest
 import pycxl
 from pycxl.base.errors import InvalidRequestError
 from pycxl.base.values import parameter_count
-from pycxl.torch.offload.fit import Machine, TrainShape, activation_bytes, fit, hbm_headroom
+from pycxl.torch.offload.fit import (
+    Machine,
+    TrainShape,
+    activation_bytes,
+    fit,
+    hbm_headroom,
+    step_peak,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -125,8 +133,25 @@ def test_hbm_holds_what_offload_model_puts_there() -> None:
                                       lookahead=2).options}  # fmt: skip
     streamed, resident = planned["stream"].hbm, planned["resident"].hbm
     assert streamed["block_weights"] == 3 * block * 2  # the ring: lookahead + 1 blocks
-    assert streamed["block_gradients"] == (LANDING_MAX + 1) * block * 2
-    assert resident["block_weights"] == resident["block_gradients"] == shape.block_params * 2
+    assert resident["block_weights"] == shape.block_params * 2
+    # 4096 tokens kept whole: the peak is as the forward pass ends, the logits made and
+    # no gradient yet
+    for at_peak in (streamed, resident):
+        assert at_peak["block_gradients"] == 0
+        assert at_peak["activations_estimate"] == activation_bytes(shape, 4096, 0)
+    # 256 tokens checkpointed: at the backward pass's end, block 0's input and its
+    # recompute beside the gradients kept (resident: every block's)
+    few = {o.name: o.hbm for o in fit(shape, Machine("dram0", None, 100 * GiB), 256).options}
+    last = 256 * 2 * 2048 + 256 * (24 * 2048 + 8 * 5632)
+    assert few["resident + checkpointing"]["block_gradients"] == 22 * block * 2
+    assert few["resident + checkpointing"]["activations_estimate"] == last
+    # streamed, the first `held` blocks' gradients kept and the others' on their way
+    # home: this block's and the LANDING_MAX after it
+    assert step_peak(shape, 256, True, stream=True, held=5) == (5 * block * 2, last)
+    # none or one held: the window's three blocks at block 19, the inputs of 0-19 kept
+    window = ((LANDING_MAX + 1) * block * 2, last + 19 * 256 * 2 * 2048)
+    assert step_peak(shape, 256, True, stream=True, held=1) == window
+    assert step_peak(shape, 256, True, stream=True, held=0) == window
     # fp32 master and two moments, bf16 weights and gradient, a piece each of SLOTS buffers
     assert resident["update_buffers"] == SLOTS * min(CHUNK_ELEMENTS, block) * (4 * 4 + 2 * 2)
     # where the rates give every block to the CPU, the GPU side takes no buffers
@@ -146,7 +171,9 @@ def test_frozen_parameters_and_accumulation_are_placed_as_offload_model_places_t
     planned = {o.name: o for o in fit(shape, Machine("dram0", None, 1 << 40), 64).options}
     n, d = shape.block_params, shape.dtype_bytes
     assert planned["resident"].hbm["block_weights"] == (n + frozen) * d
-    assert planned["resident"].hbm["block_gradients"] == n * d
+    # the gradients at the backward pass's end (a vocabulary of one: no logits to speak
+    # of): the trainable parameters' alone
+    assert step_peak(dataclasses.replace(shape, vocab=1), 1, True, stream=False)[0] == n * d
     assert planned["stream"].tier["pinned_gradients_weights"] == (2 * n + frozen) * d
     accumulated = {o.name: o for o in fit(shape, Machine("dram0", None, 1 << 40), 64,
                                           accumulation=4).options}  # fmt: skip
@@ -317,7 +344,9 @@ def test_plan_train_says_what_fits_and_exits_8_where_nothing_does() -> None:
     fits = _plan(*small, *rates, "--update-in-backward")
     assert fits.returncode == 0, fits.stderr
     assert "fits: weights resident + checkpointing" in fits.stdout, fits.stdout
-    assert "(bound by link: " in fits.stdout, fits.stdout
+    chosen = next(line for line in fits.stdout.splitlines() if line.startswith("fits:"))
+    # the update beside the backward pass: the step bound by compute, not waiting for it
+    assert "(bound by compute: " in chosen and "update + backward" not in chosen, chosen
     clipped = _plan(*small, *rates)  # the update waits for step()
     assert "bound by update + backward: " in clipped.stdout, clipped.stdout
     assert "HBM      optimizer state" in fits.stdout, fits.stdout
@@ -385,7 +414,7 @@ def test_where_only_checkpointing_fits_some_blocks_are_checkpointed() -> None:
     assert acts < none.hbm["activations_estimate"]
     # the last block checkpointed is recomputed at once: L - 1 keep less than L
     assert activation_bytes(shape, 16384, 31) < activation_bytes(shape, 16384, 32)
-    assert activation_bytes(shape, 16384, k) == acts
+    assert step_peak(shape, 16384, k, stream=False)[1] == acts
     assert activation_bytes(shape, 16384, 1) < activation_bytes(shape, 16384, 0)
     # a checkpointed block's forward runs twice: k of 32 blocks cost k/32 of the extra
     extra = whole.parts_s["compute"] - none.parts_s["compute"]

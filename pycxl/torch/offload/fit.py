@@ -24,6 +24,10 @@ keep about 1.75 times that), plus the logits and their gradient, 10 bytes a toke
 vocabulary entry; with activation checkpointing, a block's input a token a block and
 one block's worth recomputed (checkpointing some blocks: those, and the others' whole).
 It is an estimate: the figure that decides a tight fit is the one a real step shows.
+HBM's figure is its peak, not the sum of everything a step ever holds: the activations
+are highest as the forward pass ends and the gradients as the backward pass does
+(``step_peak``), and a 10.5 B model with 13 blocks' state in HBM peaked 4.9 GiB below
+that sum.
 
 The step's bound is the largest of: the GPU's compute (6 FLOPs a parameter a token
 for the blocks and the head: the input embedding is a lookup; and causal attention's
@@ -45,6 +49,7 @@ the update runs beside the backward pass). The prediction is the largest of thes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,15 +357,19 @@ def _gib(n: int) -> str:
 def activation_bytes(shape: TrainShape, tokens: int, checkpointing: bool | int) -> int:
     """Activations a step keeps for its backward pass (the module's text says how);
     ``checkpointing``: every block checkpointed (True), none, or how many."""
-    per_block = 24 * shape.hidden + 8 * shape.intermediate  # a token, a block, in bf16
-    if shape.dtype_bytes == 4:
-        per_block = per_block * 7 // 4
+    per_block = _block_bytes_a_token(shape)
     logits = LOGIT_BYTES * shape.vocab * tokens
     k = _checkpointed(shape, checkpointing)
     # the blocks after the first k keep theirs, freed as the backward pass leaves each,
     # before it recomputes a checkpointed block's (one at a time)
     kept = max(shape.layers - k, 1 if k else 0) * tokens * per_block
     return kept + k * tokens * 2 * shape.hidden + logits
+
+
+def _block_bytes_a_token(shape: TrainShape) -> int:
+    """What autograd saves of a block for a token (the module's text says how)."""
+    per_block = 24 * shape.hidden + 8 * shape.intermediate  # in bf16
+    return per_block * 7 // 4 if shape.dtype_bytes == 4 else per_block
 
 
 def _checkpointed(shape: TrainShape, checkpointing: bool | int) -> int:
@@ -431,28 +440,17 @@ def _option(
     d, n, layers = shape.dtype_bytes, shape.block_params, shape.layers
     checkpointed = _checkpointed(shape, checkpointing)
     stream = weights == "stream"
-    whole = n + shape.frozen_block_params  # what the blocks' weights hold
-    block, whole_block = -(-n // layers), -(-whole // layers)
-    r, rd = shape.rest_params, shape.rest_dtype_bytes
-    hbm = {
-        "block_weights": (lookahead + 1) * whole_block * d if stream else whole * d,
-        "block_gradients": (LANDING_MAX + 1) * block * d if stream else n * d,
-        "rest": r * (2 * rd + (0 if rd == 4 else 4) + 8) + shape.frozen_rest_params * rd,
-        "activations_estimate": activation_bytes(shape, tokens, checkpointed),
-        "update_buffers": SLOTS * min(CHUNK_ELEMENTS, block) * (16 + 2 * d),
-        "cuda_context": CONTEXT_BYTES,
-    }
+    block, whole_block = -(-n // layers), -(-(n + shape.frozen_block_params) // layers)
+    r = shape.rest_params
+
+    def hbm_with(held: int) -> dict[str, int]:
+        return _hbm_parts(shape, tokens, checkpointed, stream, lookahead, held, m.hbm_free or 0)
+
     everything = tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation)
-    room, needed = _blocks_in_hbm(shape, m, hbm, sum(everything.values()), stream)
+    room, needed = _blocks_in_hbm(shape, m, hbm_with, sum(everything.values()))
     held = max(room, needed)
     on_tier = layers - held
-    if held:  # their state (streamed: weights and gradients too) in HBM, not on the tier
-        hbm["optimizer_state"] = held * block * STATE_BYTES
-        if stream:
-            streaming = on_tier > 0  # none: no ring, no gradients on their way home
-            hbm["block_weights"] = (held + streaming * (lookahead + 1)) * whole_block * d
-            hbm["block_gradients"] = (held + streaming * (LANDING_MAX + 1)) * block * d
-        hbm["headroom"] = hbm_headroom(m.hbm_free or 0, hbm["activations_estimate"])
+    hbm = hbm_with(held)
 
     def on_tier_bytes(blocks_in_hbm: int) -> dict[str, int]:
         return tier_bytes(shape, streamed=stream, on_gpu=True, accumulation=accumulation,
@@ -539,21 +537,84 @@ def hbm_headroom(hbm_free: int, activations: int) -> int:
     return activations * 15 // 100 + hbm_free // 20
 
 
+def _hbm_parts(shape: TrainShape, tokens: int, checkpointed: int, stream: bool,
+               lookahead: int, held: int, hbm_free: int) -> dict[str, int]:  # fmt: skip
+    """What HBM holds at the step's peak, by part, with the first ``held`` blocks' state
+    (streamed: their weights and gradients too) there."""
+    d, n, layers = shape.dtype_bytes, shape.block_params, shape.layers
+    whole = n + shape.frozen_block_params  # what the blocks' weights hold
+    block, whole_block = -(-n // layers), -(-whole // layers)
+    r, rd = shape.rest_params, shape.rest_dtype_bytes
+    streaming = stream and held < layers  # all held: no ring, no gradients on their way home
+    gradients, activations = step_peak(shape, tokens, checkpointed, stream=stream, held=held)
+    hbm = {
+        "block_weights": (held + streaming * (lookahead + 1)) * whole_block * d if stream
+        else whole * d,
+        "block_gradients": gradients,
+        "rest": r * (2 * rd + (0 if rd == 4 else 4) + 8) + shape.frozen_rest_params * rd,
+        "activations_estimate": activations,
+        "update_buffers": SLOTS * min(CHUNK_ELEMENTS, block) * (16 + 2 * d),
+        "cuda_context": CONTEXT_BYTES,
+    }  # fmt: skip
+    if held:  # their state in HBM, not on the tier; the rest of HBM left free
+        hbm["optimizer_state"] = held * block * STATE_BYTES
+        hbm["headroom"] = hbm_headroom(hbm_free, activations)
+    return hbm
+
+
+def step_peak(shape: TrainShape, tokens: int, checkpointing: bool | int, *, stream: bool,
+              held: int = 0) -> tuple[int, int]:  # fmt: skip
+    """The blocks' gradients and the activations HBM holds at once at a step's peak:
+    the backward pass frees each block's activations as it makes that block's
+    gradients, so the two peak at different times. As the forward pass ends: every
+    block's activations (``activation_bytes``) and the logits, no gradient yet. At each
+    block of the backward pass, last first: the activations of that block and those
+    before it (a checkpointed block's recomputed beside its input), and the gradients
+    kept (resident: every block's from there on, until ``step()``; streamed: those of
+    the first ``held`` blocks from there on, and of the streamed blocks among this one
+    and the ``LANDING_MAX`` before it, on their way home)."""
+    layers, d = shape.layers, shape.dtype_bytes
+    block = -(-shape.block_params // layers) * d
+    k = _checkpointed(shape, checkpointing)
+    whole = tokens * _block_bytes_a_token(shape)  # a block's activations, kept whole
+    saved = [tokens * 2 * shape.hidden if i < k else whole for i in range(layers)]
+    below = sum(saved)  # the activations of the blocks up to the one the pass is at
+    peak = (0, below + LOGIT_BYTES * shape.vocab * tokens)
+    for j in reversed(range(layers)):
+        activations = below + (whole if j < k else 0)
+        below -= saved[j]
+        if stream:
+            window = min(layers, j + LANDING_MAX + 1) - max(j, held)
+            kept = max(0, held - j) + max(0, window)
+        else:
+            kept = layers - j
+        if kept * block + activations > sum(peak):
+            peak = (kept * block, activations)
+    return peak
+
+
 def _blocks_in_hbm(
-    shape: TrainShape, m: Machine, hbm: dict[str, int], on_tier: int, stream: bool
+    shape: TrainShape, m: Machine, hbm_with: Callable[[int], dict[str, int]], on_tier: int
 ) -> tuple[int, int]:
-    """How many blocks' state the HBM left over holds (the more, the less crosses the
-    link and the less the CPU updates), and how many the tier's shortfall needs there
-    (more than HBM holds: HBM falls short); none where HBM's free memory is not known."""
+    """How many blocks' state the HBM holds beside the step (the more, the less crosses
+    the link and the less the CPU updates), and how many the tier's shortfall needs
+    there (more than HBM holds: HBM falls short); none where HBM's free memory is not
+    known."""
     layers = shape.layers
     if m.hbm_free is None:
         return 0, 0
-    d = shape.dtype_bytes
-    block = -(-shape.block_params // layers)
-    whole_block = -(-(shape.block_params + shape.frozen_block_params) // layers)
-    cost = block * STATE_BYTES + ((whole_block + block) * d if stream else 0)
-    left = m.hbm_free - sum(hbm.values()) - hbm_headroom(m.hbm_free, hbm["activations_estimate"])
-    room = max(0, min(layers, left // cost))
+    free = m.hbm_free
+
+    def fits(held: int) -> bool:
+        return sum(hbm_with(held).values()) <= free
+
+    # more blocks held, more HBM at the peak; every block held drops the streamed ring
+    room = layers if fits(layers) else 0
+    low, high = 0, layers - 1
+    while not room and low < high:  # the most that fit lies in [low, high]
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    room = room or low
     saved_each = on_tier // layers  # tier bytes one block in HBM leaves off the tier
     short = on_tier - m.tier_free
     needed = 0 if short <= 0 else min(layers, -(-short // max(saved_each, 1)))
