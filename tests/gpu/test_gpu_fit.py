@@ -26,3 +26,42 @@ def test_fit_measures_the_rates_alone_and_beside_each_other_here() -> None:
     early = pycxl.fit(shape, "dram0", "gpu0", tokens=2048, update_in_backward=True)
     resident = next(o for o in early.options if o.name == "resident")
     assert "update_then_backward" not in resident.parts_s
+
+
+@pytest.mark.parametrize("weights", ["resident", "stream"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_fit_says_the_peak_hbm_a_step_allocates(weights: str, checkpointing: bool) -> None:
+    """fit's HBM parts (the CUDA context apart) against a step's peak allocated, the
+    placement fit describes run as it says: every block's state on the tier, the GPU
+    updating them (its buffers taken), the loop people write."""
+    transformers = pytest.importorskip("transformers")
+    from pycxl.torch.offload.fit import Machine, fit
+
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                                   num_hidden_layers=8, num_attention_heads=8,
+                                   num_key_value_heads=8, max_position_embeddings=2048)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    tokens = 2048
+    name = weights + (" + checkpointing" if checkpointing else "")
+    said = next(o for o in fit(pycxl.TrainShape.of_model(model), Machine("dram0", None, 1 << 40),
+                               tokens).options if o.name == name)  # fmt: skip
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    off = pycxl.offload_model(model, "dram0", "gpu0", optimizer=opt, weights=weights, update="gpu")
+    x = torch.randint(0, cfg.vocab_size, (1, tokens), device="cuda")
+    for _ in range(2):  # the second step's peak: the update's buffers taken in the first
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        model(input_ids=x, labels=x).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        off.optimizer.step()
+        off.optimizer.zero_grad()
+    off.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    off.close()
+    expected = sum(v for k, v in said.hbm.items() if k not in ("cuda_context", "headroom"))
+    parts = {k: round(v / 2**20) for k, v in said.hbm.items()}
+    assert 0.9 < peak / expected < 1.1, f"{name}: peak {peak / 2**20:.0f} MiB, fit's {parts}"

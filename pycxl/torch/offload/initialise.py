@@ -4,8 +4,8 @@ made on the device the offload trains on (the GPU's random numbers are drawn whe
 host's CPU would take minutes for billions of them), initialised there
 (``reset_parameters``, then a transformers model's ``_init_weights``) and its values
 taken where their placement keeps them: no whole copy of the model exists anywhere.
-A parameter neither initialisation sets is refused by name: its values would be
-whatever the memory held: one module of each kind is initialised before anything is
+A parameter neither initialisation sets is refused by name, since its values would be
+whatever the memory held; one module of each kind is initialised before anything is
 placed, so that such a model is refused while nothing is made."""
 
 from __future__ import annotations
