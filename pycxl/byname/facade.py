@@ -404,7 +404,7 @@ def offload_model(
         ctx = GpuContext.of(found)
         engine, device = CudaEngine(ctx), torch.device("cuda", ctx.ordinal)
     if initialise:
-        source = ModelInit(model, device)
+        source = ModelInit(device)
     return ModelOffload(model, tier_allocator(nodes, ctx, huge), device=device, engine=engine,
                         cpus=chosen, optimizer=optimizer, blocks=blocks, update=update,
                         weights=weights, lookahead=lookahead, overlap=overlap,

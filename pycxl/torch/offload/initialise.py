@@ -19,15 +19,16 @@ from .checkpoint import computable, meta_buffers
 
 
 class ModelInit:
-    """The starting values of ``model``'s parameters, made on ``device`` on demand, with
-    the interface of a checkpoint (``WeightSource``): ``names_of``, ``has``, ``read``."""
+    """The starting values of a model's parameters (the one ``names_of`` is given), made
+    on ``device`` on demand, with the interface of a checkpoint (``WeightSource``):
+    ``names_of``, ``has``, ``read``."""
 
-    def __init__(self, model: Any, device: Any) -> None:
-        self._model = model
+    def __init__(self, device: Any) -> None:
         self._device = device
+        self._model: Any = None
         self._owner: dict[str, Any] = {}  # parameter name -> the module holding it
         self._made: dict[str, Any] = {}  # the last module's values not yet read
-        self._index: dict[int, int] = {id(m): i for i, m in enumerate(model.modules())}
+        self._index: dict[int, int] = {}  # a module's position in the model
         # each module drawn from a seed of its own (this one's, plus its index): the same
         # values whichever order the placement reads them in, one draw from the caller's
         # generator so that torch.manual_seed decides them
@@ -36,6 +37,8 @@ class ModelInit:
     def names_of(self, model: Any) -> dict[int, str]:
         """Each parameter's name (by id; a tied one under its first), checked: on
         ``meta``, and each buffer on ``meta`` one the model computes."""
+        self._model = model
+        self._index = {id(m): i for i, m in enumerate(model.modules())}
         names: dict[int, str] = {}
         for prefix, module in model.named_modules():
             for local, p in module.named_parameters(recurse=False):
