@@ -126,7 +126,11 @@ class ModelOffload:
             source = weights_from
 
             def start(param: Any) -> Any:  # the checkpoint's values (its precision), or made
+                if made and not param.is_meta:  # made in its own precision, placed already
+                    return param.detach()
                 return source.read(names[id(param)])
+
+            made = isinstance(source, ModelInit)
 
         else:
             setup.check_not_meta(model)
