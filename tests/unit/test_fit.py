@@ -18,6 +18,7 @@ import pycxl
 from pycxl.base.errors import InvalidRequestError
 from pycxl.base.values import parameter_count
 from pycxl.torch.offload.fit import (
+    LOGIT_BYTES,
     Machine,
     TrainShape,
     activation_bytes,
@@ -97,7 +98,7 @@ def test_the_activation_estimate_is_what_autograd_saves_for_a_llama_block() -> N
         per_two_blocks = _saved_bytes(four, tokens) - _saved_bytes(two, tokens)
         shape = TrainShape.of_model(four)
         estimate = activation_bytes(shape, tokens, False) * 2 // 4
-        estimate -= 10 * 4000 * tokens // 2  # the blocks' share only
+        estimate -= LOGIT_BYTES * 4000 * tokens // 2  # the blocks' share only
         counted.append(estimate / per_two_blocks)
     assert all(0.85 <= r <= 1.15 for r in counted), counted
 

@@ -61,7 +61,9 @@ from .update_split import split_blocks
 
 STATE_BYTES = 12  # fp32 master, exp_avg, exp_avg_sq
 CONTEXT_BYTES = 1 << 30  # the CUDA context, cuBLAS and the caching allocator's slack
-LOGIT_BYTES = 10  # bf16 logits, their fp32 copy for the loss and its gradient
+# the loss's backward pass, measured: the fp32 log-softmax output, its gradient and the
+# logits' gradient in fp32, each vocab x tokens (the bf16 logits are gone by then)
+LOGIT_BYTES = 12
 MAX_VOCAB = 1 << 24  # vocabulary entries: a hundred times today's largest
 MAX_INTERMEDIATE = 8 * MAX_WIDTH
 MAX_RATE = 1e18  # bytes, parameters or FLOPs a second: far past any machine's
