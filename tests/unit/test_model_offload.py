@@ -434,38 +434,46 @@ def test_the_fused_cpu_step_equals_torch_adam(grad_dtype: str, decoupled: bool) 
     adam.close()
 
 
-def test_the_rest_is_updated_in_pieces_equal_to_one_fused_adam_over_each_whole(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_the_rest_is_updated_in_pieces_as_torch_adam_updates_it(
+    monkeypatch: pytest.MonkeyPatch, decoupled: bool
 ) -> None:
     """The embedding's and head's update cut into batches of at most a chunk, so that
-    their fp32 gradient copies are a batch's: the real fused Adam (PyTorch's own on the
-    CPU here) gives what one call over each whole tensor gives; a strided one goes whole."""
+    their fp32 gradient copies are a batch's, by the real fused Adam (PyTorch's own on
+    the CPU here): what torch's Adam/AdamW gives, bf16 and fp32 parameters, a strided
+    one (updated whole) and a gradient laid out unlike its parameter."""
     from pycxl.torch.offload import rest
-    from pycxl.torch.offload.adam import AdamSteps, gpu_adam_step
+    from pycxl.torch.offload.adam import AdamSteps
 
     monkeypatch.setattr(rest, "CHUNK_ELEMENTS", 8)
     torch.manual_seed(0)
-    params = [torch.randn(s).to(torch.bfloat16) for s in [(5, 2), (25,), (3,), (6, 4)]]
+    params = [torch.randn(s).to(torch.bfloat16) for s in [(5, 2), (25,), (3,), (6, 4), (4, 6)]]
     params[3] = params[3].t()  # strided: updated as it lies
+    params[4] = params[4].float()  # fp32: the master is the parameter
     for p in params:
-        p.grad = torch.randn(p.shape).to(torch.bfloat16)
+        p.grad = torch.randn(p.shape).to(p.dtype)
+    params[0].grad = torch.randn(2, 5).to(torch.bfloat16).t()  # laid out unlike its param
+    params[3].grad = params[3].grad.contiguous()
     update = rest.RestUpdate(params, dict.fromkeys(map(id, params), 0), torch.device("cpu"),
                              AdamSteps())  # fmt: skip
-    reference = [(m.clone(), p.grad.float(), a.clone(), b.clone()) for p, m, a, b in update.entries]
-    before = [m.clone() for _, m, _, _ in update.entries]
     batches = rest._pieces(update.entries)
     sizes = [sum(g.numel() for _, g, *_ in b) for b in batches]
-    assert sizes == [8, 2, 8, 8, 8, 4, 24] and sum(sizes) == sum(p.numel() for p in params)
-    settings = AdamSettings(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1,
-                            decoupled=True, maximize=False)  # fmt: skip
-    update.steps.advance(params)
-    update.fused_step([settings])
-    step = torch.tensor(1.0)
-    for (p, master, a, v), (m0, g0, a0, v0) in zip(update.entries, reference, strict=True):
-        gpu_adam_step([m0], [g0], [a0], [v0], step, settings)
-        assert torch.equal(master, m0) and torch.equal(a, a0) and torch.equal(v, v0)
-        assert torch.equal(p, m0.to(torch.bfloat16))  # the weight set from its master
-    assert not any(torch.equal(e[1], b) for e, b in zip(update.entries, before, strict=True))
+    assert sizes == [8, 2, 8, 8, 8, 4, 24, 8, 8, 8] and sum(sizes) == sum(p.numel() for p in params)
+    references = [m.clone().requires_grad_() for _, m, _, _ in update.entries]
+    for r, p in zip(references, params, strict=True):
+        r.grad = p.grad.float()
+    cls = torch.optim.AdamW if decoupled else torch.optim.Adam
+    torch_adam = cls(references, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    settings = AdamSettings.of(torch_adam, torch_adam.param_groups[0])
+    for _ in range(2):
+        update.steps.advance(params)
+        update.fused_step([settings])
+        torch_adam.step()
+    for (p, master, a, v), r in zip(update.entries, references, strict=True):
+        torch.testing.assert_close(master, r.detach())
+        torch.testing.assert_close(a, torch_adam.state[r]["exp_avg"])
+        torch.testing.assert_close(v, torch_adam.state[r]["exp_avg_sq"])
+        assert torch.equal(p, master.to(p.dtype))  # the weight set from its master
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

@@ -83,12 +83,16 @@ def _pieces(entries: list[Entry]) -> list[list[Piece]]:
     """The entries cut into flat pieces, batched at most ``CHUNK_ELEMENTS`` a batch: the
     fp32 copies of a bf16 gradient the fused Adam needs are then one batch's, not the
     whole embedding's and head's (1.2 GiB at a 32000 x 5120 vocabulary)."""
+    torch = import_torch()
     batches: list[list[Piece]] = [[]]
     room = CHUNK_ELEMENTS
     for p, master, a, b in entries:
         if not (p.is_contiguous() and master.is_contiguous()):  # whole, as it lies
+            # the fused Adam reads its tensors' elements in order, not by their strides:
+            # the gradient laid out as the master is
+            grad = torch.empty_like(master).copy_(p.grad)
             batches.append([(None if master.data_ptr() == p.data.data_ptr() else p.data,
-                             p.grad, master, a, b)])  # fmt: skip
+                             grad, master, a, b)])  # fmt: skip
             batches.append([])
             room = CHUNK_ELEMENTS
             continue
