@@ -456,7 +456,7 @@ def test_the_rest_is_updated_in_pieces_as_torch_adam_updates_it(
     params[3].grad = params[3].grad.contiguous()
     update = rest.RestUpdate(params, dict.fromkeys(map(id, params), 0), torch.device("cpu"),
                              AdamSteps())  # fmt: skip
-    batches = rest._pieces(update.entries)
+    batches = list(rest._pieces(update.entries))
     sizes = [sum(g.numel() for _, g, *_ in b) for b in batches]
     assert sizes == [8, 2, 8, 8, 8, 4, 24, 8, 8, 8] and sum(sizes) == sum(p.numel() for p in params)
     references = [m.clone().requires_grad_() for _, m, _, _ in update.entries]
@@ -467,7 +467,7 @@ def test_the_rest_is_updated_in_pieces_as_torch_adam_updates_it(
     settings = AdamSettings.of(torch_adam, torch_adam.param_groups[0])
     for _ in range(2):
         update.steps.advance(params)
-        update.fused_step([settings])
+        update.fused_step(update.entries, [settings])
         torch_adam.step()
     for (p, master, a, v), r in zip(update.entries, references, strict=True):
         torch.testing.assert_close(master, r.detach())

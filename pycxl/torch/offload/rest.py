@@ -5,7 +5,7 @@ without a GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._import import import_torch
@@ -51,14 +51,14 @@ class RestUpdate:
                 cpu.step((m.view(-1), a.view(-1), b.view(-1)), grad, weight,
                          self.steps.of(p), settings[self._group_of[id(p)]])  # fmt: skip
             return
-        self.fused_step(settings)
+        self.fused_step(live, settings)
 
-    def fused_step(self, settings: list[AdamSettings]) -> None:
-        """The step by PyTorch's fused Adam where the tensors lie (the GPU's, or the CPU's
-        own fused kernel), a batch of pieces a call."""
+    def fused_step(self, live: list[Entry], settings: list[AdamSettings]) -> None:
+        """The step of ``live`` by PyTorch's fused Adam where the tensors lie (the GPU's,
+        or the CPU's own fused kernel), a batch of pieces a call."""
         torch = import_torch()
         by_group: dict[tuple[int, int], list[Entry]] = {}
-        for entry in (e for e in self.entries if e[0].grad is not None):
+        for entry in live:
             key = (self._group_of[id(entry[0])], self.steps.of(entry[0]))
             by_group.setdefault(key, []).append(entry)
         for (g, n_step), entries in by_group.items():
@@ -79,32 +79,32 @@ class RestUpdate:
                 master.copy_(p.detach())
 
 
-def _pieces(entries: list[Entry]) -> list[list[Piece]]:
-    """The entries cut into flat pieces, batched at most ``CHUNK_ELEMENTS`` a batch: the
-    fp32 copies of a bf16 gradient the fused Adam needs are then one batch's, not the
-    whole embedding's and head's (1.2 GiB at a 32000 x 5120 vocabulary)."""
+def _pieces(entries: list[Entry]) -> Iterator[list[Piece]]:
+    """The entries cut into flat pieces, batched at most ``CHUNK_ELEMENTS`` a batch (made
+    as each is asked for): the fp32 copies of a bf16 gradient the fused Adam needs are
+    then one batch's, not the whole embedding's and head's (1.2 GiB at a 32000 x 5120
+    vocabulary)."""
     torch = import_torch()
-    batches: list[list[Piece]] = [[]]
+    batch: list[Piece] = []
     room = CHUNK_ELEMENTS
     for p, master, a, b in entries:
+        weight = None if master.data_ptr() == p.data.data_ptr() else p.data
         if not (p.is_contiguous() and master.is_contiguous()):  # whole, as it lies
+            if batch:
+                yield batch
+                batch, room = [], CHUNK_ELEMENTS
             # the fused Adam reads its tensors' elements in order, not by their strides:
             # the gradient laid out as the master is
-            grad = torch.empty_like(master).copy_(p.grad)
-            batches.append([(None if master.data_ptr() == p.data.data_ptr() else p.data,
-                             grad, master, a, b)])  # fmt: skip
-            batches.append([])
-            room = CHUNK_ELEMENTS
+            yield [(weight, torch.empty_like(master).copy_(p.grad), master, a, b)]
             continue
         grad, flat = p.grad.reshape(-1), master.view(-1)
-        weight = None if master.data_ptr() == p.data.data_ptr() else p.data.view(-1)
         for start in range(0, flat.numel(), CHUNK_ELEMENTS):
-            end = min(start + CHUNK_ELEMENTS, flat.numel())
-            if end - start > room:
-                batches.append([])
-                room = CHUNK_ELEMENTS
-            room -= end - start
-            cut = slice(start, end)
-            batches[-1].append((None if weight is None else weight[cut], grad[cut], flat[cut],
-                                a.view(-1)[cut], b.view(-1)[cut]))  # fmt: skip
-    return [batch for batch in batches if batch]
+            cut = slice(start, min(start + CHUNK_ELEMENTS, flat.numel()))
+            if cut.stop - start > room:
+                yield batch
+                batch, room = [], CHUNK_ELEMENTS
+            room -= cut.stop - start
+            batch.append((None if weight is None else weight.view(-1)[cut], grad[cut],
+                          flat[cut], a.view(-1)[cut], b.view(-1)[cut]))  # fmt: skip
+    if batch:
+        yield batch
