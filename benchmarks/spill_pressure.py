@@ -14,7 +14,9 @@ copy rate measured in this run (the slower direction, on the tier's node).
 
     python3 benchmarks/spill_pressure.py [--tier dram0] [--ratios 2,3] [-- SCRIPT ARGS]
 
-The default script is spill_scripts/gpt2_train.py; what follows ``--`` replaces it.
+The default script is spill_scripts/gpt2_train.py; what follows ``--`` replaces it
+(spill_scripts/llama_generate.py: inference, a step a token, its tokens against HBM's and
+its bound from what spilled, read in place once a token).
 """
 
 from __future__ import annotations
@@ -59,10 +61,17 @@ OVER_LINK = re.compile(r"optimizer state ([\d.]+) (\w+) read and written, saved 
                        r"([\d.]+) (\w+) out and back")  # fmt: skip
 
 
-def link_bytes(stderr_tail: list[str]) -> int | None:
-    """Bytes a step moves over the link, from ``pycxl spill``'s summary."""
+SPILLED = re.compile(r"other \(spilled\) ([\d.]+) (\w+)")
+
+
+def link_bytes(stderr_tail: list[str], inference: bool) -> int | None:
+    """Bytes a step moves over the link, from ``pycxl spill``'s summary: training, the
+    state and saved activations it names; inference (a step is a token), what spilled,
+    which the kernels read in place once a token (the weights and KV cache there)."""
     for line in stderr_tail:
-        m = OVER_LINK.search(line)
+        m = (SPILLED if inference else OVER_LINK).search(line)
+        if m and inference:
+            return int(float(m[1]) * UNITS[m[2]])
         if m:
             return int(float(m[1]) * UNITS[m[2]] + float(m[3]) * UNITS[m[4]])
     return None
@@ -79,7 +88,7 @@ def run(cmd: list[str], timeout: float) -> dict:
     row["wall_s"] = round(time.monotonic() - began, 1)
     if "error" in row or p.returncode:
         row["stderr_tail"] = p.stderr.splitlines()[-30:]
-    row["link_bytes"] = link_bytes(p.stderr.splitlines()[-6:])
+    row["link_bytes"] = link_bytes(p.stderr.splitlines()[-6:], inference="tokens" in row)
     return row
 
 
@@ -143,19 +152,24 @@ def main() -> None:
     for name, row in rows.items():
         if name == "hbm":
             continue
-        if "losses" not in row:
+        if "losses" not in row and "tokens" not in row:
             print(f"{name}: {row.get('error')}")
             continue
         step = median(row["step_ms"][2:])
-        gap = max(abs(x - y) for x, y in zip(row["losses"], ref["losses"], strict=False))
+        if "tokens" in row:
+            same = row["tokens"] == ref["tokens"]
+            outcome = "tokens equal to HBM's" if same else "TOKENS DIFFER from HBM's"
+        else:
+            gap = max(abs(x - y) for x, y in zip(row["losses"], ref["losses"], strict=False))
+            outcome = f"losses within {gap:.2e}"
         bound = ""
         if row.get("link_bytes"):
             ms = base + row["link_bytes"] / link * 1e3
             bound = (f", bound {ms:.1f} ms ({row['link_bytes'] / 2**30:.2f} GiB over the link): "
                      f"{step / ms:.2f}x the bound")  # fmt: skip
         peak = row["max_allocated"] / 2**30
-        print(f"{name}: {step:.1f} ms a step ({step / base:.2f}x hbm), losses within "
-              f"{gap:.2e}, max_allocated {peak:.1f} GiB{bound}")  # fmt: skip
+        print(f"{name}: {step:.1f} ms a step ({step / base:.2f}x hbm), {outcome}, "
+              f"max_allocated {peak:.1f} GiB{bound}")  # fmt: skip
 
 
 if __name__ == "__main__":
