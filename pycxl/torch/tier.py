@@ -13,7 +13,8 @@ Two mechanisms over the tier pools of tier_pool.py:
   per process). ``on_tier`` then steers this thread's allocations through it. PyTorch's
   memory statistics are answered from tier.c's counts (spill_stats.py), and an
   optimizer's state is made on the tier where the step would not fit with it in HBM
-  (spill_placement.py).
+  (spill_placement.py). cuBLAS's handle for autograd's backward thread is made at the
+  first module call with gradients, while HBM has room (spill_handles.py).
 
 Spills are counted (``TierPool.stats``), and with ``log=True`` (or PYCXL_SPILL_LOG=1) each
 one made on the thread that asked is logged with its size, tier and Python call site.
@@ -32,7 +33,7 @@ from ..base._lib import compiled
 from ..base._log import get_logger
 from ..base.errors import InvalidRequestError, NotAvailableError
 from ..gpu.tier_pool import TierPool
-from . import spill_placement, spill_report, spill_stats
+from . import spill_handles, spill_placement, spill_report, spill_stats
 from ._import import import_torch
 
 log = get_logger("pycxl.spill")
@@ -41,6 +42,7 @@ SPILL_LOG_ENV = "PYCXL_SPILL_LOG"
 _spilling: TierPool | None = None  # the tier spill_to installed, once per process
 _pools: dict[int, Any] = {}  # slot -> its torch MemPool
 _placement: spill_placement.Placement | None = None  # the optimizer step hooks
+_handles: spill_handles.BackwardHandles | None = None  # the first module call's hook
 
 
 def _mem_pool(pool: TierPool) -> Any:
@@ -119,7 +121,7 @@ def spill_to(
     rest of the process; so do large ones that would leave less than ``headroom`` bytes
     of it free (cuBLAS and cuDNN make their handles and workspaces on first use, on each
     thread, outside PyTorch's allocator). Call it before the first CUDA allocation."""
-    global _spilling, _placement
+    global _spilling, _placement, _handles
     torch = import_torch("spilling onto a tier")
     if _spilling is not None:
         if _spilling is pool:
@@ -147,6 +149,7 @@ def spill_to(
         ) from None
     compiled.tier_spill_to(pool.slot, headroom)
     _spilling, _placement = pool, placement
+    _handles = spill_handles.install(torch)  # the backward thread's cuBLAS handle, in time
     spill_stats.install(torch, pool.slot)
     if log_spills is None:
         log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")

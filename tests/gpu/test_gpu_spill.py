@@ -247,3 +247,42 @@ def test_saved_activations_cross_the_link_beside_the_compute_and_come_back_exact
     assert r["checkpointed"] and r["reentrant"] and r["side_stream"], r
     assert r["asked_elsewhere"], r
     assert r["left_on_tier"] == 0 and r["left_at_end"] == 0, r
+
+
+HANDLE = """
+import json, sys, torch, pycxl
+from pycxl.gpu.context import GpuContext
+from pycxl.gpu.memory import DeviceMemory
+from pycxl.torch import tier
+pool = pycxl.spill_to("dram0")
+if sys.argv[1] == "unhooked":
+    tier._handles.remove()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                            torch.nn.Linear(1024, 1024)).cuda()
+x = torch.randn(256, 1024, device="cuda")
+y = model(x)  # the first module call with gradients, while HBM has room
+torch.cuda.synchronize()
+ctx = GpuContext(0)
+# HBM full to 1 MiB in the driver's count, as a step that outgrew it leaves it once
+# kernels loaded lazily have eaten the headroom
+held = DeviceMemory(ctx, ctx.free_memory() - (1 << 20))
+try:
+    y.sum().backward()
+    torch.cuda.synchronize()
+    out = {"ok": True, "norm": float(model[0].weight.grad.norm())}
+except RuntimeError as e:
+    out = {"ok": False, "error": str(e).splitlines()[0][:300]}
+print(json.dumps(out))
+"""
+
+
+def test_the_backward_pass_finds_its_cublas_handle_made_before_hbm_filled() -> None:
+    """The crash of a first step at 2x oversubscription: autograd's thread made its
+    cuBLAS handle at the backward pass's first GEMM, with HBM full, and cuBLAS failed
+    inside (CUBLAS_STATUS_ALLOC_FAILED). Unhooked, the same program fails so; hooked, the
+    handle was made at the first module call and the backward pass runs."""
+    unhooked = _child(HANDLE, "unhooked")
+    hooked = _child(HANDLE, "hooked")
+    assert not unhooked["ok"] and "CUBLAS" in unhooked["error"], unhooked
+    assert hooked["ok"] and hooked["norm"] > 0, hooked

@@ -8,7 +8,7 @@ import pytest
 
 from pycxl.base._lib import compiled
 from pycxl.base.errors import InvalidRequestError
-from pycxl.torch import spill_placement, spill_stats
+from pycxl.torch import spill_handles, spill_placement, spill_stats
 
 torch = pytest.importorskip("torch")
 MiB = 1 << 20
@@ -167,3 +167,25 @@ def test_the_hooks_wait_for_the_scripts_own_to_close_and_outlive_later_ones() ->
     finally:
         pop()
     assert top(False) is None
+
+
+def test_the_backward_handle_hook_waits_for_a_cuda_call_with_gradients() -> None:
+    """Module calls on the CPU, or without gradients, leave the hook in place (no
+    backward pass of a CUDA device follows them); remove() takes it out of torch's
+    global forward pre-hooks."""
+    from torch.nn.modules import module as nn_module
+
+    before = len(nn_module._global_forward_pre_hooks)
+    hook = spill_handles.install(torch)
+    try:
+        layer = torch.nn.Linear(4, 4)
+        layer(torch.ones(2, 4)).sum().backward()
+        with torch.no_grad():
+            layer(torch.ones(2, 4))
+        assert hook.handle is not None
+        assert len(nn_module._global_forward_pre_hooks) == before + 1
+        assert spill_handles._cuda_device(torch, layer, ()) is None
+        assert spill_handles._cuda_device(torch, torch.nn.ReLU(), (torch.ones(1),)) is None
+    finally:
+        hook.remove()
+    assert hook.handle is None and len(nn_module._global_forward_pre_hooks) == before
