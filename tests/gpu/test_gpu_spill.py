@@ -251,6 +251,7 @@ def test_saved_activations_cross_the_link_beside_the_compute_and_come_back_exact
 
 HANDLE = """
 import json, sys, torch, pycxl
+from pycxl.base.errors import CudaError, InvalidRequestError
 from pycxl.gpu.context import GpuContext
 from pycxl.gpu.memory import DeviceMemory
 from pycxl.torch import tier
@@ -262,17 +263,25 @@ model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
                             torch.nn.Linear(1024, 1024)).cuda()
 x = torch.randn(256, 1024, device="cuda")
 y = model(x)  # the first module call with gradients, while HBM has room
+with torch.no_grad():  # the backward pass's kernels loaded on this thread (lazily loaded
+    g = torch.ones_like(y)  # kernels take memory too), its GEMMs on this thread's handle
+    h = model[0](x)
+    keep = [g.t() @ h, g @ model[2].weight, torch.ops.aten.threshold_backward(g, h, 0),
+            g.sum(0), torch.relu(h).t() @ g]
 torch.cuda.synchronize()
 ctx = GpuContext(0)
-# HBM full to 1 MiB in the driver's count, as a step that outgrew it leaves it once
-# kernels loaded lazily have eaten the headroom
-held = DeviceMemory(ctx, ctx.free_memory() - (1 << 20))
+held, size = [], 1 << 30
+while size >= 2 << 20:  # HBM full in the driver's count, as a step that outgrew it leaves it
+    try:
+        held.append(DeviceMemory(ctx, size))
+    except (CudaError, InvalidRequestError):
+        size //= 2
 try:
     y.sum().backward()
     torch.cuda.synchronize()
-    out = {"ok": True, "norm": float(model[0].weight.grad.norm())}
+    out = {"ok": True, "norm": float(model[0].weight.grad.norm()), "free": ctx.free_memory()}
 except RuntimeError as e:
-    out = {"ok": False, "error": str(e).splitlines()[0][:300]}
+    out = {"ok": False, "error": str(e).splitlines()[0][:300], "free": ctx.free_memory()}
 print(json.dumps(out))
 """
 
