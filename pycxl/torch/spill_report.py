@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..base._lib import compiled
 from ..base.units import format_size
 from ..gpu.tier_pool import TierPool
+from ..numa.nodes import read_nodes
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class SpillReport:
     last_refusal: str
     steps: int  # optimizer steps the process made
     saved_sent: int  # bytes of saved activations sent to the tier, ever
+    node_available: int = -1  # bytes the tier's node has available now, where it refused
 
     def lines(self) -> list[str]:
         """The summary's lines, as ``pycxl spill`` prints them at exit."""
@@ -53,7 +55,9 @@ class SpillReport:
                 f"activations {format_size(2 * self.saved_sent // self.steps)} out and back"
             )
         if self.refused:
-            out.append(f"  {self.refused} refused by {self.tier} too: {self.last_refusal}")
+            now = (f"; node {self.node} has {format_size(self.node_available)} available now"
+                   if self.node_available >= 0 else "")  # fmt: skip
+            out.append(f"  {self.refused} refused by {self.tier} too: {self.last_refusal}{now}")
         return out
 
 
@@ -62,6 +66,10 @@ def report(pool: TierPool, device: int, steps: int) -> SpillReport:
     steps."""
     figures, _ = compiled.tier_use(device)
     stats = pool.stats()
+    available = -1
+    if stats.refused:  # what the node could still give, beside what it refused
+        node = next((n for n in read_nodes() if n.id == pool.node), None)
+        available = node.mem_available if node is not None else -1
     return SpillReport(
         device=device, tier=pool.tier, node=pool.node, hbm_peak=figures["hbm_bytes"][1],
         tier_now=figures["tier_bytes"][0], tier_peak=figures["tier_bytes"][1],
@@ -71,4 +79,5 @@ def report(pool: TierPool, device: int, steps: int) -> SpillReport:
         spilled_peak=figures["tier_other_bytes"][1], spilled=stats.gpu_refusals,
         refused=stats.refused, misplaced_pages=stats.misplaced_pages,
         last_refusal=stats.last_error, steps=steps, saved_sent=figures["tier_saved_bytes"][2],
+        node_available=available,
     )  # fmt: skip

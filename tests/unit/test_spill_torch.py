@@ -189,3 +189,18 @@ def test_the_backward_handle_hook_waits_for_a_cuda_call_with_gradients() -> None
     finally:
         hook.remove()
     assert hook.handle is None and len(nn_module._global_forward_pre_hooks) == before
+
+
+def test_a_refusal_in_the_summary_says_what_the_node_still_has() -> None:
+    from pycxl.torch.spill_report import SpillReport
+
+    GiB = 1 << 30
+    r = SpillReport(device=0, tier="dram0", node=0, hbm_peak=70 * GiB, tier_now=GiB,
+                    tier_peak=100 * GiB, state_on_tier_now=0, state_on_tier_peak=0,
+                    saved_on_tier_peak=0, spilled_peak=100 * GiB, spilled=12, refused=1,
+                    misplaced_pages=0, last_refusal="cuMemCreate of 4294967296 bytes on host "
+                    "node 0: CUDA error 2", steps=0, saved_sent=0, node_available=GiB)  # fmt: skip
+    assert r.lines()[-1] == (
+        "  1 refused by dram0 too: cuMemCreate of 4294967296 bytes on host node 0: CUDA "
+        "error 2; node 0 has 1.00 GiB available now"
+    )
