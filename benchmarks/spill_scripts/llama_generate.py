@@ -6,10 +6,10 @@ without ``pycxl spill``.
 
     python3 llama_generate.py [--layers 8] [--hidden 8192] [--prompt 128] [--new 48]
 
-The default shape (6.3 B parameters, 12.6 GB of bf16 weights in 8 wide layers) makes a
-token's time the weights' read, not the launch of its kernels: a narrow, deep model of
-the same size spends a token launching kernels from Python, and what the link costs
-hides under that.
+The default shape (6.3 B parameters, 12.6 GB of bf16 weights in 8 wide layers) puts
+gigabytes on the tier at 2x and 3x, whose read over the link (over 100 ms a token) is
+more than Python's launch of the token's kernels; a narrow, deep model of the same size
+spends longer launching, and what the link costs hides under that.
 
 Prints one JSON line: the tokens made, each token's time (ms, the first is the prompt's
 pass) and torch's own memory figures.

@@ -6,15 +6,21 @@ the first GEMM, before the activations fill HBM; autograd's thread for the devic
 its own at the backward pass's first GEMM, when a step that outgrows HBM has filled it
 (to the headroom, which loading kernels lazily also eats into), and cuBLAS then fails
 inside (``CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)``). So the first
-module call on a CUDA device (a global forward pre-hook: the script is unchanged) runs a
-small backward pass there first: autograd's thread makes its handle, and PyTorch that
-handle's workspace for the stream, while there is room. PyTorch keeps both for the
-thread's life.
+module call with gradients on a CUDA device (a global forward pre-hook: the script is
+unchanged) runs a small backward pass there first: autograd's thread makes its handle,
+and PyTorch a workspace for it, while there is room.
+
+Limits: cuBLAS only (a cuDNN handle is made the same way, and is not made ahead); the
+first device only; a module compiled in place (``model.compile()``) is traced with the
+hook, not run, so there the first eager module call makes it, maybe too late (said in a
+warning where it fails). Until it fires, or the first optimizer step ends it, every
+module call pays for a global hook (about 2 us): an inference process, which never calls
+a module with gradients, pays that throughout.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..base._log import get_logger
@@ -24,53 +30,85 @@ log = get_logger("pycxl.spill")
 
 @dataclass
 class BackwardHandles:
-    """The hook, until the first module call with gradients on a CUDA device (a process
-    that trains on several devices gets the first one's)."""
+    """The hook, until the first module call with gradients on a ``device_type`` device
+    (a process that trains on several devices gets the first one's) or the first
+    optimizer step (by then a backward pass has made the handle)."""
 
     torch: Any
-    handle: Any = None
+    device_type: str = "cuda"  # whose backward thread it serves ("cpu" in tests)
+    handles: list[Any] = field(default_factory=list)
+
+    @property
+    def installed(self) -> bool:
+        return bool(self.handles)
 
     def remove(self) -> None:
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
+        handles, self.handles = self.handles, []  # two threads may get here at once
+        for h in handles:
+            h.remove()
 
     def __call__(self, module: Any, args: Any) -> None:
         torch = self.torch
         if not torch.is_grad_enabled():
             return  # no backward pass follows this call (inference, evaluation)
-        device = _cuda_device(torch, module, args)
-        if device is None:
+        device = _device_of(torch, module, args, self.device_type)
+        if device is None or not _runs_now(torch, self.device_type):
             return
-        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
-            return  # traced, not run: a later eager call makes them
         self.remove()
         try:
-            with torch.autocast("cuda", enabled=False):
-                w = torch.ones(64, 64, device=f"cuda:{device}", requires_grad=True)
-                (w @ w).sum().backward()
-        except RuntimeError as e:  # no room even now: the backward pass will say so itself
-            log.info("could not make cuBLAS's handle for the backward pass on cuda:%d: %s",
-                     device, e)  # fmt: skip
+            warm_up(torch, device)
+        except Exception as e:  # best effort: the script's own call goes on regardless
+            log.warning("could not make cuBLAS's handle for autograd's thread on %s (%s): a "
+                        "backward pass that finds HBM full may fail inside cuBLAS",
+                        device, e)  # fmt: skip
         else:
-            log.info("cuBLAS's handle for autograd's thread on cuda:%d made", device)
+            log.info("cuBLAS's handle for autograd's thread on %s made", device)
 
 
-def _cuda_device(torch: Any, module: Any, args: Any) -> int | None:
-    """The CUDA device of the call: its module's first parameter, else its first tensor
-    argument; None where neither is on a CUDA device."""
+def warm_up(torch: Any, device: str) -> None:
+    """A small backward pass on ``device``, in fp32, outside the caller's saved-tensor
+    hooks (a non-reentrant checkpoint's would take it for the checkpointed function's and
+    recompute that) and autocast."""
+    kind = torch.device(device).type
+    with torch.autograd.graph.saved_tensors_hooks(_same, _same), \
+            torch.autocast(kind, enabled=False):  # fmt: skip
+        w = torch.ones(64, 64, device=device, dtype=torch.float32, requires_grad=True)
+        (w @ w).sum().backward()
+
+
+def _same(t: Any) -> Any:
+    return t
+
+
+def _runs_now(torch: Any, device_type: str) -> bool:
+    """Whether work done here runs now, on real tensors: not while a graph is traced
+    (torch.compile) or captured (CUDA graphs), nor under a dispatch or function mode
+    (fake tensors, FLOP counters) that would see it or not run it."""
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
+        return False
+    if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
+        return False
+    return not (device_type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
+def _device_of(torch: Any, module: Any, args: Any, device_type: str) -> str | None:
+    """The device of the call (its module's first parameter, else its first tensor
+    argument) where it is a ``device_type`` one, else None."""
     first = next(module.parameters(recurse=True), None)
     if first is None:
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if first is None or not first.is_cuda:
+    if first is None or first.device.type != device_type:
         return None
-    return int(first.device.index or 0)
+    return str(first.device) if first.device.index is not None else f"{device_type}:0"
 
 
-def install(torch: Any) -> BackwardHandles:
-    """Hook every module's forward call until the handle is made."""
+def install(torch: Any, device_type: str = "cuda") -> BackwardHandles:
+    """Hook every module's forward call (and every optimizer's step, which ends it)
+    until the handle is made."""
     from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    hook = BackwardHandles(torch)
-    hook.handle = register_module_forward_pre_hook(hook)
+    hook = BackwardHandles(torch, device_type)
+    hook.handles = [register_module_forward_pre_hook(hook),
+                    register_optimizer_step_post_hook(lambda *_: hook.remove())]  # fmt: skip
     return hook

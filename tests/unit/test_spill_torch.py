@@ -172,7 +172,7 @@ def test_the_hooks_wait_for_the_scripts_own_to_close_and_outlive_later_ones() ->
 def test_the_backward_handle_hook_waits_for_a_cuda_call_with_gradients() -> None:
     """Module calls on the CPU, or without gradients, leave the hook in place (no
     backward pass of a CUDA device follows them); remove() takes it out of torch's
-    global forward pre-hooks."""
+    global forward pre-hooks and optimizer step hooks."""
     from torch.nn.modules import module as nn_module
 
     before = len(nn_module._global_forward_pre_hooks)
@@ -182,13 +182,67 @@ def test_the_backward_handle_hook_waits_for_a_cuda_call_with_gradients() -> None
         layer(torch.ones(2, 4)).sum().backward()
         with torch.no_grad():
             layer(torch.ones(2, 4))
-        assert hook.handle is not None
-        assert len(nn_module._global_forward_pre_hooks) == before + 1
-        assert spill_handles._cuda_device(torch, layer, ()) is None
-        assert spill_handles._cuda_device(torch, torch.nn.ReLU(), (torch.ones(1),)) is None
+        assert hook.installed and len(nn_module._global_forward_pre_hooks) == before + 1
     finally:
         hook.remove()
-    assert hook.handle is None and len(nn_module._global_forward_pre_hooks) == before
+    assert not hook.installed and len(nn_module._global_forward_pre_hooks) == before
+
+
+def _two_layers() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+
+
+@pytest.mark.parametrize("first_call", ["plain", "checkpoint", "checkpoint_sequential"])
+def test_the_warm_up_runs_at_the_first_call_with_gradients_and_changes_no_gradient(
+    first_call: str,
+) -> None:
+    """The hook, serving the CPU's backward pass here as it serves a CUDA device's: its
+    small backward pass runs once, at the first module call with gradients, even inside a
+    non-reentrant checkpoint (whose saved-tensor hooks would otherwise take it for the
+    checkpointed function's and recompute that), and the script's gradients are the ones
+    it gets without the hook."""
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    def grads(hooked: bool) -> list[torch.Tensor]:
+        model = _two_layers()
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+        hook = spill_handles.install(torch, device_type="cpu") if hooked else None
+        try:
+            if first_call == "checkpoint":
+                y = checkpoint(model, x, use_reentrant=False)
+            elif first_call == "checkpoint_sequential":
+                y = checkpoint_sequential(model, 2, x, use_reentrant=False)
+            else:
+                y = model(x)
+            if hook is not None:
+                assert not hook.installed  # fired, and gone: later calls pay nothing
+            y.square().sum().backward()
+        finally:
+            if hook is not None:
+                hook.remove()
+        return [p.grad for p in model.parameters()]
+
+    for a, b in zip(grads(hooked=True), grads(hooked=False), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_first_optimizer_step_ends_the_hook_and_a_dispatch_mode_defers_it() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    hook = spill_handles.install(torch, device_type="cpu")
+    try:
+        layer = torch.nn.Linear(4, 4)
+        with FlopCounterMode(display=False) as counter:  # it would count the warm-up's
+            layer(torch.ones(2, 4))
+        assert hook.installed and counter.get_total_flops() == 2 * 2 * 4 * 4
+        opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+        with torch.no_grad():
+            layer(torch.ones(2, 4))
+        opt.step()
+        assert not hook.installed
+    finally:
+        hook.remove()
 
 
 def test_a_refusal_in_the_summary_says_what_the_node_still_has() -> None:
