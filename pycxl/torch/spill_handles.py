@@ -82,9 +82,10 @@ def _same(t: Any) -> Any:
 
 def _runs_now(torch: Any, device_type: str) -> bool:
     """Whether work done here runs now, on real tensors: not while a graph is traced
-    (torch.compile) or captured (CUDA graphs), nor under a dispatch or function mode
-    (fake tensors, FLOP counters) that would see it or not run it."""
-    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
+    (torch.compile) or captured (CUDA graphs), nor under a dispatch mode (fake tensors,
+    FLOP counters) that would see it or not run it. Function modes pass: the commonest,
+    ``torch.set_default_device``'s, leaves a tensor given its device alone."""
+    if torch.compiler.is_compiling():
         return False
     if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
         return False

@@ -193,7 +193,9 @@ def _two_layers() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
 
 
-@pytest.mark.parametrize("first_call", ["plain", "checkpoint", "checkpoint_sequential"])
+@pytest.mark.parametrize(
+    "first_call", ["plain", "checkpoint", "checkpoint_sequential", "default_device"]
+)
 def test_the_warm_up_runs_at_the_first_call_with_gradients_and_changes_no_gradient(
     first_call: str,
 ) -> None:
@@ -213,6 +215,9 @@ def test_the_warm_up_runs_at_the_first_call_with_gradients_and_changes_no_gradie
                 y = checkpoint(model, x, use_reentrant=False)
             elif first_call == "checkpoint_sequential":
                 y = checkpoint_sequential(model, 2, x, use_reentrant=False)
+            elif first_call == "default_device":  # a function mode the hook lets pass
+                with torch.device("cpu"):
+                    y = model(x)
             else:
                 y = model(x)
             if hook is not None:
