@@ -13,9 +13,11 @@ and PyTorch a workspace for it, while there is room.
 Limits: cuBLAS only (a cuDNN handle is made the same way, and is not made ahead); the
 first device only; a module compiled in place (``model.compile()``) is traced with the
 hook, not run, so there the first eager module call makes it, maybe too late (said in a
-warning where it fails). Until it fires, or the first optimizer step ends it, every
-module call pays for a global hook (about 2 us): an inference process, which never calls
-a module with gradients, pays that throughout.
+warning where it fails), and the hook stays registered, done (its graph guards on the
+hooks it saw: taking it out would compile the graph again). Until it fires, or the first
+optimizer step ends it, every module call pays for a global hook (about 2 us; PyTorch
+warns once of it beside ``torch.compile(module)``): an inference process, which never
+calls a module with gradients, pays that throughout.
 """
 
 from __future__ import annotations
@@ -36,31 +38,55 @@ class BackwardHandles:
 
     torch: Any
     device_type: str = "cuda"  # whose backward thread it serves ("cpu" in tests)
-    handles: list[Any] = field(default_factory=list)
+    handles: list[Any] = field(default_factory=list)  # the forward hook's, the step's
+    done: bool = False
+    # torch.compile traced the hook into a graph, which guards on the hooks it saw:
+    # removing it then would compile the graph again, so it stays, done
+    traced: bool = False
 
     @property
     def installed(self) -> bool:
-        return bool(self.handles)
+        return bool(self.handles) and not self.done
 
     def remove(self) -> None:
+        """Unhook both (not from inside an optimizer step's own hooks: the step is
+        iterating over them)."""
         handles, self.handles = self.handles, []  # two threads may get here at once
         for h in handles:
             h.remove()
 
+    def _finish(self, *, in_step: bool) -> None:
+        self.done = True
+        if self.traced:
+            return
+        if in_step:  # the step hook stays, done; the forward hook may go
+            if self.handles:
+                self.handles[0].remove()
+        else:
+            self.remove()
+
+    def step_ended(self, *_: Any) -> None:
+        if not self.done:
+            self._finish(in_step=True)
+
     def __call__(self, module: Any, args: Any) -> None:
         torch = self.torch
-        if not torch.is_grad_enabled():
+        if torch.compiler.is_compiling():  # first: a state read while traced is guarded
+            self.traced = True
+            return  # traced, not run: a later eager call makes it
+        if self.done or not torch.is_grad_enabled():
             return  # no backward pass follows this call (inference, evaluation)
-        device = _device_of(torch, module, args, self.device_type)
-        if device is None or not _runs_now(torch, self.device_type):
-            return
-        self.remove()
         try:
+            device = _device_of(torch, module, args, self.device_type)
+            if device is None or not _runs_now(torch, self.device_type):
+                return
+            self._finish(in_step=False)
             warm_up(torch, device)
         except Exception as e:  # best effort: the script's own call goes on regardless
-            log.warning("could not make cuBLAS's handle for autograd's thread on %s (%s): a "
+            first = (str(e).splitlines() or [""])[0][:200]
+            log.warning("could not make cuBLAS's handle for autograd's thread (%s: %s): a "
                         "backward pass that finds HBM full may fail inside cuBLAS",
-                        device, e)  # fmt: skip
+                        type(e).__name__, first)  # fmt: skip
         else:
             log.info("cuBLAS's handle for autograd's thread on %s made", device)
 
@@ -68,9 +94,10 @@ class BackwardHandles:
 def warm_up(torch: Any, device: str) -> None:
     """A small backward pass on ``device``, in fp32, outside the caller's saved-tensor
     hooks (a non-reentrant checkpoint's would take it for the checkpointed function's and
-    recompute that) and autocast."""
+    recompute that), autocast and function modes (which would see it)."""
     kind = torch.device(device).type
-    with torch.autograd.graph.saved_tensors_hooks(_same, _same), \
+    with torch._C.DisableTorchFunction(), \
+            torch.autograd.graph.saved_tensors_hooks(_same, _same), \
             torch.autocast(kind, enabled=False):  # fmt: skip
         w = torch.ones(64, 64, device=device, dtype=torch.float32, requires_grad=True)
         (w @ w).sum().backward()
@@ -81,11 +108,15 @@ def _same(t: Any) -> Any:
 
 
 def _runs_now(torch: Any, device_type: str) -> bool:
-    """Whether work done here runs now, on real tensors: not while a graph is traced
-    (torch.compile) or captured (CUDA graphs), nor under a dispatch mode (fake tensors,
-    FLOP counters) that would see it or not run it. Function modes pass: the commonest,
-    ``torch.set_default_device``'s, leaves a tensor given its device alone."""
-    if torch.compiler.is_compiling():
+    """Whether a backward pass made here runs now, as it would on its own: not while a
+    graph is captured (CUDA graphs) or traced (``torch.jit.trace``), under a dispatch
+    mode (fake tensors, FLOP counters), a functorch transform (``grad``, ``vmap``) or
+    with saved-tensor hooks disabled, nor in inference mode. Function modes pass: the
+    commonest, ``torch.set_default_device``'s, leaves a tensor given its device alone."""
+    c = torch._C
+    if c._get_tracing_state() is not None or c._are_functorch_transforms_active():
+        return False
+    if not c._autograd._saved_tensors_hooks_is_enabled() or torch.is_inference_mode_enabled():
         return False
     if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
         return False
@@ -95,7 +126,7 @@ def _runs_now(torch: Any, device_type: str) -> bool:
 def _device_of(torch: Any, module: Any, args: Any, device_type: str) -> str | None:
     """The device of the call (its module's first parameter, else its first tensor
     argument) where it is a ``device_type`` one, else None."""
-    first = next(module.parameters(recurse=True), None)
+    first = next(iter(module.parameters()), None)
     if first is None:
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is None or first.device.type != device_type:
@@ -111,5 +142,5 @@ def install(torch: Any, device_type: str = "cuda") -> BackwardHandles:
 
     hook = BackwardHandles(torch, device_type)
     hook.handles = [register_module_forward_pre_hook(hook),
-                    register_optimizer_step_post_hook(lambda *_: hook.remove())]  # fmt: skip
+                    register_optimizer_step_post_hook(hook.step_ended)]  # fmt: skip
     return hook

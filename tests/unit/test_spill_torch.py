@@ -263,3 +263,52 @@ def test_a_refusal_in_the_summary_says_what_the_node_still_has() -> None:
         "  1 refused by dram0 too: cuMemCreate of 4294967296 bytes on host node 0: CUDA "
         "error 2; node 0 has 1.00 GiB available now"
     )
+
+
+def test_the_first_step_ends_the_hook_beside_a_later_global_step_hook() -> None:
+    """The step hook does not unhook itself while the step iterates over the global step
+    hooks (an OrderedDict: one registered after it would find it mutated)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    hook = spill_handles.install(torch)  # CUDA's: CPU calls never fire it
+    seen: list[int] = []
+    later = register_optimizer_step_post_hook(lambda *_: seen.append(1))
+    try:
+        layer = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+        for _ in range(2):
+            layer(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        assert seen == [1, 1] and not hook.installed
+    finally:
+        later.remove()
+        hook.remove()
+
+
+def test_a_model_compiled_in_place_is_not_compiled_again_when_the_hook_ends() -> None:
+    """Dynamo traces the global hook into the model's graph and guards on the hooks it
+    saw: the first step ends the hook without taking it out, so no step recompiles."""
+    import torch._dynamo
+
+    class TwoCalls(torch.nn.Module):  # a forward that calls its submodules itself
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(x)))
+
+    torch._dynamo.reset()
+    hook = spill_handles.install(torch, device_type="cpu")
+    try:
+        model = TwoCalls()
+        model.compile(backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for _ in range(3):
+                model(torch.ones(2, 8)).square().sum().backward()
+                opt.step()
+        assert hook.traced and not hook.installed
+    finally:
+        hook.remove()
+        torch._dynamo.reset()
