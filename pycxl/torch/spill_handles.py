@@ -46,6 +46,7 @@ class BackwardHandles:
 
     @property
     def installed(self) -> bool:
+        """Whether it still waits to make the handle."""
         return bool(self.handles) and not self.done
 
     def remove(self) -> None:
@@ -66,6 +67,7 @@ class BackwardHandles:
             self.remove()
 
     def step_ended(self, *_: Any) -> None:
+        """An optimizer step ended: a backward pass has made the handle by now."""
         if not self.done:
             self._finish(in_step=True)
 
