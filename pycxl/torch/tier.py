@@ -33,16 +33,18 @@ from ..base._lib import compiled
 from ..base._log import get_logger
 from ..base.errors import InvalidRequestError, NotAvailableError
 from ..gpu.tier_pool import TierPool
-from . import spill_handles, spill_placement, spill_report, spill_stats
+from . import spill_handles, spill_placement, spill_report, spill_stats, spill_weights
 from ._import import import_torch
 
 log = get_logger("pycxl.spill")
 SPILL_LOG_ENV = "PYCXL_SPILL_LOG"
+STREAM_WEIGHTS_ENV = "PYCXL_SPILL_STREAM_WEIGHTS"  # 1: spilled weights read by copy
 
 _spilling: TierPool | None = None  # the tier spill_to installed, once per process
 _pools: dict[int, Any] = {}  # slot -> its torch MemPool
 _placement: spill_placement.Placement | None = None  # the optimizer step hooks
 _handles: spill_handles.BackwardHandles | None = None  # the first module call's hook
+_streamer: spill_weights.WeightStreamer | None = None  # inference's spilled weights
 
 
 def _mem_pool(pool: TierPool) -> Any:
@@ -121,7 +123,7 @@ def spill_to(
     rest of the process; so do large ones that would leave less than ``headroom`` bytes
     of it free (cuBLAS and cuDNN make their handles and workspaces on first use, on each
     thread, outside PyTorch's allocator). Call it before the first CUDA allocation."""
-    global _spilling, _placement, _handles
+    global _spilling, _placement, _handles, _streamer
     torch = import_torch("spilling onto a tier")
     if _spilling is not None:
         if _spilling is pool:
@@ -151,11 +153,41 @@ def spill_to(
     _spilling, _placement = pool, placement
     _handles = spill_handles.install(torch)  # the backward thread's cuBLAS handle, in time
     spill_stats.install(torch, pool.slot)
+    if os.environ.get(STREAM_WEIGHTS_ENV, "") not in ("", "0"):
+        _streamer = spill_weights.install(torch, _weight_seams(torch, pool, headroom))
     if log_spills is None:
         log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")
     if log_spills:
         compiled.tier_log(_log_spill)
     return pool
+
+
+def _weight_seams(torch: Any, pool: TierPool, headroom: int) -> spill_weights.Seams:
+    """The streamer's view of this process: the tier's allocations and HBM's room."""
+
+    def on_tier(t: Any) -> bool:
+        return compiled.tier_owns(t.untyped_storage().data_ptr())
+
+    def hbm_room(device: Any) -> int:
+        torch.cuda.synchronize(device)
+        return max((compiled.tier_hbm_room(device.index or 0, settle=True) or 0) - headroom, 0)
+
+    def in_hbm(device: Any, n: int) -> Any:
+        with _in_gpu_memory():
+            t = torch.empty(n, dtype=torch.uint8, device=device)
+        return None if on_tier(t) else t
+
+    def to_hbm(t: Any) -> Any:
+        with _in_gpu_memory():
+            out = torch.empty_like(t)
+        if on_tier(out):
+            return None
+        return out.copy_(t)
+
+    return spill_weights.Seams(
+        on_tier=on_tier, to_tier=lambda t: move(t, pool), hbm_room=hbm_room, in_hbm=in_hbm,
+        to_hbm=to_hbm, trained=lambda: _placement is not None and _placement.steps > 0,
+    )
 
 
 def spilling() -> TierPool | None:

@@ -1,0 +1,283 @@
+"""Spilled weights read through HBM by copy, in forward passes without gradients.
+
+A token of inference reads every weight once. A weight that spilled is read where it
+lives, by the kernel's own loads over the link, which fall short of the copy engine's
+rate (``benchmarks/tier_tensors.py`` measures both). So once a forward pass without
+gradients (``no_grad``, ``inference_mode``: what ``generate`` runs) has shown the order
+in which modules are called, each module whose own parameters are on the tier gets them
+copied into a ring of HBM buffers ahead of its call, on a copy stream of its own (the
+next modules' copies run beside the current one's compute); the module computes from
+the copies, and its parameters are put back after the call. Where HBM has no room for
+the ring, the parameters of the last modules called whose weights are in HBM move to
+the tier first, and are streamed with the rest.
+
+Off with gradients on (a backward pass would save what the call read), while
+``torch.compile`` traces, while a CUDA graph is captured and under a dispatch mode; a
+module called out of the learnt order waits for its own copy. Global module hooks (the
+script is unchanged): every module call pays for them, about 2 us each way.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..base._log import get_logger
+
+log = get_logger("pycxl.spill")
+
+SLOTS = 3  # the ring: a module's copies in use, and the next two modules' on their way
+SMALLEST = 1 << 20  # parameters under this stay where they are (their trips cost more)
+
+
+@dataclass
+class Seams:
+    """How the streamer sees and moves memory: the tier's and CUDA's by default;
+    tests give CPU tensors marked as on the tier."""
+
+    on_tier: Callable[[Any], bool]  # whether a tensor's memory is on the tier
+    to_tier: Callable[[Any], Any]  # a copy of a tensor on the tier
+    hbm_room: Callable[[Any], int | None]  # bytes HBM can still give on a device
+    in_hbm: Callable[[Any, int], Any]  # an uninitialised byte buffer in HBM, or None
+    to_hbm: Callable[[Any], Any] | None = None  # a copy of a tensor in HBM, or None
+    trained: Callable[[], bool] = lambda: False  # whether an optimizer has stepped
+
+
+class WeightStreamer:
+    """The forward hooks' state: the modules' order as called, learnt in the first
+    forward pass without gradients, the ring, and the parameters swapped out."""
+
+    def __init__(self, torch: Any, seams: Seams, device_type: str = "cuda") -> None:
+        self.torch = torch
+        self.seams = seams
+        self.device_type = device_type
+        self.handles: list[Any] = []
+        self._seen: list[weakref.ref[Any]] = []  # module calls of the first pass, in order
+        self._seen_ids: set[int] = set()
+        self._order: list[weakref.ref[Any]] = []  # modules streamed, in call order
+        self._index: dict[int, int] = {}  # id(module) -> its place in _order
+        self._ring: list[Any] = []  # SLOTS byte buffers in HBM
+        self._copied: dict[int, tuple[int, Any]] = {}  # order place -> (slot, its event)
+        self._used: list[Any] = [None] * SLOTS  # each slot's last reader's end
+        self._issued = 0  # copies issued, for the slot of the next
+        # id(module) -> its slot, and each parameter with its own data
+        self._swapped: dict[int, tuple[int, list[tuple[Any, Any]]]] = {}
+        self._stream: Any = None
+        self.state = "learning"  # then "streaming", or "off" (said in the log, why)
+        self.moved_bytes = 0  # HBM parameters moved to the tier for the ring's room
+        self._moved: list[Any] = []  # those parameters
+        self._next_read = 0  # the order place of the module expected next
+
+    # -- the hooks ----------------------------------------------------------------
+    def before(self, module: Any, args: Any) -> None:
+        """A module's call begins: learn the order, or swap in its copies."""
+        if self.state == "off":
+            return
+        if self.torch.is_grad_enabled():
+            if self.state == "streaming" and not self.torch.compiler.is_compiling():
+                self.stop("a forward pass with gradients")  # training reads them in place
+            return
+        if not self._runs_now():
+            return
+        if self.state == "learning":
+            self._learn(module)
+            return
+        place = self._index.get(id(module))
+        if place is None:
+            return
+        if place != self._next_read:
+            self._restart()
+        self._issue_ahead(place)
+        copied = self._copied.pop(place, None)
+        if copied is None:  # its module was gone when the copy was due
+            return
+        slot, loaded = copied
+        self._wait(loaded)
+        swapped, offset, buffer = [], 0, self._ring[slot]
+        for p in self._params(module):
+            n = p.numel() * p.element_size()
+            own = p.data
+            p.data = buffer[offset : offset + n].view(p.dtype).view(p.shape)
+            swapped.append((p, own))
+            offset += _aligned(n)
+        self._swapped[id(module)] = (slot, swapped)
+        self._next_read = (place + 1) % len(self._order)
+
+    def after(self, module: Any, args: Any, output: Any) -> None:
+        """A module's call ended (or raised): its parameters put back."""
+        entry = self._swapped.pop(id(module), None)
+        if entry is None:
+            return
+        slot, swapped = entry
+        for p, own in swapped:
+            p.data = own
+        self._used[slot] = self._record()
+
+    def stop(self, why: str) -> None:
+        """Streaming ends for good: the ring given back, the parameters moved to make its
+        room back in HBM (where it has room for them)."""
+        for _, event in self._copied.values():
+            self._wait(event)
+        self._copied.clear()
+        self._ring = []
+        back = 0
+        for p in self._moved:
+            if self.seams.to_hbm is not None:
+                moved = self.seams.to_hbm(p.data)
+                if moved is not None:
+                    p.data = moved
+                    back += p.numel() * p.element_size()
+        self._moved = []
+        self._off(f"{why}; {back} of {self.moved_bytes} bytes of parameters moved back to HBM")
+
+    # -- learning the order ---------------------------------------------------------
+    def _learn(self, module: Any) -> None:
+        if id(module) in self._seen_ids:
+            if self._seen and self._seen[0]() is module:  # the next pass began
+                with self.torch.inference_mode(False):  # the ring, moves: plain tensors
+                    self._plan()
+            return
+        self._seen_ids.add(id(module))
+        self._seen.append(weakref.ref(module))
+
+    def _plan(self) -> None:
+        """The first pass is over: choose what to stream and make the ring."""
+        modules = [m for m in (r() for r in self._seen) if m is not None]
+        self._seen, self._seen_ids = [], set()
+        streamed = [m for m in modules if self._big(m) and self._on_tier(m)]
+        if not streamed:
+            return self._off("no module's parameters are on the tier")
+        if self.seams.trained():  # a training process's evaluation: nothing moved
+            return self._off("an optimizer has stepped in this process")
+        need = SLOTS * max(self._bytes(m) for m in streamed)
+        device = self._params(streamed[0])[0].device
+        in_hbm = [m for m in modules if self._big(m) and m not in streamed
+                  and not any(self.seams.on_tier(p) for p in self._params(m))]  # fmt: skip
+        while (self.seams.hbm_room(device) or 0) < need and in_hbm:
+            m = in_hbm.pop()  # the last called first
+            for p in self._params(m):
+                p.data = self.seams.to_tier(p.data)
+                self._moved.append(p)
+                self.moved_bytes += p.numel() * p.element_size()
+            streamed.append(m)
+        ring = [self.seams.in_hbm(device, need // SLOTS) for _ in range(SLOTS)]
+        if any(b is None for b in ring):
+            return self._off(f"HBM has no room for {need} bytes of buffers")
+        position = {id(m): k for k, m in enumerate(modules)}
+        streamed.sort(key=lambda m: position[id(m)])
+        self._ring = ring
+        self._order = [weakref.ref(m) for m in streamed]
+        self._index = {id(m): k for k, m in enumerate(streamed)}
+        self._next_read = 0
+        self.state = "streaming"
+        log.info("spilled weights of %d modules read through HBM by copy (%d bytes of "
+                 "buffers; %d bytes of parameters moved to the tier to make room)",
+                 len(streamed), need, self.moved_bytes)  # fmt: skip
+
+    def _off(self, why: str) -> None:
+        self.state = "off"
+        log.info("spilled weights read in place: %s", why)
+
+    # -- the ring -----------------------------------------------------------------
+    def _issue_ahead(self, place: int) -> None:
+        """Copies issued, in order, for the modules from ``place`` to SLOTS - 1 after it
+        (the next pass's first ones after the last): each slot is taken again only by
+        the copy SLOTS after its last, whose reader has been called by then."""
+        n = len(self._order)
+        for k in range(min(SLOTS, n)):
+            if (place + k) % n not in self._copied:
+                self._issue((place + k) % n)
+
+    def _issue(self, place: int) -> None:
+        module = self._order[place]()
+        if module is None:
+            return
+        slot = self._issued % SLOTS
+        self._issued += 1
+        buffer, offset = self._ring[slot], 0
+        with self._on_copy_stream(self._used[slot]):
+            for p in self._params(module):
+                n = p.numel() * p.element_size()
+                buffer[offset : offset + n].copy_(p.data.reshape(-1).view(self.torch.uint8),
+                                                  non_blocking=True)  # fmt: skip
+                offset += _aligned(n)
+            self._copied[place] = (slot, self._record(copy=True))
+
+    def _restart(self) -> None:
+        """A module called out of order: the copies in flight are dropped (waited for,
+        so their slots are free) and the ring starts again from it."""
+        for _, event in self._copied.values():
+            self._wait(event)
+        self._copied.clear()
+
+    # -- streams ------------------------------------------------------------------
+    def _on_copy_stream(self, after: Any) -> Any:
+        torch = self.torch
+        if self.device_type != "cuda":
+            import contextlib
+
+            return contextlib.nullcontext()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        if after is not None:
+            self._stream.wait_event(after)
+        return torch.cuda.stream(self._stream)
+
+    def _record(self, copy: bool = False) -> Any:
+        if self.device_type != "cuda":
+            return None
+        event = self.torch.cuda.Event()
+        event.record(self._stream if copy else None)
+        return event
+
+    def _wait(self, event: Any) -> None:
+        if event is not None:
+            self.torch.cuda.current_stream().wait_event(event)
+
+    # -- what a module holds ----------------------------------------------------------
+    def _params(self, module: Any) -> list[Any]:
+        return [p for p in module.parameters(recurse=False) if p.device.type == self.device_type]
+
+    def _bytes(self, module: Any) -> int:
+        return sum(_aligned(p.numel() * p.element_size()) for p in self._params(module))
+
+    def _on_tier(self, module: Any) -> bool:
+        return all(self.seams.on_tier(p) for p in self._params(module))
+
+    def _big(self, module: Any) -> bool:
+        params = self._params(module)
+        return bool(params) and all(p.is_contiguous() for p in params) and \
+            sum(p.numel() * p.element_size() for p in params) >= SMALLEST  # fmt: skip
+
+    def _runs_now(self) -> bool:
+        torch = self.torch
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return False
+        if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
+            return False
+        return not (self.device_type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+    def remove(self) -> None:
+        """Unhook (parameters swapped in a call under way are put back by its end)."""
+        handles, self.handles = self.handles, []
+        for h in handles:
+            h.remove()
+
+
+def _aligned(n: int) -> int:
+    return (n + 255) // 256 * 256
+
+
+def install(torch: Any, seams: Seams, device_type: str = "cuda") -> WeightStreamer:
+    """Hook every module's call, before and after (after also where it raises)."""
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+
+    streamer = WeightStreamer(torch, seams, device_type)
+    streamer.handles = [register_module_forward_pre_hook(streamer.before),
+                        register_module_forward_hook(streamer.after, always_call=True)]  # fmt: skip
+    return streamer
