@@ -185,8 +185,12 @@ def _weight_seams(torch: Any, pool: TierPool, headroom: int) -> spill_weights.Se
         return out.copy_(t)
 
     return spill_weights.Seams(
-        on_tier=on_tier, to_tier=lambda t: move(t, pool), hbm_room=hbm_room, in_hbm=in_hbm,
-        to_hbm=to_hbm, trained=lambda: _placement is not None and _placement.steps > 0,
+        on_tier=on_tier,
+        to_tier=lambda t: move(t, pool),
+        hbm_room=hbm_room,
+        in_hbm=in_hbm,
+        to_hbm=to_hbm,
+        trained=lambda: _placement is not None and _placement.steps > 0,
     )
 
 

@@ -296,3 +296,47 @@ def test_the_backward_pass_finds_its_cublas_handle_made_before_hbm_filled() -> N
     hooked = _child(HANDLE, "hooked")
     assert not unhooked["ok"] and "CUBLAS" in unhooked["error"], unhooked
     assert hooked["fired"] and hooked["ok"] and hooked["norm"] > 0, hooked
+
+
+STREAM = """
+import json, os, sys, torch, pycxl
+from pycxl.base._lib import compiled
+os.environ["PYCXL_SPILL_STREAM_WEIGHTS"] = sys.argv[1]
+pool = pycxl.spill_to("dram0")
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096, dtype=torch.bfloat16)
+                              for _ in range(8)]).cuda().eval()
+for layer in list(model)[4:]:  # the last four spilled, as a model made on a full GPU is
+    for p in layer.parameters():
+        p.data = pycxl.move(p.data, pool)
+torch.cuda.synchronize()
+free, _ = torch.cuda.mem_get_info()
+blocker = torch.empty(free - (560 << 20), dtype=torch.uint8, device="cuda")  # headroom + 48 MiB
+on_tier = lambda t: compiled.tier_owns(t.untyped_storage().data_ptr())
+read = []
+for layer in model:
+    layer.register_forward_pre_hook(lambda m, a: read.append(on_tier(m.weight)))
+x = torch.randn(1, 4096, dtype=torch.bfloat16, device="cuda")
+outs = []
+with torch.inference_mode():
+    for _ in range(4):
+        read.clear()
+        outs.append(model(x).float().cpu())
+torch.cuda.synchronize()
+print(json.dumps({"out": [o.view(-1)[:64].tolist() for o in outs],
+                  "equal": all(torch.equal(o, outs[0]) for o in outs),
+                  "read_on_tier": read, "own_on_tier": [on_tier(l.weight) for l in model]}))
+"""
+
+
+def test_spilled_weights_streamed_by_copy_give_the_in_place_results() -> None:
+    """Inference over weights half on the tier, HBM left without room for the ring: read
+    in place, and streamed through HBM (the last HBM weights moved to make room); the
+    streamed passes read no weight on the tier and give the in-place outputs bit for bit."""
+    in_place = _child(STREAM, "0")
+    streamed = _child(STREAM, "1")
+    assert in_place["read_on_tier"] == [False] * 4 + [True] * 4, in_place
+    assert streamed["read_on_tier"] == [False] * 8, streamed
+    assert streamed["own_on_tier"][4:] == [True] * 4 and any(streamed["own_on_tier"][:4])
+    assert in_place["equal"] and streamed["equal"]
+    assert streamed["out"] == in_place["out"]

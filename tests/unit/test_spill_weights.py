@@ -1,0 +1,181 @@
+"""Spilled weights read through HBM by copy, driven on the CPU through the streamer's
+seams: a real torch model, some of whose parameters are marked as on the tier (their
+storages are the ones the seam's ``to_tier`` made), and byte buffers standing for HBM.
+What each module's call read, and what its parameters are after it, is checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from pycxl.torch import spill_weights
+
+torch = pytest.importorskip("torch")
+WIDTH = 512  # a 512 x 512 fp32 Linear: 1 MiB of weight, streamed
+
+
+class FakeTier:
+    """Which storages are on the 'tier', HBM's room, and what the seams did."""
+
+    def __init__(self, room: int) -> None:
+        self.storages: list[object] = []  # the tier's tensors, kept alive
+        self.room = room
+        self.buffers: list[object] = []
+
+    def owns(self, t: object) -> bool:
+        ptr = t.untyped_storage().data_ptr()
+        return any(s.untyped_storage().data_ptr() == ptr for s in self.storages)
+
+    def to_tier(self, t: object) -> object:
+        c = t.clone()
+        self.storages.append(c)
+        self.room += t.numel() * t.element_size()  # its HBM given back
+        return c
+
+    def in_hbm(self, device: object, n: int) -> object | None:
+        if n > self.room:
+            return None
+        self.room -= n
+        b = torch.empty(n, dtype=torch.uint8)
+        self.buffers.append(b)
+        return b
+
+    def to_hbm(self, t: object) -> object:
+        return t.clone()
+
+    def seams(self, trained: bool = False) -> spill_weights.Seams:
+        return spill_weights.Seams(on_tier=self.owns, to_tier=self.to_tier,
+                                   hbm_room=lambda device: self.room, in_hbm=self.in_hbm,
+                                   to_hbm=self.to_hbm, trained=lambda: trained)  # fmt: skip
+
+
+def _model(tier: FakeTier, layers: int = 6, on_tier_from: int = 3) -> object:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(layers)]).eval()
+    for layer in list(model)[on_tier_from:]:
+        for p in layer.parameters():
+            p.data = tier.to_tier(p.data)
+    tier.room = 0
+    return model
+
+
+@pytest.fixture
+def streaming():
+    made = []
+
+    def install(tier: FakeTier, trained: bool = False) -> spill_weights.WeightStreamer:
+        s = spill_weights.install(torch, tier.seams(trained), device_type="cpu")
+        made.append(s)
+        return s
+
+    yield install
+    for s in made:
+        s.remove()
+
+
+def _reads(model: object, tier: FakeTier) -> list[str]:
+    """Where each Linear's weight is as its call begins: 'tier', 'ring' or 'hbm'."""
+    seen: list[str] = []
+
+    def where(module: object, args: object) -> None:
+        w = module.weight
+        ptr = w.untyped_storage().data_ptr()
+        if any(b.untyped_storage().data_ptr() == ptr for b in tier.buffers):
+            seen.append("ring")
+        else:
+            seen.append("tier" if tier.owns(w) else "hbm")
+
+    for layer in model:
+        layer.register_forward_pre_hook(where)
+    return seen
+
+
+def test_tier_weights_are_read_from_the_ring_after_the_first_pass_and_put_back(streaming):
+    tier = FakeTier(room=0)
+    model = _model(tier)
+    x = torch.randn(3, WIDTH)
+    with torch.no_grad():
+        want = model(x)
+    tier.room = 4 * (WIDTH * WIDTH * 4 + 4096)  # room for the ring: nothing need move
+    streamer = streaming(tier)
+    seen = _reads(model, tier)
+    with torch.no_grad():
+        for k in range(4):
+            seen.clear()
+            assert torch.equal(model(x), want)
+            expected = ["hbm"] * 3 + (["tier"] * 3 if k == 0 else ["ring"] * 3)
+            assert seen == expected, (k, seen)
+            # after each call the parameters are their own again
+            assert [tier.owns(layer.weight) for layer in model] == [False] * 3 + [True] * 3
+    assert streamer.state == "streaming" and streamer.moved_bytes == 0
+
+
+def test_without_room_the_last_hbm_weights_move_to_the_tier_and_are_streamed(streaming):
+    tier = FakeTier(room=0)
+    model = _model(tier, layers=9, on_tier_from=6)
+    x = torch.randn(3, WIDTH)
+    with torch.no_grad():
+        want = model(x)
+    streamer = streaming(tier)
+    seen = _reads(model, tier)
+    with torch.inference_mode():  # generate's own mode; the ring and moves are plain tensors
+        for _ in range(3):
+            seen.clear()
+            assert torch.equal(model(x), want)
+    # the ring (3 layers' worth) took the room of the last 3 layers called in HBM
+    assert streamer.state == "streaming" and streamer.moved_bytes == 3 * (WIDTH + 1) * WIDTH * 4
+    assert [tier.owns(layer.weight) for layer in model] == [False] * 3 + [True] * 6
+    assert seen == ["hbm"] * 3 + ["ring"] * 6
+    assert not any(layer.weight.is_inference() for layer in model)
+    # a forward pass with gradients (training begins): the moved weights go back
+    out = model(x)
+    out.sum().backward()
+    assert streamer.state == "off"
+    assert [tier.owns(layer.weight) for layer in model] == [False] * 6 + [True] * 3
+    assert torch.equal(out.detach(), want)
+
+
+def test_a_module_called_out_of_order_reads_its_own_copy(streaming):
+    tier = FakeTier(room=0)
+    model = _model(tier, layers=5, on_tier_from=0)
+    x = torch.randn(2, WIDTH)
+    tier.room = 4 * (WIDTH * WIDTH * 4 + 4096)
+    streaming(tier)
+    with torch.no_grad():
+        model(x)
+        model(x)  # learnt: streaming from here
+        a = model[3](model[0](x))  # skips 1 and 2: the ring starts again at 3
+        b = model[4](model[2](x))  # and again at 2 (behind the last read)
+        full = model(x)
+    streaming_off = [layer.weight.detach().clone() for layer in model]
+    ref = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(5)])
+    for layer, w in zip(ref, streaming_off, strict=True):
+        layer.weight.data = w
+    for layer, src in zip(ref, model, strict=True):
+        layer.bias.data = src.bias.detach().clone()
+    with torch.no_grad():
+        assert torch.equal(a, ref[3](ref[0](x)))
+        assert torch.equal(b, ref[4](ref[2](x)))
+        assert torch.equal(full, ref(x))
+
+
+def test_a_process_that_trained_streams_nothing_and_moves_nothing(streaming):
+    tier = FakeTier(room=0)
+    model = _model(tier)
+    streamer = streaming(tier, trained=True)
+    seen = _reads(model, tier)
+    with torch.no_grad():
+        model(torch.randn(1, WIDTH))
+        model(torch.randn(1, WIDTH))
+    assert streamer.state == "off" and streamer.moved_bytes == 0
+    assert seen[6:] == ["hbm"] * 3 + ["tier"] * 3
+
+
+def test_with_gradients_on_nothing_is_learnt_or_streamed(streaming):
+    tier = FakeTier(room=1 << 30)
+    model = _model(tier)
+    tier.room = 1 << 30
+    streamer = streaming(tier)
+    seen = _reads(model, tier)
+    for _ in range(3):
+        model(torch.randn(1, WIDTH)).sum().backward()
+    assert streamer.state == "learning" and seen[-3:] == ["tier"] * 3
