@@ -42,7 +42,7 @@ class Seams:
     hbm_room: Callable[[Any], int | None]  # bytes HBM can still give on a device
     in_hbm: Callable[[Any, int], Any]  # an uninitialised byte buffer in HBM, or None
     to_hbm: Callable[[Any], Any] | None = None  # a copy of a tensor in HBM, or None
-    trained: Callable[[], bool] = lambda: False  # whether an optimizer has stepped
+    trained: Callable[[], bool] | None = None  # whether an optimizer has stepped
 
 
 class WeightStreamer:
@@ -149,8 +149,8 @@ class WeightStreamer:
         streamed = [m for m in modules if self._big(m) and self._on_tier(m)]
         if not streamed:
             return self._off("no module's parameters are on the tier")
-        if self.seams.trained():  # a training process's evaluation: nothing moved
-            return self._off("an optimizer has stepped in this process")
+        if self.seams.trained is not None and self.seams.trained():  # an evaluation pass:
+            return self._off("an optimizer has stepped in this process")  # nothing moved
         need = SLOTS * max(self._bytes(m) for m in streamed)
         device = self._params(streamed[0])[0].device
         in_hbm = [m for m in modules if self._big(m) and m not in streamed
