@@ -146,25 +146,29 @@ class WeightStreamer:
         """The first pass is over: choose what to stream and make the ring."""
         modules = [m for m in (r() for r in self._seen) if m is not None]
         self._seen, self._seen_ids = [], set()
-        streamed = [m for m in modules if self._big(m) and self._on_tier(m)]
+        streamed = [m for m in modules if self._big(m) and self._on_tier(m)
+                    and not _reads_rows(m)]  # fmt: skip
         if not streamed:
             return self._off("no module's parameters are on the tier")
         if self.seams.trained is not None and self.seams.trained():  # an evaluation pass:
             return self._off("an optimizer has stepped in this process")  # nothing moved
         need = SLOTS * max(self._bytes(m) for m in streamed)
         device = self._params(streamed[0])[0].device
-        in_hbm = [m for m in modules if self._big(m) and m not in streamed
-                  and not any(self.seams.on_tier(p) for p in self._params(m))]  # fmt: skip
+        in_hbm = [m for m in modules if self._big(m) and self._in_hbm(m)]
+        # what moves for the ring's room: embedding tables first (a token reads a row of
+        # one, in place), then the last modules called, which are then streamed too
+        in_hbm.sort(key=lambda m: not _reads_rows(m))
         while (self.seams.hbm_room(device) or 0) < need and in_hbm:
-            m = in_hbm.pop()  # the last called first
+            m = in_hbm.pop(0) if _reads_rows(in_hbm[0]) else in_hbm.pop()
             for p in self._params(m):
                 p.data = self.seams.to_tier(p.data)
                 self._moved.append(p)
                 self.moved_bytes += p.numel() * p.element_size()
-            streamed.append(m)
+            if not _reads_rows(m):
+                streamed.append(m)
         ring = [self.seams.in_hbm(device, need // SLOTS) for _ in range(SLOTS)]
         if any(b is None for b in ring):
-            return self._off(f"HBM has no room for {need} bytes of buffers")
+            return self.stop(f"HBM has no room for {need} bytes of buffers")
         position = {id(m): k for k, m in enumerate(modules)}
         streamed.sort(key=lambda m: position[id(m)])
         self._ring = ring
@@ -246,6 +250,9 @@ class WeightStreamer:
     def _on_tier(self, module: Any) -> bool:
         return all(self.seams.on_tier(p) for p in self._params(module))
 
+    def _in_hbm(self, module: Any) -> bool:
+        return not any(self.seams.on_tier(p) for p in self._params(module))
+
     def _big(self, module: Any) -> bool:
         params = self._params(module)
         return bool(params) and all(p.is_contiguous() for p in params) and \
@@ -264,6 +271,13 @@ class WeightStreamer:
         handles, self.handles = self.handles, []
         for h in handles:
             h.remove()
+
+
+def _reads_rows(module: Any) -> bool:
+    """An embedding table: a call reads a few of its rows, cheaper in place than copied."""
+    import torch
+
+    return isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag))
 
 
 def _aligned(n: int) -> int:

@@ -179,3 +179,27 @@ def test_with_gradients_on_nothing_is_learnt_or_streamed(streaming):
     for _ in range(3):
         model(torch.randn(1, WIDTH)).sum().backward()
     assert streamer.state == "learning" and seen[-3:] == ["tier"] * 3
+
+
+def test_an_embedding_table_moves_first_and_is_read_in_place(streaming):
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(2048, WIDTH),  # 4 MiB, in HBM
+        *[torch.nn.Linear(WIDTH, WIDTH) for _ in range(4)],
+    ).eval()
+    for layer in list(model)[3:]:
+        for p in layer.parameters():
+            p.data = tier.to_tier(p.data)
+    tier.room = 0
+    ids = torch.tensor([[1, 5, 7]])
+    with torch.no_grad():
+        want = model(ids)
+    streamer = streaming(tier)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(ids), want)
+    # the table's 4 MiB made room for the ring (3 Linears' worth): no Linear moved
+    assert streamer.moved_bytes == 2048 * WIDTH * 4 and tier.owns(model[0].weight)
+    assert [tier.owns(layer.weight) for layer in list(model)[1:]] == [False] * 2 + [True] * 2
+    assert streamer.state == "streaming" and len(streamer._order) == 2
