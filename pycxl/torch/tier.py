@@ -14,7 +14,9 @@ Two mechanisms over the tier pools of tier_pool.py:
   memory statistics are answered from tier.c's counts (spill_stats.py), and an
   optimizer's state is made on the tier where the step would not fit with it in HBM
   (spill_placement.py). cuBLAS's handle for autograd's backward thread is made at the
-  first module call with gradients, while HBM has room (spill_handles.py).
+  first module call with gradients, while HBM has room (spill_handles.py). With
+  PYCXL_SPILL_STREAM_WEIGHTS=1, forward passes without gradients read spilled weights
+  through HBM by copy (spill_weights.py).
 
 Spills are counted (``TierPool.stats``), and with ``log=True`` (or PYCXL_SPILL_LOG=1) each
 one made on the thread that asked is logged with its size, tier and Python call site.
