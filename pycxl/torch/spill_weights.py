@@ -12,9 +12,13 @@ the ring, the parameters of the last modules called whose weights are in HBM mov
 the tier first, and are streamed with the rest.
 
 Off with gradients on (a backward pass would save what the call read), while
-``torch.compile`` traces, while a CUDA graph is captured and under a dispatch mode; a
-module called out of the learnt order waits for its own copy. Global module hooks (the
-script is unchanged): every module call pays for them, about 2 us each way.
+``torch.compile`` traces, while a CUDA graph is captured and under a dispatch mode. Only
+modules without parameters of their children are streamed (a parent would hold its slot
+while its children's copies arrive); a module called out of the learnt order waits for
+its own copy; a weight changed since its copy (its version or storage) is copied again,
+and each copy waits for the compute enqueued before it. One device, one thread: spilled
+weights on several devices are read in place. Global module hooks (the script is
+unchanged): every module call pays for them, about 2 us each way.
 """
 
 from __future__ import annotations
@@ -59,11 +63,13 @@ class WeightStreamer:
         self._order: list[weakref.ref[Any]] = []  # modules streamed, in call order
         self._index: dict[int, int] = {}  # id(module) -> its place in _order
         self._ring: list[Any] = []  # SLOTS byte buffers in HBM
-        self._copied: dict[int, tuple[int, Any]] = {}  # order place -> (slot, its event)
-        self._used: list[Any] = [None] * SLOTS  # each slot's last reader's end
+        # order place -> its slot, the copy's end, and what it copied (each parameter's
+        # version and storage then: a weight changed since is copied again)
+        self._copied: dict[int, tuple[int, Any, list[tuple[int, int]]]] = {}
+        self._device: Any = None  # the streamed modules' device
         self._issued = 0  # copies issued, for the slot of the next
-        # id(module) -> its slot, and each parameter with its own data
-        self._swapped: dict[int, tuple[int, list[tuple[Any, Any]]]] = {}
+        # id(module) -> each parameter swapped, with its own data
+        self._swapped: dict[int, list[tuple[Any, Any]]] = {}
         self._stream: Any = None
         self.state = "learning"  # then "streaming", or "off" (said in the log, why)
         self.moved_bytes = 0  # HBM parameters moved to the tier for the ring's room
@@ -91,9 +97,14 @@ class WeightStreamer:
             self._restart()
         self._issue_ahead(place)
         copied = self._copied.pop(place, None)
+        if copied is not None and copied[2] != _versions(self._params(module)):
+            self._wait(copied[1])  # changed since its copy (between generate calls)
+            self._restart()
+            self._issue_ahead(place)
+            copied = self._copied.pop(place, None)
         if copied is None:  # its module was gone when the copy was due
             return
-        slot, loaded = copied
+        slot, loaded, _ = copied
         self._wait(loaded)
         swapped, offset, buffer = [], 0, self._ring[slot]
         for p in self._params(module):
@@ -102,25 +113,18 @@ class WeightStreamer:
             p.data = buffer[offset : offset + n].view(p.dtype).view(p.shape)
             swapped.append((p, own))
             offset += _aligned(n)
-        self._swapped[id(module)] = (slot, swapped)
+        self._swapped[id(module)] = swapped
         self._next_read = (place + 1) % len(self._order)
 
     def after(self, module: Any, args: Any, output: Any) -> None:
         """A module's call ended (or raised): its parameters put back."""
-        entry = self._swapped.pop(id(module), None)
-        if entry is None:
-            return
-        slot, swapped = entry
-        for p, own in swapped:
+        for p, own in self._swapped.pop(id(module), []):
             p.data = own
-        self._used[slot] = self._record()
 
     def stop(self, why: str) -> None:
         """Streaming ends for good: the ring given back, the parameters moved to make its
         room back in HBM (where it has room for them)."""
-        for _, event in self._copied.values():
-            self._wait(event)
-        self._copied.clear()
+        self._restart()
         self._ring = []
         back = 0
         for p in self._moved:
@@ -146,29 +150,37 @@ class WeightStreamer:
         """The first pass is over: choose what to stream and make the ring."""
         modules = [m for m in (r() for r in self._seen) if m is not None]
         self._seen, self._seen_ids = [], set()
-        streamed = [m for m in modules if self._big(m) and self._on_tier(m)
-                    and not _reads_rows(m)]  # fmt: skip
-        if not streamed:
+        if not self._streamed(modules, None):
             return self._off("no module's parameters are on the tier")
         if self.seams.trained is not None and self.seams.trained():  # an evaluation pass:
             return self._off("an optimizer has stepped in this process")  # nothing moved
-        need = SLOTS * max(self._bytes(m) for m in streamed)
-        device = self._params(streamed[0])[0].device
-        in_hbm = [m for m in modules if self._big(m) and self._in_hbm(m)]
+        devices = {self._params(m)[0].device for m in self._streamed(modules, None)}
+        if len(devices) > 1:
+            return self._off("the spilled weights are on several devices")
+        device = self._device = devices.pop()
         # what moves for the ring's room: embedding tables first (a token reads a row of
-        # one, in place), then the last modules called, which are then streamed too
-        in_hbm.sort(key=lambda m: not _reads_rows(m))
-        while (self.seams.hbm_room(device) or 0) < need and in_hbm:
-            m = in_hbm.pop(0) if _reads_rows(in_hbm[0]) else in_hbm.pop()
+        # one, in place; not one whose weight a Linear shares), then the last modules
+        # called, which are then streamed too
+        shared = {id(p) for m in modules if not _reads_rows(m) for p in self._params(m)}
+
+        def rows_only(m: Any) -> bool:
+            return _reads_rows(m) and not any(id(p) in shared for p in self._params(m))
+
+        movable = [m for m in modules if self._big(m) and self._in_hbm(m)
+                   and self._params(m)[0].device == device]  # fmt: skip
+        movable.sort(key=lambda m: not rows_only(m))
+        while (self.seams.hbm_room(device) or 0) < self._need(modules, device) and movable:
+            m = movable.pop(0) if rows_only(movable[0]) else movable.pop()
             for p in self._params(m):
-                p.data = self.seams.to_tier(p.data)
-                self._moved.append(p)
-                self.moved_bytes += p.numel() * p.element_size()
-            if not _reads_rows(m):
-                streamed.append(m)
+                if not self.seams.on_tier(p):  # a tied weight may have moved already
+                    p.data = self.seams.to_tier(p.data)
+                    self._moved.append(p)
+                    self.moved_bytes += p.numel() * p.element_size()
+        need = self._need(modules, device)
         ring = [self.seams.in_hbm(device, need // SLOTS) for _ in range(SLOTS)]
         if any(b is None for b in ring):
             return self.stop(f"HBM has no room for {need} bytes of buffers")
+        streamed = self._streamed(modules, device)
         position = {id(m): k for k, m in enumerate(modules)}
         streamed.sort(key=lambda m: position[id(m)])
         self._ring = ring
@@ -201,18 +213,21 @@ class WeightStreamer:
         slot = self._issued % SLOTS
         self._issued += 1
         buffer, offset = self._ring[slot], 0
-        with self._on_copy_stream(self._used[slot]):
-            for p in self._params(module):
+        params = self._params(module)
+        # after all the compute enqueued so far: the slot's last reader (the module
+        # SLOTS copies back, called by now) and any write to these weights
+        with self._on_copy_stream(self._record()):
+            for p in params:
                 n = p.numel() * p.element_size()
                 buffer[offset : offset + n].copy_(p.data.reshape(-1).view(self.torch.uint8),
                                                   non_blocking=True)  # fmt: skip
                 offset += _aligned(n)
-            self._copied[place] = (slot, self._record(copy=True))
+            self._copied[place] = (slot, self._record(copy=True), _versions(params))
 
     def _restart(self) -> None:
         """A module called out of order: the copies in flight are dropped (waited for,
         so their slots are free) and the ring starts again from it."""
-        for _, event in self._copied.values():
+        for _, event, _ in self._copied.values():
             self._wait(event)
         self._copied.clear()
 
@@ -224,21 +239,20 @@ class WeightStreamer:
 
             return contextlib.nullcontext()
         if self._stream is None:
-            self._stream = torch.cuda.Stream()
-        if after is not None:
-            self._stream.wait_event(after)
+            self._stream = torch.cuda.Stream(self._device)
+        self._stream.wait_event(after)
         return torch.cuda.stream(self._stream)
 
     def _record(self, copy: bool = False) -> Any:
         if self.device_type != "cuda":
             return None
         event = self.torch.cuda.Event()
-        event.record(self._stream if copy else None)
+        event.record(self._stream if copy else self.torch.cuda.current_stream(self._device))
         return event
 
     def _wait(self, event: Any) -> None:
         if event is not None:
-            self.torch.cuda.current_stream().wait_event(event)
+            self.torch.cuda.current_stream(self._device).wait_event(event)
 
     # -- what a module holds ----------------------------------------------------------
     def _params(self, module: Any) -> list[Any]:
@@ -249,6 +263,18 @@ class WeightStreamer:
 
     def _on_tier(self, module: Any) -> bool:
         return all(self.seams.on_tier(p) for p in self._params(module))
+
+    def _streamed(self, modules: list[Any], device: Any) -> list[Any]:
+        """The modules to stream: those whose own parameters (and no child's: a parent
+        would hold its slot while its children's copies arrive) are all on the tier and
+        on ``device`` (None: any), embedding tables aside."""
+        return [m for m in modules if self._big(m) and self._on_tier(m) and not _reads_rows(m)
+                and len(self._params(m)) == len(list(m.parameters()))
+                and (device is None or self._params(m)[0].device == device)]  # fmt: skip
+
+    def _need(self, modules: list[Any], device: Any) -> int:
+        """The ring's bytes: SLOTS of the largest module streamed."""
+        return SLOTS * max((self._bytes(m) for m in self._streamed(modules, device)), default=0)
 
     def _in_hbm(self, module: Any) -> bool:
         return not any(self.seams.on_tier(p) for p in self._params(module))
@@ -278,6 +304,11 @@ def _reads_rows(module: Any) -> bool:
     import torch
 
     return isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+
+
+def _versions(params: list[Any]) -> list[tuple[int, int]]:
+    """Each parameter's version and storage: what a copy of them was made from."""
+    return [(p._version, p.data_ptr()) for p in params]
 
 
 def _aligned(n: int) -> int:

@@ -203,3 +203,91 @@ def test_an_embedding_table_moves_first_and_is_read_in_place(streaming):
     assert streamer.moved_bytes == 2048 * WIDTH * 4 and tier.owns(model[0].weight)
     assert [tier.owns(layer.weight) for layer in list(model)[1:]] == [False] * 2 + [True] * 2
     assert streamer.state == "streaming" and len(streamer._order) == 2
+
+
+class Nested(torch.nn.Module):
+    """A module with a weight of its own that calls a child with its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(WIDTH, WIDTH))
+        self.child = torch.nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: object) -> object:
+        return self.child(x) @ self.weight
+
+
+def test_a_parent_whose_children_stream_reads_its_own_weight_in_place(streaming):
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Nested() for _ in range(4)]).eval()
+    for p in model.parameters():
+        p.data = tier.to_tier(p.data)
+    tier.room = 1 << 30
+    x = torch.randn(2, WIDTH)
+    with torch.no_grad():
+        want = model(x)
+    streamer = streaming(tier)
+    with torch.no_grad():
+        for _ in range(4):
+            assert torch.equal(model(x), want)
+    assert streamer.state == "streaming"
+    assert sorted(streamer._index) == sorted(id(m.child) for m in model)
+
+
+def test_a_weight_changed_between_passes_is_copied_again(streaming):
+    tier = FakeTier(room=0)
+    model = _model(tier, layers=4, on_tier_from=0)
+    tier.room = 1 << 30
+    x = torch.randn(2, WIDTH)
+    streaming(tier)
+    with torch.no_grad():
+        model(x)
+        model(x)  # streaming; the next pass's first copies are made at its end
+        model[0].weight.mul_(0.5)
+        model[1].weight.data = model[1].weight.data.clone()  # a new storage
+        got = model(x)
+    reference = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(4)])
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(got, reference(x))
+
+
+def test_a_ring_that_would_outgrow_hbm_puts_back_what_moved_and_reads_in_place(streaming):
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    # three 1 MiB Linears on the tier, then a 4 MiB one in HBM, called last: moving it
+    # makes 4 MiB of room but needs a ring of three of its size
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(3)],
+                                torch.nn.Linear(WIDTH, 4 * WIDTH)).eval()  # fmt: skip
+    for layer in list(model)[:3]:
+        for p in layer.parameters():
+            p.data = tier.to_tier(p.data)
+    tier.room = 0
+    x = torch.randn(2, WIDTH)
+    with torch.no_grad():
+        want = model(x)
+    streamer = streaming(tier)
+    with torch.inference_mode():
+        for _ in range(3):
+            assert torch.equal(model(x), want)
+    assert streamer.state == "off" and not tier.owns(model[3].weight)
+
+
+def test_a_head_tied_to_the_embedding_is_streamed_and_the_table_read_in_place(streaming):
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(2048, WIDTH)
+    head = torch.nn.Linear(WIDTH, 2048, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.Sequential(emb, torch.nn.Linear(WIDTH, WIDTH), head).eval()
+    emb.weight.data = tier.to_tier(emb.weight.data)
+    tier.room = 1 << 30
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        want = model(ids)
+    streamer = streaming(tier)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(ids), want)
+    assert streamer.state == "streaming" and list(streamer._index) == [id(head)]
