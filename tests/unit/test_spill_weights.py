@@ -72,6 +72,13 @@ def streaming():
         s.remove()
 
 
+def _same_each_pass(model: object, x: object, want: object, passes: int = 3) -> None:
+    """Passes without gradients, each giving ``want``."""
+    with torch.no_grad():
+        for _ in range(passes):
+            assert torch.equal(model(x), want)
+
+
 def _reads(model: object, tier: FakeTier) -> list[str]:
     """Where each Linear's weight is as its call begins: 'tier', 'ring' or 'hbm'."""
     seen: list[str] = []
@@ -196,9 +203,7 @@ def test_an_embedding_table_moves_first_and_is_read_in_place(streaming):
     with torch.no_grad():
         want = model(ids)
     streamer = streaming(tier)
-    with torch.no_grad():
-        for _ in range(3):
-            assert torch.equal(model(ids), want)
+    _same_each_pass(model, ids, want)
     # the table's 4 MiB made room for the ring (3 Linears' worth): no Linear moved
     assert streamer.moved_bytes == 2048 * WIDTH * 4 and tier.owns(model[0].weight)
     assert [tier.owns(layer.weight) for layer in list(model)[1:]] == [False] * 2 + [True] * 2
@@ -287,7 +292,5 @@ def test_a_head_tied_to_the_embedding_is_streamed_and_the_table_read_in_place(st
     with torch.no_grad():
         want = model(ids)
     streamer = streaming(tier)
-    with torch.no_grad():
-        for _ in range(3):
-            assert torch.equal(model(ids), want)
+    _same_each_pass(model, ids, want)
     assert streamer.state == "streaming" and list(streamer._index) == [id(head)]
