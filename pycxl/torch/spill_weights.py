@@ -188,13 +188,13 @@ class WeightStreamer:
         self._index = {id(m): k for k, m in enumerate(streamed)}
         self._next_read = 0
         self.state = "streaming"
-        log.info("spilled weights of %d modules read through HBM by copy (%d bytes of "
+        log.warning("spilled weights of %d modules read through HBM by copy (%d bytes of "
                  "buffers; %d bytes of parameters moved to the tier to make room)",
                  len(streamed), need, self.moved_bytes)  # fmt: skip
 
     def _off(self, why: str) -> None:
         self.state = "off"
-        log.info("spilled weights read in place: %s", why)
+        log.warning("spilled weights read in place: %s", why)  # asked for: say why not
 
     # -- the ring -----------------------------------------------------------------
     def _issue_ahead(self, place: int) -> None:

@@ -308,7 +308,7 @@ model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096, dtype=torch.bfloat16)
                               for _ in range(8)]).cuda().eval()
 for layer in list(model)[4:]:  # the last four spilled, as a model made on a full GPU is
     for p in layer.parameters():
-        p.data = pycxl.move(p.data, pool)
+        p.data = pycxl.move(p.data, "dram0")
 torch.cuda.synchronize()
 free, _ = torch.cuda.mem_get_info()
 blocker = torch.empty(free - (560 << 20), dtype=torch.uint8, device="cuda")  # headroom + 48 MiB
