@@ -60,6 +60,7 @@ class WeightStreamer:
         self.handles: list[Any] = []
         self._seen: list[weakref.ref[Any]] = []  # module calls of the first pass, in order
         self._seen_ids: set[int] = set()
+        self._open: list[int] = []  # the learnt pass's calls under way, outermost first
         self._order: list[weakref.ref[Any]] = []  # modules streamed, in call order
         self._index: dict[int, int] = {}  # id(module) -> its place in _order
         self._ring: list[Any] = []  # SLOTS byte buffers in HBM
@@ -88,7 +89,10 @@ class WeightStreamer:
         if not self._runs_now():
             return
         if self.state == "learning":
-            self._learn(module)
+            self._open.append(id(module))
+            if id(module) not in self._seen_ids:
+                self._seen_ids.add(id(module))
+                self._seen.append(weakref.ref(module))
             return
         place = self._index.get(id(module))
         if place is None:
@@ -117,9 +121,14 @@ class WeightStreamer:
         self._next_read = (place + 1) % len(self._order)
 
     def after(self, module: Any, args: Any, output: Any) -> None:
-        """A module's call ended (or raised): its parameters put back."""
+        """A module's call ended (or raised): its parameters put back; the end of the
+        outermost call of a pass being learnt plans the next."""
         for p, own in self._swapped.pop(id(module), []):
             p.data = own
+        if self._open and self._open[-1] == id(module):
+            self._open.pop()
+            if not self._open and self.state == "learning":
+                self._pass_learnt()
 
     def stop(self, why: str) -> None:
         """Streaming ends for good: the ring given back, the parameters moved to make its
@@ -137,14 +146,14 @@ class WeightStreamer:
         self._off(f"{why}; {back} of {self.moved_bytes} bytes of parameters moved back to HBM")
 
     # -- learning the order ---------------------------------------------------------
-    def _learn(self, module: Any) -> None:
-        if id(module) in self._seen_ids:
-            if self._seen and self._seen[0]() is module:  # the next pass began
-                with self.torch.inference_mode(False):  # the ring, moves: plain tensors
-                    self._plan()
-            return
-        self._seen_ids.add(id(module))
-        self._seen.append(weakref.ref(module))
+    def _pass_learnt(self) -> None:
+        """A pass without gradients ended: plan from it where it read weights on the
+        tier, else forget it (a call outside the model, say) and learn the next."""
+        modules = [m for m in (r() for r in self._seen) if m is not None]
+        if any(self._big(m) and self._on_tier(m) for m in modules):
+            with self.torch.inference_mode(False):  # the ring, moves: plain tensors
+                self._plan()
+        self._seen, self._seen_ids = [], set()
 
     def _plan(self) -> None:
         """The first pass is over: choose what to stream and make the ring."""

@@ -294,3 +294,21 @@ def test_a_head_tied_to_the_embedding_is_streamed_and_the_table_read_in_place(st
     streamer = streaming(tier)
     _same_each_pass(model, ids, want)
     assert streamer.state == "streaming" and list(streamer._index) == [id(head)]
+
+
+def test_a_call_outside_the_model_first_does_not_keep_it_from_streaming(streaming):
+    """A module called once without gradients before the model (a helper, made at set-up)
+    is a pass of its own: it read nothing on the tier, so the model's next pass is the
+    one learnt."""
+    tier = FakeTier(room=0)
+    model = _model(tier)
+    x = torch.randn(3, WIDTH)
+    with torch.no_grad():
+        want = model(x)
+    tier.room = 1 << 30
+    streamer = streaming(tier)
+    seen = _reads(model, tier)
+    with torch.no_grad():
+        torch.nn.Linear(4, 4)(torch.ones(1, 4))  # gone after this line
+        _same_each_pass(model, x, want)
+    assert streamer.state == "streaming" and seen[-3:] == ["ring"] * 3
