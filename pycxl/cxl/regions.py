@@ -8,6 +8,7 @@ the kernel reports it afterwards, with its NUMA node and tier name once online.
 from __future__ import annotations
 
 import errno
+import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -36,9 +37,12 @@ log = get_logger(__name__)
 # region name (it took the name first); attaching a target (regions must sit on a port
 # in address order, and it attached a region above the address we were given); commit
 # (decoders of one port commit in id order, and it holds a lower one, not yet
-# committed). Each is undone and re-planned from a fresh read of the topology.
-RACE_RETRIES = 5
+# committed). Each is undone and re-planned from a fresh read of the topology, for as
+# long as RACE_WINDOW_S: a creation takes seconds on a busy or emulated machine, and
+# two losers that back off in step collide again, so each wait is jittered.
+RACE_WINDOW_S = 60.0
 RACE_BACKOFF_S = 0.5
+RACE_BACKOFF_MAX_S = 3.0
 _TARGET = re.compile(r"/region\d+/target\d+$")
 
 
@@ -73,7 +77,9 @@ def create_region(
         raise NotAvailableError(CxlTopology.NO_BUS)
     if not dry_run:
         require_root(fs, "creating a region")
-    for attempt in range(RACE_RETRIES):
+    deadline = time.monotonic() + RACE_WINDOW_S
+    attempt = 0
+    while True:
         layout = layout_region(read_cxl(fs), request)
         name = region_plan.next_region_name(fs, layout)
         plan = region_plan.create_plan(
@@ -84,13 +90,18 @@ def create_region(
         try:
             plan.execute(fs, before_step=before_step)
         except PlanFailed as e:
-            if _lost_race(e) and not e.undo_errors and attempt + 1 < RACE_RETRIES:
-                log.info("%s; another region is being created, retrying", e)
-                time.sleep(RACE_BACKOFF_S * (attempt + 1))
-                continue
-            raise
+            if not _lost_race(e) or e.undo_errors:
+                raise
+            if time.monotonic() >= deadline:
+                raise OperationError(
+                    f"{e}; other region creations kept {layout.root.name} busy for "
+                    f"{RACE_WINDOW_S:.0f} s: retry once they finish"
+                ) from e
+            attempt += 1
+            log.info("%s; another region is being created, retrying", e)
+            time.sleep(min(RACE_BACKOFF_S * attempt, RACE_BACKOFF_MAX_S) * random.uniform(0.5, 1.5))
+            continue
         return _result(fs, name, plan, layout=layout)
-    raise OperationError("the root decoder stayed busy")  # pragma: no cover - loop raises
 
 
 def destroy_region(

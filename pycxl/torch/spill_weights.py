@@ -17,12 +17,13 @@ modules without parameters of their children are streamed (a parent would hold i
 while its children's copies arrive); a module called out of the learnt order waits for
 its own copy; a weight changed since its copy (its version or storage) is copied again,
 and each copy waits for the compute enqueued before it. One device, one thread: spilled
-weights on several devices are read in place. Global module hooks (the script is
-unchanged): every module call pays for them, about 2 us each way.
+weights on several devices are read in place. The hooks are global (the script is
+unchanged), so every module call pays for two Python calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,15 +153,17 @@ class WeightStreamer:
         modules = [m for m in (r() for r in self._seen) if m is not None]
         if any(self._big(m) and self._on_tier(m) for m in modules):
             with self.torch.inference_mode(False):  # the ring, moves: plain tensors
-                self._plan()
+                self._plan(modules)
         self._seen, self._seen_ids = [], set()
 
-    def _plan(self) -> None:
-        """The first pass is over: choose what to stream and make the ring."""
-        modules = [m for m in (r() for r in self._seen) if m is not None]
-        self._seen, self._seen_ids = [], set()
+    def _plan(self, modules: list[Any]) -> None:
+        """A pass that read weights on the tier is over: choose from its modules, in
+        call order, what to stream, and make the ring."""
         if not self._streamed(modules, None):
-            return self._off("no module's parameters are on the tier")
+            return self._off(
+                "no module with weights on the tier can be streamed (embedding tables and "
+                "modules with children's parameters are read in place)"
+            )
         if self.seams.trained is not None and self.seams.trained():  # an evaluation pass:
             return self._off("an optimizer has stepped in this process")  # nothing moved
         devices = {self._params(m)[0].device for m in self._streamed(modules, None)}
@@ -244,8 +247,6 @@ class WeightStreamer:
     def _on_copy_stream(self, after: Any) -> Any:
         torch = self.torch
         if self.device_type != "cuda":
-            import contextlib
-
             return contextlib.nullcontext()
         if self._stream is None:
             self._stream = torch.cuda.Stream(self._device)

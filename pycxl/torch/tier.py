@@ -28,7 +28,7 @@ import contextlib
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..base._lib import compiled
@@ -155,13 +155,17 @@ def spill_to(
     _spilling, _placement = pool, placement
     _handles = spill_handles.install(torch)  # the backward thread's cuBLAS handle, in time
     spill_stats.install(torch, pool.slot)
-    if os.environ.get(STREAM_WEIGHTS_ENV, "") not in ("", "0"):
+    if _switched_on(STREAM_WEIGHTS_ENV):
         _streamer = spill_weights.install(torch, _weight_seams(torch, pool, headroom))
     if log_spills is None:
-        log_spills = os.environ.get(SPILL_LOG_ENV, "") not in ("", "0")
+        log_spills = _switched_on(SPILL_LOG_ENV)
     if log_spills:
         compiled.tier_log(_log_spill)
     return pool
+
+
+def _switched_on(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0")
 
 
 def _weight_seams(torch: Any, pool: TierPool, headroom: int) -> spill_weights.Seams:
@@ -174,17 +178,18 @@ def _weight_seams(torch: Any, pool: TierPool, headroom: int) -> spill_weights.Se
         torch.cuda.synchronize(device)
         return max((compiled.tier_hbm_room(device.index or 0, settle=True) or 0) - headroom, 0)
 
-    def in_hbm(device: Any, n: int) -> Any:
+    def hbm_only(make: Callable[[], Any]) -> Any:
+        """``make``'s tensor where it landed in HBM; None where it would have spilled."""
         with _in_gpu_memory():
-            t = torch.empty(n, dtype=torch.uint8, device=device)
+            t = make()
         return None if on_tier(t) else t
 
+    def in_hbm(device: Any, n: int) -> Any:
+        return hbm_only(lambda: torch.empty(n, dtype=torch.uint8, device=device))
+
     def to_hbm(t: Any) -> Any:
-        with _in_gpu_memory():
-            out = torch.empty_like(t)
-        if on_tier(out):
-            return None
-        return out.copy_(t)
+        out = hbm_only(lambda: torch.empty_like(t))
+        return None if out is None else out.copy_(t)
 
     return spill_weights.Seams(
         on_tier=on_tier,
