@@ -79,8 +79,8 @@ def _same_each_pass(model: object, x: object, want: object, passes: int = 3) -> 
             assert torch.equal(model(x), want)
 
 
-def _reads(model: object, tier: FakeTier) -> list[str]:
-    """Where each Linear's weight is as its call begins: 'tier', 'ring' or 'hbm'."""
+def _reads(modules: object, tier: FakeTier) -> list[str]:
+    """Where each of ``modules``' weight is as its call begins: 'tier', 'ring' or 'hbm'."""
     seen: list[str] = []
 
     def where(module: object, args: object) -> None:
@@ -91,8 +91,8 @@ def _reads(model: object, tier: FakeTier) -> list[str]:
         else:
             seen.append("tier" if tier.owns(w) else "hbm")
 
-    for layer in model:
-        layer.register_forward_pre_hook(where)
+    for module in modules:
+        module.register_forward_pre_hook(where)
     return seen
 
 
@@ -312,3 +312,48 @@ def test_a_call_outside_the_model_first_does_not_keep_it_from_streaming(streamin
         torch.nn.Linear(4, 4)(torch.ones(1, 4))  # gone after this line
         _same_each_pass(model, x, want)
     assert streamer.state == "streaming" and seen[-3:] == ["ring"] * 3
+
+
+def _hf_model(kind: str) -> object:
+    """A Hugging Face causal LM of ``kind`` (two architectures: Llama's Linears, GPT-2's
+    Conv1Ds), small, with modules of 1 MiB and more."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=512, intermediate_size=1024,
+                                       num_hidden_layers=4, num_attention_heads=8,
+                                       num_key_value_heads=2)  # fmt: skip
+        return transformers.LlamaForCausalLM(cfg).eval()
+    cfg = transformers.GPT2Config(vocab_size=1000, n_embd=512, n_layer=4, n_head=8)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_hugging_face_generate_streams_the_spilled_layers_and_makes_the_same_tokens(
+    streaming, kind
+):
+    model = _hf_model(kind)
+    prompt = torch.randint(0, 1000, (1, 12), generator=torch.Generator().manual_seed(1))
+
+    def generate() -> list[int]:
+        out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                             pad_token_id=0)  # fmt: skip
+        return out[0, 12:].tolist()
+
+    want = generate()
+    tier = FakeTier(room=0)
+    layers = model.model.layers if kind == "llama" else model.transformer.h
+    for layer in list(layers)[2:]:  # the last half spilled, as HBM filled while loading
+        for p in layer.parameters():
+            p.data = tier.to_tier(p.data)
+    tier.room = 1 << 30
+    spilled = [m for layer in list(layers)[2:] for m in layer.modules()
+               if hasattr(m, "weight") and m.weight.dim() == 2
+               and m.weight.numel() * 4 >= spill_weights.SMALLEST]  # fmt: skip
+    streamer = streaming(tier)
+    seen = _reads(spilled, tier)
+    assert generate() == want  # the first pass is learnt, the rest stream
+    assert streamer.state == "streaming"
+    assert seen[: len(spilled)] == ["tier"] * len(spilled)
+    assert seen[len(spilled) :] and set(seen[len(spilled) :]) == {"ring"}
+    assert all(tier.owns(m.weight) for m in spilled)  # their own again after each call
