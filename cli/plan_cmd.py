@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from pycxl.base.values import MAX_LAYERS, MAX_TOKENS, MAX_WIDTH
-from pycxl.torch.offload.fit import MAX_INTERMEDIATE, MAX_VOCAB
+from pycxl.torch.offload.train_shape import MAX_INTERMEDIATE, MAX_VOCAB
 
 from .exit_codes import DOES_NOT_FIT
 from .params import AS_JSON, PARAMETERS, RATE, SIZE, CountType

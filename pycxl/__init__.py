@@ -121,7 +121,7 @@ if TYPE_CHECKING:
     from .numa.policy import Policy as Policy
     from .ops.top import top as top
     from .resolve.system import System as System, snapshot as snapshot
-    from .torch.offload.fit import TrainShape as TrainShape
+    from .torch.offload.train_shape import TrainShape as TrainShape
 
 # Every public name but the errors above, and the submodule each is loaded from on first
 # use ('' for a subpackage of that name); __all__ and dir() are made from it.
@@ -134,7 +134,7 @@ _LAZY = {
          "disable_region", "enable_region", "tier_pool", "on_tier", "spill_to", "move", "fit"),
         "byname.facade",
     ),
-    "TrainShape": "torch.offload.fit",
+    "TrainShape": "torch.offload.train_shape",
     "RegionRequest": "cxl.region_layout",
     # CXL device operations (ndctl's memdev, port and bus commands)
     **dict.fromkeys(("read_labels", "write_labels", "zero_labels"), "cxl.label_area"),

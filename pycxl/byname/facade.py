@@ -358,10 +358,11 @@ def offload_model(
     from ..torch._import import import_torch
     from ..torch.offload.checkpoint import WeightSource
     from ..torch.offload.config import MAX_BLOCKS
-    from ..torch.offload.fit import TrainShape, check_tier_room
+    from ..torch.offload.fit import check_tier_room
     from ..torch.offload.host_memory import tier_allocator
     from ..torch.offload.initialise import ModelInit
     from ..torch.offload.model import ModelOffload
+    from ..torch.offload.train_shape import TrainShape
 
     torch = import_torch()
     # the modes (lookahead too) are checked once, by the offload's OffloadConfig, before
@@ -447,6 +448,7 @@ def fit(
     from ..base.values import finite
     from ..torch.offload import fit as planning, fit_machine
     from ..torch.offload.host_memory import tier_allocator
+    from ..torch.offload.train_shape import TrainShape
 
     tokens, seq, lookahead, accumulation = planning.checked_step(tokens, seq, lookahead,
                                                                  accumulation)  # fmt: skip
@@ -455,7 +457,7 @@ def fit(
         if rate is not None:
             finite(rate, what, 0.0, planning.MAX_RATE)
     hbm = None if hbm_free is None else _bytes(hbm_free)
-    shape = model if isinstance(model, planning.TrainShape) else planning.TrainShape.of_model(model)
+    shape = model if isinstance(model, TrainShape) else TrainShape.of_model(model)
     if gpu is None and hbm is None:
         raise InvalidRequestError("without a GPU here, give hbm_free: the GPU's free memory")
     s = given_or_read(system, gpus=gpu is not None)

@@ -17,15 +17,8 @@ import pytest
 import pycxl
 from pycxl.base.errors import InvalidRequestError
 from pycxl.base.values import parameter_count
-from pycxl.torch.offload.fit import (
-    LOGIT_BYTES,
-    Machine,
-    TrainShape,
-    activation_bytes,
-    fit,
-    hbm_headroom,
-    step_peak,
-)
+from pycxl.torch.offload.fit import Machine, fit, hbm_headroom, step_peak
+from pycxl.torch.offload.train_shape import LOGIT_BYTES, TrainShape, activation_bytes
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
