@@ -37,3 +37,18 @@ def train(
             sched.step()
         losses.append(total)
     return losses
+
+
+def checkpointing_on(models: list[Any], use_reentrant: bool | None = False) -> None:
+    """Activation checkpointing on for Hugging Face ``models``, set to train, by the name
+    transformers gives it now (``activation_checkpointing_enable``); an older one has only
+    ``gradient_checkpointing_enable``, which a newer one warns goes in v6.
+    ``use_reentrant`` None: transformers' own default."""
+    kwargs = None if use_reentrant is None else {"use_reentrant": use_reentrant}
+    for m in models:
+        enable = getattr(m, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        m.train()

@@ -9,6 +9,7 @@ import gc
 import pytest
 
 import pycxl
+from tests.training import checkpointing_on
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -51,7 +52,7 @@ def test_fit_says_the_peak_hbm_a_step_allocates(weights: str, checkpointing: boo
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpointing_on([model])
     model.train()
     tokens = 2048
     name = weights + (" + checkpointing" if checkpointing else "")

@@ -16,7 +16,7 @@ import pytest
 import pycxl
 from pycxl.numa.pages import pages_by_node
 from pycxl.resolve.system import snapshot
-from tests.training import train as _train
+from tests.training import checkpointing_on, train as _train
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -107,10 +107,7 @@ def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_in_hbm(
 ) -> None:
     ref_model = _llama()
     model = copy.deepcopy(ref_model)
-    kwargs = None if reentrant is None else {"use_reentrant": reentrant}
-    for m in (ref_model, model):
-        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        m.train()
+    checkpointing_on([ref_model, model], reentrant)
     off = _offload(model, weights=weights)
     ref = _Reference(ref_model)
     data = _data(4, micro=2)
@@ -280,9 +277,7 @@ def test_a_model_built_on_meta_from_its_checkpoint_trains_as_the_one_saved(
 def test_an_update_begun_in_the_backward_pass_trains_as_in_hbm(weights: str, plan: str) -> None:
     ref_model = _llama(6)
     model = copy.deepcopy(ref_model)
-    for m in (ref_model, model):  # the blocks run again inside the backward pass
-        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        m.train()
+    checkpointing_on([ref_model, model])  # the blocks run again inside the backward pass
     off = _offload(
         model, "cpu" if plan == "cpu" else "auto", weights=weights, update_in_backward=True
     )

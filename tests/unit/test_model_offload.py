@@ -28,7 +28,7 @@ from pycxl.torch.offload.update_split import (
     split_blocks,
     split_from_the_end,
 )
-from tests.training import train as _train
+from tests.training import checkpointing_on, train as _train
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -90,10 +90,7 @@ def test_accumulation_clipping_a_scheduler_and_checkpointing_train_as_plain_pyto
     weights: str, reentrant: bool | None
 ) -> None:
     ref, model, off = _pair(weights=weights)
-    kwargs = None if reentrant is None else {"use_reentrant": reentrant}
-    for m in (ref, model):
-        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        m.train()
+    checkpointing_on([ref, model], reentrant)
     opt = _adamw(ref)
     data = _data(4, micro=2)
     want = _train(
@@ -119,9 +116,7 @@ def test_clipping_streamed_blocks_trains_as_plain_pytorch_from_norms_taken_as_th
     finds, and the losses its losses, with a scheduler."""
     ref, model, off = _pair(weights="stream")
     if checkpointing:
-        for m in (ref, model):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            m.train()
+        checkpointing_on([ref, model])
     opt = _adamw(ref)
     data = _data(4)
     want_norms: list[float] = []
@@ -279,9 +274,7 @@ def test_an_update_begun_in_the_backward_pass_trains_as_plain_pytorch(
         model, "dram0", None, optimizer=_adamw(model), weights=weights, update_in_backward=True
     )
     if checkpointing:
-        for m in (ref, model):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            m.train()
+        checkpointing_on([ref, model])
     data = _data(4)
     sched = torch.optim.lr_scheduler.StepLR(off.optimizer, 1, gamma=0.5)
     ref_opt = _adamw(ref)
