@@ -17,7 +17,6 @@ from ..base._log import get_logger
 from ..base.errors import (
     InvalidRequestError,
     NotAvailableError,
-    OperationError,
     SysfsError,
 )
 from ..base.plan import Plan, PlanFailed, StepHook, require_root
@@ -43,6 +42,21 @@ log = get_logger(__name__)
 RACE_WINDOW_S = 60.0
 RACE_BACKOFF_S = 0.5
 RACE_BACKOFF_MAX_S = 3.0
+_jitter = random.Random()  # its own: a caller's seed would put two creators in step again
+
+
+class StayedBusy(PlanFailed):
+    """Every attempt to create a region lost the race (EBUSY) until the window closed."""
+
+    def __init__(self, failed: PlanFailed, attempts: int, seconds: float) -> None:
+        super().__init__(failed.step, failed.index, failed.cause, failed.undo_errors)
+        self.args = (
+            f"{failed}; busy on each of {attempts} attempts over {seconds:.0f} s: another "
+            "region is being created under the same ports, or a region left uncommitted "
+            "holds a lower decoder there (pycxl list --regions shows it; destroy it)",
+        )
+
+
 _TARGET = re.compile(r"/region\d+/target\d+$")
 
 
@@ -77,7 +91,7 @@ def create_region(
         raise NotAvailableError(CxlTopology.NO_BUS)
     if not dry_run:
         require_root(fs, "creating a region")
-    deadline = time.monotonic() + RACE_WINDOW_S
+    began = time.monotonic()
     attempt = 0
     while True:
         layout = layout_region(read_cxl(fs), request)
@@ -92,14 +106,16 @@ def create_region(
         except PlanFailed as e:
             if not _lost_race(e) or e.undo_errors:
                 raise
-            if time.monotonic() >= deadline:
-                raise OperationError(
-                    f"{e}; other region creations kept {layout.root.name} busy for "
-                    f"{RACE_WINDOW_S:.0f} s: retry once they finish"
-                ) from e
             attempt += 1
-            log.info("%s; another region is being created, retrying", e)
-            time.sleep(min(RACE_BACKOFF_S * attempt, RACE_BACKOFF_MAX_S) * random.uniform(0.5, 1.5))
+            spent = time.monotonic() - began
+            if spent >= RACE_WINDOW_S:
+                raise StayedBusy(e, attempt, spent) from e
+            (log.warning if attempt == 1 else log.info)(
+                "%s; another region is being created: re-planning (for up to %.0f s)",
+                e, RACE_WINDOW_S,
+            )  # fmt: skip
+            wait = min(RACE_BACKOFF_S * attempt, RACE_BACKOFF_MAX_S) * _jitter.uniform(0.5, 1.5)
+            time.sleep(wait)
             continue
         return _result(fs, name, plan, layout=layout)
 

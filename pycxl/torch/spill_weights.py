@@ -151,10 +151,10 @@ class WeightStreamer:
         """A pass without gradients ended: plan from it where it read weights on the
         tier, else forget it (a call outside the model, say) and learn the next."""
         modules = [m for m in (r() for r in self._seen) if m is not None]
+        self._seen, self._seen_ids = [], set()  # forgotten whatever the plan does
         if any(self._big(m) and self._on_tier(m) for m in modules):
             with self.torch.inference_mode(False):  # the ring, moves: plain tensors
                 self._plan(modules)
-        self._seen, self._seen_ids = [], set()
 
     def _plan(self, modules: list[Any]) -> None:
         """A pass that read weights on the tier is over: choose from its modules, in

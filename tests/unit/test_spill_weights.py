@@ -316,7 +316,7 @@ def test_a_call_outside_the_model_first_does_not_keep_it_from_streaming(streamin
 
 def _hf_model(kind: str) -> object:
     """A Hugging Face causal LM of ``kind`` (two architectures: Llama's Linears, GPT-2's
-    Conv1Ds), small, with modules of 1 MiB and more."""
+    Conv1Ds with biases, made non-zero), small, with modules of 1 MiB and more."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if kind == "llama":
@@ -324,23 +324,32 @@ def _hf_model(kind: str) -> object:
                                        num_hidden_layers=4, num_attention_heads=8,
                                        num_key_value_heads=2)  # fmt: skip
         return transformers.LlamaForCausalLM(cfg).eval()
-    cfg = transformers.GPT2Config(vocab_size=1000, n_embd=512, n_layer=4, n_head=8)
-    return transformers.GPT2LMHeadModel(cfg).eval()
+    cfg = transformers.GPT2Config(vocab_size=1000, n_embd=512, n_layer=4, n_head=8,
+                                  bos_token_id=999, eos_token_id=999)  # fmt: skip
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # its biases start at zero: give them values the copy must carry
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0, 0.02)
+    return model
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_hugging_face_generate_streams_the_spilled_layers_and_makes_the_same_tokens(
+def test_hugging_face_generate_streams_the_spilled_layers_to_the_same_tokens_and_logits(
     streaming, kind
 ):
     model = _hf_model(kind)
     prompt = torch.randint(0, 1000, (1, 12), generator=torch.Generator().manual_seed(1))
 
-    def generate() -> list[int]:
+    def generate() -> tuple[list[int], object]:
+        """The tokens and each token's logits (an untrained model's greedy tokens hardly
+        move with its weights: the logits do)."""
         out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False,
-                             pad_token_id=0)  # fmt: skip
-        return out[0, 12:].tolist()
+                             pad_token_id=0, output_logits=True,
+                             return_dict_in_generate=True)  # fmt: skip
+        return out.sequences[0, 12:].tolist(), torch.stack(out.logits)
 
-    want = generate()
+    want_tokens, want_logits = generate()
     tier = FakeTier(room=0)
     layers = model.model.layers if kind == "llama" else model.transformer.h
     for layer in list(layers)[2:]:  # the last half spilled, as HBM filled while loading
@@ -352,7 +361,8 @@ def test_hugging_face_generate_streams_the_spilled_layers_and_makes_the_same_tok
                and m.weight.numel() * 4 >= spill_weights.SMALLEST]  # fmt: skip
     streamer = streaming(tier)
     seen = _reads(spilled, tier)
-    assert generate() == want  # the first pass is learnt, the rest stream
+    tokens, logits = generate()  # the first pass is learnt, the rest stream
+    assert tokens == want_tokens and torch.equal(logits, want_logits)
     assert streamer.state == "streaming"
     assert seen[: len(spilled)] == ["tier"] * len(spilled)
     assert seen[len(spilled) :] and set(seen[len(spilled) :]) == {"ring"}

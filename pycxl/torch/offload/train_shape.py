@@ -3,9 +3,10 @@
 The activations are estimated from the shape: what autograd saves for a decoder block
 with SDPA attention and a gated MLP in bf16, ``24 h + 8 i`` bytes a token a block (as
 counted for transformers' Llama, tests/unit/test_fit.py; fp32 weights under autocast
-keep about 1.75 times that), plus the logits and their gradient, 10 bytes a token a
-vocabulary entry; with activation checkpointing, a block's input a token a block and
-one block's worth recomputed (checkpointing some blocks: those, and the others' whole).
+keep about 1.75 times that), plus what the loss's backward pass holds, ``LOGIT_BYTES``
+(12) a token a vocabulary entry; with activation checkpointing, a block's input a token
+a block and one block's worth recomputed (checkpointing some blocks: those, and the
+others' whole).
 It is an estimate: the figure that decides a tight fit is the one a real step shows.
 """
 
