@@ -7,9 +7,14 @@ gradients (``no_grad``, ``inference_mode``: what ``generate`` runs) has shown th
 in which modules are called, each module whose own parameters are on the tier gets them
 copied into a ring of HBM buffers ahead of its call, on a copy stream of its own (the
 next modules' copies run beside the current one's compute); the module computes from
-the copies, and its parameters are put back after the call. Where HBM has no room for
-the ring, the parameters of the last modules called whose weights are in HBM move to
-the tier first, and are streamed with the rest.
+the copies, and its parameters are put back after the call.
+
+What spilled is what was made last (the last layers, the head), so a token's reads over
+the link came after the host had launched its HBM part, and a token ends in a sync: the
+two could not overlap. The plan exchanges them, byte for byte, for the modules called
+first, so that a token begins with the link's copies while the host launches the rest.
+Where HBM has no room for the ring, embedding tables move to the tier, then the modules
+in HBM called next, streamed with the rest.
 
 Off with gradients on (a backward pass would save what the call read), while
 ``torch.compile`` traces, while a CUDA graph is captured and under a dispatch mode. Only
@@ -75,6 +80,7 @@ class WeightStreamer:
         self._stream: Any = None
         self.state = "learning"  # then "streaming", or "off" (said in the log, why)
         self.moved_bytes = 0  # HBM parameters moved to the tier for the ring's room
+        self.exchanged_bytes = 0  # parameters moved either way so the tier holds the first
         self._moved: list[Any] = []  # those parameters
         self._next_read = 0  # the order place of the module expected next
 
@@ -170,9 +176,10 @@ class WeightStreamer:
         if len(devices) > 1:
             return self._off("the spilled weights are on several devices")
         device = self._device = devices.pop()
+        self._tier_first(modules, device)
         # what moves for the ring's room: embedding tables first (a token reads a row of
-        # one, in place; not one whose weight a Linear shares), then the last modules
-        # called, which are then streamed too
+        # one, in place; not one whose weight a Linear shares), then the modules called
+        # first of those in HBM (the tier holds the first ones called), streamed too
         shared = {id(p) for m in modules if not _reads_rows(m) for p in self._params(m)}
 
         def rows_only(m: Any) -> bool:
@@ -180,18 +187,20 @@ class WeightStreamer:
 
         movable = [m for m in modules if self._big(m) and self._in_hbm(m)
                    and self._params(m)[0].device == device]  # fmt: skip
-        movable.sort(key=lambda m: not rows_only(m))
+        movable.sort(key=lambda m: not rows_only(m))  # stable: then in call order
         while (self.seams.hbm_room(device) or 0) < self._need(modules, device) and movable:
-            m = movable.pop(0) if rows_only(movable[0]) else movable.pop()
-            for p in self._params(m):
+            for p in self._params(movable.pop(0)):
                 if not self.seams.on_tier(p):  # a tied weight may have moved already
                     p.data = self.seams.to_tier(p.data)
                     self._moved.append(p)
                     self.moved_bytes += p.numel() * p.element_size()
         need = self._need(modules, device)
-        ring = [self.seams.in_hbm(device, need // SLOTS) for _ in range(SLOTS)]
-        if any(b is None for b in ring):
-            return self.stop(f"HBM has no room for {need} bytes of buffers")
+        ring: list[Any] = []
+        for _ in range(SLOTS):
+            ring.append(self.seams.in_hbm(device, need // SLOTS))
+            if ring[-1] is None:
+                ring.clear()  # given back first: the moves back need the room
+                return self.stop(f"HBM has no room for {need} bytes of buffers")
         streamed = self._streamed(modules, device)
         position = {id(m): k for k, m in enumerate(modules)}
         streamed.sort(key=lambda m: position[id(m)])
@@ -201,8 +210,60 @@ class WeightStreamer:
         self._next_read = 0
         self.state = "streaming"
         log.warning("spilled weights of %d modules read through HBM by copy (%d bytes of "
-                 "buffers; %d bytes of parameters moved to the tier to make room)",
-                 len(streamed), need, self.moved_bytes)  # fmt: skip
+                    "buffers; %d bytes of parameters moved to the tier to make room; %d "
+                    "exchanged so that the tier holds the modules called first)",
+                    len(streamed), need, self.moved_bytes, self.exchanged_bytes)  # fmt: skip
+
+    def _tier_first(self, modules: list[Any], device: Any) -> None:
+        """The tier's share of the streamable modules made the ones called first, HBM
+        keeping the last: a token then begins with its copies over the link, beside the
+        host's launch of the rest of its kernels, instead of starting them once the host
+        has launched the HBM part (a token ends in a sync: what comes after the link's
+        reads cannot hide them). The bytes on the tier stay as they were: a module called
+        early leaves HBM where a module called late needs the room to come back."""
+        candidates = [m for m in self._streamed(modules, device, on_tier=False)
+                      if not self._shares_weights(m, modules)]  # fmt: skip
+        budget = sum(self._bytes(m) for m in candidates if self._on_tier(m))
+        first: set[int] = set()
+        for m in candidates:
+            if self._bytes(m) > budget:
+                break
+            first.add(id(m))
+            budget -= self._bytes(m)
+        leave = [m for m in candidates if id(m) in first and self._in_hbm(m)]
+        come = [m for m in reversed(candidates) if id(m) not in first and self._on_tier(m)]
+        # the first called go out as the last called come back, byte for byte: what
+        # leaves makes the room what comes takes (all that leaves is no more than it)
+        credit = 0
+        while come:
+            while credit < self._bytes(come[0]) and leave:
+                module = leave.pop(0)
+                if not self._move(module, self.seams.to_tier):
+                    return
+                credit += self._bytes(module)
+            needed = self._bytes(come[0])
+            if credit < needed or (self.seams.hbm_room(device) or 0) < needed:
+                return  # what is left stays where it is
+            if not self._move(come.pop(0), self.seams.to_hbm):
+                return
+            credit -= needed
+
+    def _move(self, module: Any, to: Callable[[Any], Any] | None) -> bool:
+        """``module``'s parameters copied by ``to`` (to the tier, or to HBM); False where
+        one could not be (HBM had no room after all), those before it moved."""
+        for p in self._params(module):
+            moved = None if to is None else to(p.data)
+            if moved is None:
+                return False
+            p.data = moved
+            self.exchanged_bytes += p.numel() * p.element_size()
+        return True
+
+    def _shares_weights(self, module: Any, modules: list[Any]) -> bool:
+        """A parameter of ``module``'s is another module's too (a head tied to its
+        embedding): moved apart, they would not be one tensor."""
+        own = {id(p) for p in self._params(module)}
+        return any(id(p) in own for m in modules if m is not module for p in self._params(m))
 
     def _off(self, why: str) -> None:
         self.state = "off"
@@ -274,12 +335,13 @@ class WeightStreamer:
     def _on_tier(self, module: Any) -> bool:
         return all(self.seams.on_tier(p) for p in self._params(module))
 
-    def _streamed(self, modules: list[Any], device: Any) -> list[Any]:
+    def _streamed(self, modules: list[Any], device: Any, on_tier: bool = True) -> list[Any]:
         """The modules to stream: those whose own parameters (and no child's: a parent
-        would hold its slot while its children's copies arrive) are all on the tier and
-        on ``device`` (None: any), embedding tables aside."""
-        return [m for m in modules if self._big(m) and self._on_tier(m) and not _reads_rows(m)
-                and len(self._params(m)) == len(list(m.parameters()))
+        would hold its slot while its children's copies arrive) are all on the tier
+        (``on_tier`` False: or would be streamed there) and on ``device`` (None: any),
+        embedding tables aside."""
+        return [m for m in modules if self._big(m) and (self._on_tier(m) or not on_tier)
+                and not _reads_rows(m) and len(self._params(m)) == len(list(m.parameters()))
                 and (device is None or self._params(m)[0].device == device)]  # fmt: skip
 
     def _need(self, modules: list[Any], device: Any) -> int:

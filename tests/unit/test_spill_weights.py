@@ -5,6 +5,8 @@ What each module's call read, and what its parameters are after it, is checked."
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 
 from pycxl.torch import spill_weights
@@ -36,10 +38,23 @@ class FakeTier:
             return None
         self.room -= n
         b = torch.empty(n, dtype=torch.uint8)
-        self.buffers.append(b)
+        self.buffers.append(weakref.ref(b))
+        weakref.finalize(b, self._give_back, n)  # its room back once dropped, as HBM's
         return b
 
-    def to_hbm(self, t: object) -> object:
+    def _give_back(self, n: int) -> None:
+        self.room += n
+
+    def in_ring(self, t: object) -> bool:
+        ptr = t.untyped_storage().data_ptr()
+        return any(b() is not None and b().untyped_storage().data_ptr() == ptr
+                   for b in self.buffers)  # fmt: skip
+
+    def to_hbm(self, t: object) -> object | None:
+        n = t.numel() * t.element_size()
+        if n > self.room:
+            return None
+        self.room -= n
         return t.clone()
 
     def seams(self, trained: bool = False) -> spill_weights.Seams:
@@ -79,24 +94,27 @@ def _same_each_pass(model: object, x: object, want: object, passes: int = 3) -> 
             assert torch.equal(model(x), want)
 
 
+def _where(t: object, tier: FakeTier) -> str:
+    return "ring" if tier.in_ring(t) else "tier" if tier.owns(t) else "hbm"
+
+
 def _reads(modules: object, tier: FakeTier) -> list[str]:
     """Where each of ``modules``' weight is as its call begins: 'tier', 'ring' or 'hbm'."""
     seen: list[str] = []
 
     def where(module: object, args: object) -> None:
-        w = module.weight
-        ptr = w.untyped_storage().data_ptr()
-        if any(b.untyped_storage().data_ptr() == ptr for b in tier.buffers):
-            seen.append("ring")
-        else:
-            seen.append("tier" if tier.owns(w) else "hbm")
+        seen.append(_where(module.weight, tier))
 
     for module in modules:
         module.register_forward_pre_hook(where)
     return seen
 
 
-def test_tier_weights_are_read_from_the_ring_after_the_first_pass_and_put_back(streaming):
+def test_the_tier_comes_to_hold_the_first_modules_called_read_from_the_ring(streaming):
+    """The last three layers spilled (as HBM filled while the model was made): the plan
+    exchanges them for the first three, byte for byte, so that a pass begins with the
+    link's copies; from the next pass on those are read from the ring, and after each
+    call the parameters are their own again."""
     tier = FakeTier(room=0)
     model = _model(tier)
     x = torch.randn(3, WIDTH)
@@ -109,14 +127,30 @@ def test_tier_weights_are_read_from_the_ring_after_the_first_pass_and_put_back(s
         for k in range(4):
             seen.clear()
             assert torch.equal(model(x), want)
-            expected = ["hbm"] * 3 + (["tier"] * 3 if k == 0 else ["ring"] * 3)
+            expected = ["hbm"] * 3 + ["tier"] * 3 if k == 0 else ["ring"] * 3 + ["hbm"] * 3
             assert seen == expected, (k, seen)
-            # after each call the parameters are their own again
-            assert [tier.owns(layer.weight) for layer in model] == [False] * 3 + [True] * 3
+            assert [tier.owns(layer.weight) for layer in model] == [True] * 3 + [False] * 3
     assert streamer.state == "streaming" and streamer.moved_bytes == 0
+    assert streamer.exchanged_bytes == 6 * (WIDTH + 1) * WIDTH * 4
 
 
-def test_without_room_the_last_hbm_weights_move_to_the_tier_and_are_streamed(streaming):
+def test_a_tier_that_holds_the_first_modules_called_already_is_left_as_it_is(streaming):
+    tier = FakeTier(room=0)
+    model = _model(tier, layers=6, on_tier_from=0)
+    for layer in list(model)[3:]:
+        for p in layer.parameters():
+            p.data = p.data.clone()  # back in 'HBM'
+    tier.room = 1 << 30
+    x = torch.randn(3, WIDTH)
+    with torch.no_grad():
+        want = model(x)
+    streamer = streaming(tier)
+    _same_each_pass(model, x, want)
+    assert streamer.state == "streaming" and streamer.exchanged_bytes == 0
+    assert [tier.owns(layer.weight) for layer in model] == [True] * 3 + [False] * 3
+
+
+def test_without_room_the_hbm_weights_called_next_move_to_the_tier_and_are_streamed(streaming):
     tier = FakeTier(room=0)
     model = _model(tier, layers=9, on_tier_from=6)
     x = torch.randn(3, WIDTH)
@@ -128,16 +162,18 @@ def test_without_room_the_last_hbm_weights_move_to_the_tier_and_are_streamed(str
         for _ in range(3):
             seen.clear()
             assert torch.equal(model(x), want)
-    # the ring (3 layers' worth) took the room of the last 3 layers called in HBM
+    # the tier's three were exchanged for the first three called; then the ring (three
+    # layers' worth) took the room of the three called next
     assert streamer.state == "streaming" and streamer.moved_bytes == 3 * (WIDTH + 1) * WIDTH * 4
-    assert [tier.owns(layer.weight) for layer in model] == [False] * 3 + [True] * 6
-    assert seen == ["hbm"] * 3 + ["ring"] * 6
+    assert [tier.owns(layer.weight) for layer in model] == [True] * 6 + [False] * 3
+    assert seen == ["ring"] * 6 + ["hbm"] * 3
     assert not any(layer.weight.is_inference() for layer in model)
-    # a forward pass with gradients (training begins): the moved weights go back
+    # a forward pass with gradients (training begins): the weights moved for the ring go
+    # back; the exchange stays (the tier holds as many bytes as before)
     out = model(x)
     out.sum().backward()
     assert streamer.state == "off"
-    assert [tier.owns(layer.weight) for layer in model] == [False] * 6 + [True] * 3
+    assert [tier.owns(layer.weight) for layer in model] == [True] * 3 + [False] * 6
     assert torch.equal(out.detach(), want)
 
 
@@ -204,9 +240,10 @@ def test_an_embedding_table_moves_first_and_is_read_in_place(streaming):
         want = model(ids)
     streamer = streaming(tier)
     _same_each_pass(model, ids, want)
-    # the table's 4 MiB made room for the ring (3 Linears' worth): no Linear moved
+    # the table's 4 MiB made room for the ring (3 Linears' worth): no Linear moved for
+    # it; the two Linears on the tier were exchanged for the first two called
     assert streamer.moved_bytes == 2048 * WIDTH * 4 and tier.owns(model[0].weight)
-    assert [tier.owns(layer.weight) for layer in list(model)[1:]] == [False] * 2 + [True] * 2
+    assert [tier.owns(layer.weight) for layer in list(model)[1:]] == [True] * 2 + [False] * 2
     assert streamer.state == "streaming" and len(streamer._order) == 2
 
 
@@ -311,7 +348,7 @@ def test_a_call_outside_the_model_first_does_not_keep_it_from_streaming(streamin
     with torch.no_grad():
         torch.nn.Linear(4, 4)(torch.ones(1, 4))  # gone after this line
         _same_each_pass(model, x, want)
-    assert streamer.state == "streaming" and seen[-3:] == ["ring"] * 3
+    assert streamer.state == "streaming" and seen[-6:] == ["ring"] * 3 + ["hbm"] * 3
 
 
 def _hf_model(kind: str) -> object:
@@ -351,19 +388,30 @@ def test_hugging_face_generate_streams_the_spilled_layers_to_the_same_tokens_and
 
     want_tokens, want_logits = generate()
     tier = FakeTier(room=0)
-    layers = model.model.layers if kind == "llama" else model.transformer.h
-    for layer in list(layers)[2:]:  # the last half spilled, as HBM filled while loading
+    layers = list(model.model.layers if kind == "llama" else model.transformer.h)
+    for layer in layers[2:]:  # the last half spilled, as HBM filled while loading
         for p in layer.parameters():
             p.data = tier.to_tier(p.data)
     tier.room = 1 << 30
-    spilled = [m for layer in list(layers)[2:] for m in layer.modules()
-               if hasattr(m, "weight") and m.weight.dim() == 2
-               and m.weight.numel() * 4 >= spill_weights.SMALLEST]  # fmt: skip
+
+    def big(half: list[object]) -> list[object]:
+        return [m for layer in half for m in layer.modules()
+                if hasattr(m, "weight") and m.weight.dim() == 2
+                and m.weight.numel() * 4 >= spill_weights.SMALLEST]  # fmt: skip
+
+    first, last = big(layers[:2]), big(layers[2:])
+    reads: list[tuple[object, str]] = []
+    for m in first + last:
+        m.register_forward_pre_hook(lambda m, args: reads.append((m, _where(m.weight, tier))))
     streamer = streaming(tier)
-    seen = _reads(spilled, tier)
     tokens, logits = generate()  # the first pass is learnt, the rest stream
     assert tokens == want_tokens and torch.equal(logits, want_logits)
-    assert streamer.state == "streaming"
-    assert seen[: len(spilled)] == ["tier"] * len(spilled)
-    assert seen[len(spilled) :] and set(seen[len(spilled) :]) == {"ring"}
-    assert all(tier.owns(m.weight) for m in spilled)  # their own again after each call
+    assert streamer.state == "streaming" and streamer.exchanged_bytes > 0
+    # the first pass read the last half on the tier; the plan exchanged it for the first
+    # half, which every later pass read from the ring, the last half from HBM
+    n = len(first + last)
+    assert {where for m, where in reads[:n] if m in last} == {"tier"}
+    later = reads[n:]
+    assert later and {where for m, where in later if m in first} == {"ring"}
+    assert {where for m, where in later if m in last} == {"hbm"}
+    assert all(tier.owns(m.weight) for m in first) and not any(tier.owns(m.weight) for m in last)
