@@ -4,17 +4,21 @@ A token of inference reads every weight once. A weight that spilled is read wher
 lives, by the kernel's own loads over the link, which fall short of the copy engine's
 rate (``benchmarks/tier_tensors.py`` measures both). So once a forward pass without
 gradients (``no_grad``, ``inference_mode``: what ``generate`` runs) has shown the order
-in which modules are called, each module whose own parameters are on the tier gets them
-copied into a ring of HBM buffers ahead of its call, on a copy stream of its own (the
-next modules' copies run beside the current one's compute); the module computes from
-the copies, and its parameters are put back after the call.
+in which modules are called, each module whose weight is on the tier (a bias too small
+to have spilled is copied with it) gets its own parameters copied into a ring of HBM
+buffers ahead of its call, on a copy stream of its own (the next modules' copies run
+beside the current one's compute); the module computes from the copies, and its
+parameters are put back after the call.
 
 What spilled is what was made last (the last layers, the head), so a token's reads over
 the link came after the host had launched its HBM part, and a token ends in a sync: the
-two could not overlap. The plan exchanges them, byte for byte, for the modules called
-first, so that a token begins with the link's copies while the host launches the rest.
-Where HBM has no room for the ring, embedding tables move to the tier, then the modules
-in HBM called next, streamed with the rest.
+two could not overlap. The plan exchanges them, module for module, for those called
+first (not one called more than once a pass: each call would copy it), so that a token
+begins with the link's copies while the host launches the rest; a module comes back to
+HBM only once others have left it for its bytes, so the tier holds at most one module's
+bytes more. Where HBM has no room for the ring, embedding tables move to the tier, then
+the modules in HBM called next, streamed with the rest. A plan that fails (the tier
+full, say) is given up: the weights are read in place.
 
 Off with gradients on (a backward pass would save what the call read), while
 ``torch.compile`` traces, while a CUDA graph is captured and under a dispatch mode. Only
@@ -80,7 +84,8 @@ class WeightStreamer:
         self._stream: Any = None
         self.state = "learning"  # then "streaming", or "off" (said in the log, why)
         self.moved_bytes = 0  # HBM parameters moved to the tier for the ring's room
-        self.exchanged_bytes = 0  # parameters moved either way so the tier holds the first
+        self.exchanged_bytes = 0  # the tier's modules' bytes exchanged for ones called first
+        self._calls: dict[int, int] = {}  # id(module) -> its calls in the pass being learnt
         self._moved: list[Any] = []  # those parameters
         self._next_read = 0  # the order place of the module expected next
 
@@ -97,6 +102,7 @@ class WeightStreamer:
             return
         if self.state == "learning":
             self._open.append(id(module))
+            self._calls[id(module)] = self._calls.get(id(module), 0) + 1
             if id(module) not in self._seen_ids:
                 self._seen_ids.add(id(module))
                 self._seen.append(weakref.ref(module))
@@ -157,14 +163,21 @@ class WeightStreamer:
         """A pass without gradients ended: plan from it where it read weights on the
         tier, else forget it (a call outside the model, say) and learn the next."""
         modules = [m for m in (r() for r in self._seen) if m is not None]
-        self._seen, self._seen_ids = [], set()  # forgotten whatever the plan does
-        if any(self._big(m) and self._on_tier(m) for m in modules):
+        repeated = {i for i, n in self._calls.items() if n > 1}
+        self._seen, self._seen_ids, self._calls = [], set(), {}  # forgotten whatever comes
+        if not any(self._big(m) and self._on_tier(m) for m in modules):
+            return
+        try:
             with self.torch.inference_mode(False):  # the ring, moves: plain tensors
-                self._plan(modules)
+                self._plan(modules, repeated)
+        except Exception as e:  # a move the tier could not take, say: read in place
+            self._ring = []
+            self.stop(f"its plan failed ({e})")
 
-    def _plan(self, modules: list[Any]) -> None:
+    def _plan(self, modules: list[Any], repeated: set[int]) -> None:
         """A pass that read weights on the tier is over: choose from its modules, in
-        call order, what to stream, and make the ring."""
+        call order, what to stream, and make the ring; ``repeated``: the ids of those
+        called more than once in it (moved to the tier, each call would copy them)."""
         if not self._streamed(modules, None):
             return self._off(
                 "no module with weights on the tier can be streamed (embedding tables and "
@@ -176,7 +189,7 @@ class WeightStreamer:
         if len(devices) > 1:
             return self._off("the spilled weights are on several devices")
         device = self._device = devices.pop()
-        self._tier_first(modules, device)
+        self._tier_first(modules, device, repeated)
         # what moves for the ring's room: embedding tables first (a token reads a row of
         # one, in place; not one whose weight a Linear shares), then the modules called
         # first of those in HBM (the tier holds the first ones called), streamed too
@@ -186,7 +199,7 @@ class WeightStreamer:
             return _reads_rows(m) and not any(id(p) in shared for p in self._params(m))
 
         movable = [m for m in modules if self._big(m) and self._in_hbm(m)
-                   and self._params(m)[0].device == device]  # fmt: skip
+                   and id(m) not in repeated and self._params(m)[0].device == device]  # fmt: skip
         movable.sort(key=lambda m: not rows_only(m))  # stable: then in call order
         while (self.seams.hbm_room(device) or 0) < self._need(modules, device) and movable:
             for p in self._params(movable.pop(0)):
@@ -211,18 +224,23 @@ class WeightStreamer:
         self.state = "streaming"
         log.warning("spilled weights of %d modules read through HBM by copy (%d bytes of "
                     "buffers; %d bytes of parameters moved to the tier to make room; %d "
-                    "exchanged so that the tier holds the modules called first)",
+                    "bytes of the tier's modules exchanged for ones called first)",
                     len(streamed), need, self.moved_bytes, self.exchanged_bytes)  # fmt: skip
 
-    def _tier_first(self, modules: list[Any], device: Any) -> None:
+    def _tier_first(self, modules: list[Any], device: Any, repeated: set[int]) -> None:
         """The tier's share of the streamable modules made the ones called first, HBM
         keeping the last: a token then begins with its copies over the link, beside the
         host's launch of the rest of its kernels, instead of starting them once the host
         has launched the HBM part (a token ends in a sync: what comes after the link's
-        reads cannot hide them). The bytes on the tier stay as they were: a module called
-        early leaves HBM where a module called late needs the room to come back."""
+        reads cannot hide them). Module for module: a module called late comes back to
+        HBM only once modules called early have left it for at least its bytes (the tier
+        then holds at most one module's bytes more than before); one too large for what
+        may leave stays."""
+        if self.seams.to_hbm is None:
+            return
         candidates = [m for m in self._streamed(modules, device, on_tier=False)
-                      if not self._shares_weights(m, modules)]  # fmt: skip
+                      if id(m) not in repeated
+                      and not self._shares_weights(m, modules)]  # fmt: skip
         budget = sum(self._bytes(m) for m in candidates if self._on_tier(m))
         first: set[int] = set()
         for m in candidates:
@@ -232,32 +250,55 @@ class WeightStreamer:
             budget -= self._bytes(m)
         leave = [m for m in candidates if id(m) in first and self._in_hbm(m)]
         come = [m for m in reversed(candidates) if id(m) not in first and self._on_tier(m)]
-        # the first called go out as the last called come back, byte for byte: what
-        # leaves makes the room what comes takes (all that leaves is no more than it)
-        credit = 0
-        while come:
-            while credit < self._bytes(come[0]) and leave:
-                module = leave.pop(0)
-                if not self._move(module, self.seams.to_tier):
+        available = sum(self._bytes(m) for m in leave)
+        credit = 0  # bytes sent to the tier and not yet taken back by one that came
+        for module in come:
+            needed = self._bytes(module)
+            if credit + available < needed:
+                continue
+            sent = []
+            while credit < needed:
+                out = leave.pop(0)
+                available -= self._bytes(out)
+                if not self._move(out, to_tier=True):
                     return
-                credit += self._bytes(module)
-            needed = self._bytes(come[0])
-            if credit < needed or (self.seams.hbm_room(device) or 0) < needed:
-                return  # what is left stays where it is
-            if not self._move(come.pop(0), self.seams.to_hbm):
+                sent.append(out)
+                credit += self._bytes(out)
+            if (self.seams.hbm_room(device) or 0) < needed or not self._move(module, to_tier=False):
+                for out in reversed(sent):  # back where they were, where HBM takes them
+                    self._move(out, to_tier=False)
                 return
             credit -= needed
+            self.exchanged_bytes += needed
 
-    def _move(self, module: Any, to: Callable[[Any], Any] | None) -> bool:
-        """``module``'s parameters copied by ``to`` (to the tier, or to HBM); False where
-        one could not be (HBM had no room after all), those before it moved."""
-        for p in self._params(module):
-            moved = None if to is None else to(p.data)
-            if moved is None:
-                return False
-            p.data = moved
-            self.exchanged_bytes += p.numel() * p.element_size()
-        return True
+    def _move(self, module: Any, *, to_tier: bool) -> bool:
+        """``module``'s parameters not there yet copied to the tier (``to_tier``) or to
+        HBM; False where one could not be, those moved before it put back."""
+        moved: list[tuple[Any, Any]] = []
+        try:
+            for p in self._params(module):
+                if self.seams.on_tier(p) == to_tier:
+                    continue
+                copy = self.seams.to_tier(p.data) if to_tier else self._to_hbm(p.data)
+                if copy is None:
+                    break
+                moved.append((p, p.data))
+                p.data = copy
+            else:
+                return True
+        except BaseException:
+            self._put_back(moved)
+            raise
+        self._put_back(moved)
+        return False
+
+    @staticmethod
+    def _put_back(moved: list[tuple[Any, Any]]) -> None:
+        for p, own in reversed(moved):
+            p.data = own
+
+    def _to_hbm(self, t: Any) -> Any:
+        return None if self.seams.to_hbm is None else self.seams.to_hbm(t)
 
     def _shares_weights(self, module: Any, modules: list[Any]) -> bool:
         """A parameter of ``module``'s is another module's too (a head tied to its
@@ -327,13 +368,18 @@ class WeightStreamer:
 
     # -- what a module holds ----------------------------------------------------------
     def _params(self, module: Any) -> list[Any]:
-        return [p for p in module.parameters(recurse=False) if p.device.type == self.device_type]
+        """``module``'s own parameters that take memory on the streamed device type."""
+        return [p for p in module.parameters(recurse=False)
+                if p.device.type == self.device_type and p.numel() > 0]  # fmt: skip
 
     def _bytes(self, module: Any) -> int:
         return sum(_aligned(p.numel() * p.element_size()) for p in self._params(module))
 
     def _on_tier(self, module: Any) -> bool:
-        return all(self.seams.on_tier(p) for p in self._params(module))
+        """Its weight is on the tier: its largest parameter (a bias under the spill's
+        smallest spilled allocation stays in HBM, and is copied with it)."""
+        params = self._params(module)
+        return bool(params) and self.seams.on_tier(max(params, key=lambda p: p.numel()))
 
     def _streamed(self, modules: list[Any], device: Any, on_tier: bool = True) -> list[Any]:
         """The modules to stream: those whose own parameters (and no child's: a parent
@@ -341,7 +387,7 @@ class WeightStreamer:
         (``on_tier`` False: or would be streamed there) and on ``device`` (None: any),
         embedding tables aside."""
         return [m for m in modules if self._big(m) and (self._on_tier(m) or not on_tier)
-                and not _reads_rows(m) and len(self._params(m)) == len(list(m.parameters()))
+                and not _reads_rows(m) and not _children_hold_parameters(m)
                 and (device is None or self._params(m)[0].device == device)]  # fmt: skip
 
     def _need(self, modules: list[Any], device: Any) -> int:
@@ -369,6 +415,10 @@ class WeightStreamer:
         handles, self.handles = self.handles, []
         for h in handles:
             h.remove()
+
+
+def _children_hold_parameters(module: Any) -> bool:
+    return any(True for child in module.children() for _ in child.parameters())
 
 
 def _reads_rows(module: Any) -> bool:

@@ -94,6 +94,21 @@ def _same_each_pass(model: object, x: object, want: object, passes: int = 3) -> 
             assert torch.equal(model(x), want)
 
 
+def _spilled_and_streamed(streaming, tier: FakeTier, model: object, spilled: list[object],
+                          x: object) -> spill_weights.WeightStreamer:  # fmt: skip
+    """``spilled``'s parameters put on the tier, HBM given room, the streamer installed,
+    and passes that each give the plain model's output."""
+    for module in spilled:
+        for p in module.parameters():
+            p.data = tier.to_tier(p.data)
+    tier.room = 1 << 30
+    with torch.no_grad():
+        want = model(x)
+    streamer = streaming(tier)
+    _same_each_pass(model, x, want)
+    return streamer
+
+
 def _where(t: object, tier: FakeTier) -> str:
     return "ring" if tier.in_ring(t) else "tier" if tier.owns(t) else "hbm"
 
@@ -131,7 +146,7 @@ def test_the_tier_comes_to_hold_the_first_modules_called_read_from_the_ring(stre
             assert seen == expected, (k, seen)
             assert [tier.owns(layer.weight) for layer in model] == [True] * 3 + [False] * 3
     assert streamer.state == "streaming" and streamer.moved_bytes == 0
-    assert streamer.exchanged_bytes == 6 * (WIDTH + 1) * WIDTH * 4
+    assert streamer.exchanged_bytes == 3 * (WIDTH + 1) * WIDTH * 4
 
 
 def test_a_tier_that_holds_the_first_modules_called_already_is_left_as_it_is(streaming):
@@ -353,7 +368,8 @@ def test_a_call_outside_the_model_first_does_not_keep_it_from_streaming(streamin
 
 def _hf_model(kind: str) -> object:
     """A Hugging Face causal LM of ``kind`` (two architectures: Llama's Linears, GPT-2's
-    Conv1Ds with biases, made non-zero), small, with modules of 1 MiB and more."""
+    Conv1Ds with biases, made non-zero: they stay in HBM while their weights spill, and
+    are copied with them), small, with modules of 1 MiB and more."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if kind == "llama":
@@ -389,9 +405,10 @@ def test_hugging_face_generate_streams_the_spilled_layers_to_the_same_tokens_and
     want_tokens, want_logits = generate()
     tier = FakeTier(room=0)
     layers = list(model.model.layers if kind == "llama" else model.transformer.h)
-    for layer in layers[2:]:  # the last half spilled, as HBM filled while loading
-        for p in layer.parameters():
-            p.data = tier.to_tier(p.data)
+    for layer in layers[2:]:  # the last half spilled, as HBM filled while loading; as
+        for p in layer.parameters():  # the spill places them, the small ones stay
+            if p.numel() * p.element_size() >= spill_weights.SMALLEST:
+                p.data = tier.to_tier(p.data)
     tier.room = 1 << 30
 
     def big(half: list[object]) -> list[object]:
@@ -415,3 +432,60 @@ def test_hugging_face_generate_streams_the_spilled_layers_to_the_same_tokens_and
     assert later and {where for m, where in later if m in first} == {"ring"}
     assert {where for m, where in later if m in last} == {"hbm"}
     assert all(tier.owns(m.weight) for m in first) and not any(tier.owns(m.weight) for m in last)
+
+
+def test_a_module_too_large_for_what_may_leave_hbm_stays_on_the_tier(streaming):
+    """A 3 MB Linear spilled, called last, after four of 1 MiB in HBM: the first called
+    that fit in its bytes (two) cannot make its room, so nothing is exchanged."""
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(4)],
+                                torch.nn.Linear(WIDTH, 1500)).eval()  # fmt: skip
+    streamer = _spilled_and_streamed(streaming, tier, model, [model[4]], torch.randn(2, WIDTH))
+    assert streamer.state == "streaming" and streamer.exchanged_bytes == 0
+    assert [tier.owns(layer.weight) for layer in model] == [False] * 4 + [True]
+
+
+def test_a_module_called_several_times_a_pass_stays_in_hbm(streaming):
+    """A shared Linear called three times first (moved to the tier, each call would copy
+    it): the exchange takes the modules called once after it."""
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    shared = torch.nn.Linear(WIDTH, WIDTH)
+    layers = [torch.nn.Linear(WIDTH, WIDTH) for _ in range(4)]
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shared, self.layers = shared, torch.nn.ModuleList(layers)
+
+        def forward(self, x: object) -> object:
+            for _ in range(3):
+                x = self.shared(x)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Model().eval()
+    streamer = _spilled_and_streamed(streaming, tier, model, [layers[3]], torch.randn(2, WIDTH))
+    assert streamer.state == "streaming" and not tier.owns(shared.weight)
+    assert [tier.owns(layer.weight) for layer in layers] == [True] + [False] * 3
+
+
+def test_a_plan_the_tier_cannot_take_is_given_up_and_weights_read_in_place(streaming):
+    tier = FakeTier(room=0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(6)]).eval()
+    full = tier.to_tier
+
+    def to_full_tier(t: object) -> object:
+        if len(tier.storages) >= 7:  # the last three spilled, then one parameter more
+            raise RuntimeError("the tier is full")
+        return full(t)
+
+    tier.to_tier = to_full_tier
+    # the exchange's first move fails half-way: no error reaches the model's caller
+    streamer = _spilled_and_streamed(streaming, tier, model, list(model)[3:], torch.randn(3, WIDTH))
+    assert streamer.state == "off"
+    assert [tier.owns(layer.weight) for layer in model] == [False] * 3 + [True] * 3
+    assert not tier.owns(model[0].bias)  # its weight's move undone with it
