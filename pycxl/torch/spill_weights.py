@@ -17,8 +17,9 @@ first (not one called more than once a pass: each call would copy it), so that a
 begins with the link's copies while the host launches the rest; a module comes back to
 HBM only once others have left it for its bytes, so the tier holds at most one module's
 bytes more. Where HBM has no room for the ring, embedding tables move to the tier, then
-the modules in HBM called next, streamed with the rest. A plan that fails (the tier
-full, say) is given up: the weights are read in place.
+the modules in HBM called next, streamed with the rest. A plan the memory cannot take
+(the tier full) is given up, each exchange it began undone: the weights are read in
+place.
 
 Off with gradients on (a backward pass would save what the call read), while
 ``torch.compile`` traces, while a CUDA graph is captured and under a dispatch mode. Only
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base._log import get_logger
+from ..base.errors import PycxlError
 
 log = get_logger("pycxl.spill")
 
@@ -170,9 +172,8 @@ class WeightStreamer:
         try:
             with self.torch.inference_mode(False):  # the ring, moves: plain tensors
                 self._plan(modules, repeated)
-        except Exception as e:  # a move the tier could not take, say: read in place
-            self._ring = []
-            self.stop(f"its plan failed ({e})")
+        except (PycxlError, MemoryError, self.torch.OutOfMemoryError) as e:
+            self.stop(f"its plan failed ({e})")  # a move the tier could not take, say
 
     def _plan(self, modules: list[Any], repeated: set[int]) -> None:
         """A pass that read weights on the tier is over: choose from its modules, in
@@ -256,20 +257,42 @@ class WeightStreamer:
             needed = self._bytes(module)
             if credit + available < needed:
                 continue
-            sent = []
-            while credit < needed:
-                out = leave.pop(0)
-                available -= self._bytes(out)
-                if not self._move(out, to_tier=True):
-                    return
-                sent.append(out)
-                credit += self._bytes(out)
-            if (self.seams.hbm_room(device) or 0) < needed or not self._move(module, to_tier=False):
-                for out in reversed(sent):  # back where they were, where HBM takes them
-                    self._move(out, to_tier=False)
+            out: list[Any] = []
+            while credit + sum(self._bytes(m) for m in out) < needed:
+                out.append(leave.pop(0))
+            available -= sum(self._bytes(m) for m in out)
+            coming = self._tier_bytes(module)
+            if not self._exchange(out, module, device):
                 return
-            credit -= needed
-            self.exchanged_bytes += needed
+            credit += sum(self._bytes(m) for m in out) - needed
+            self.exchanged_bytes += coming
+
+    def _exchange(self, out: list[Any], back: Any, device: Any) -> bool:
+        """``out`` moved to the tier, then ``back`` to HBM in the room they left; where a
+        step fails (or raises), those of ``out`` that moved go back to HBM."""
+        sent: list[Any] = []
+        try:
+            for module in out:
+                if not self._move(module, to_tier=True):
+                    break
+                sent.append(module)
+            else:
+                needed = self._bytes(back)
+                if (self.seams.hbm_room(device) or 0) >= needed and self._move(back, to_tier=False):
+                    return True
+        except BaseException:
+            self._return(sent)
+            raise
+        self._return(sent)
+        return False
+
+    def _return(self, sent: list[Any]) -> None:
+        for module in reversed(sent):  # where HBM takes them
+            self._move(module, to_tier=False)
+
+    def _tier_bytes(self, module: Any) -> int:
+        return sum(p.numel() * p.element_size() for p in self._params(module)
+                   if self.seams.on_tier(p))  # fmt: skip
 
     def _move(self, module: Any, *, to_tier: bool) -> bool:
         """``module``'s parameters not there yet copied to the tier (``to_tier``) or to
@@ -382,10 +405,10 @@ class WeightStreamer:
         return bool(params) and self.seams.on_tier(max(params, key=lambda p: p.numel()))
 
     def _streamed(self, modules: list[Any], device: Any, on_tier: bool = True) -> list[Any]:
-        """The modules to stream: those whose own parameters (and no child's: a parent
-        would hold its slot while its children's copies arrive) are all on the tier
-        (``on_tier`` False: or would be streamed there) and on ``device`` (None: any),
-        embedding tables aside."""
+        """The modules to stream: those with parameters of their own (and no child's: a
+        parent would hold its slot while its children's copies arrive) whose weight is on
+        the tier (``on_tier`` False: or would be streamed there) and on ``device`` (None:
+        any), embedding tables aside."""
         return [m for m in modules if self._big(m) and (self._on_tier(m) or not on_tier)
                 and not _reads_rows(m) and not _children_hold_parameters(m)
                 and (device is None or self._params(m)[0].device == device)]  # fmt: skip

@@ -94,14 +94,15 @@ def _same_each_pass(model: object, x: object, want: object, passes: int = 3) -> 
             assert torch.equal(model(x), want)
 
 
-def _spilled_and_streamed(streaming, tier: FakeTier, model: object, spilled: list[object],
-                          x: object) -> spill_weights.WeightStreamer:  # fmt: skip
-    """``spilled``'s parameters put on the tier, HBM given room, the streamer installed,
-    and passes that each give the plain model's output."""
+def _spilled_and_streamed(
+    streaming, tier: FakeTier, model: object, spilled: list[object], x: object, room: int = 1 << 30
+) -> spill_weights.WeightStreamer:
+    """``spilled``'s parameters put on the tier, HBM given ``room``, the streamer
+    installed, and passes that each give the plain model's output."""
     for module in spilled:
         for p in module.parameters():
             p.data = tier.to_tier(p.data)
-    tier.room = 1 << 30
+    tier.room = room
     with torch.no_grad():
         want = model(x)
     streamer = streaming(tier)
@@ -448,7 +449,8 @@ def test_a_module_too_large_for_what_may_leave_hbm_stays_on_the_tier(streaming):
 
 def test_a_module_called_several_times_a_pass_stays_in_hbm(streaming):
     """A shared Linear called three times first (moved to the tier, each call would copy
-    it): the exchange takes the modules called once after it."""
+    it), HBM without room: the exchange takes the modules called once after it, and so
+    does the room for the ring."""
     tier = FakeTier(room=0)
     torch.manual_seed(0)
     shared = torch.nn.Linear(WIDTH, WIDTH)
@@ -467,25 +469,46 @@ def test_a_module_called_several_times_a_pass_stays_in_hbm(streaming):
             return x
 
     model = Model().eval()
-    streamer = _spilled_and_streamed(streaming, tier, model, [layers[3]], torch.randn(2, WIDTH))
+    streamer = _spilled_and_streamed(streaming, tier, model, [layers[3]], torch.randn(2, WIDTH),
+                                     room=0)  # fmt: skip
     assert streamer.state == "streaming" and not tier.owns(shared.weight)
-    assert [tier.owns(layer.weight) for layer in layers] == [True] + [False] * 3
+    assert [tier.owns(layer.weight) for layer in layers] == [True] * 4
+    assert streamer.exchanged_bytes == (WIDTH + 1) * WIDTH * 4
+
+
+def _wide_last(tier: FakeTier) -> object:
+    """Four 1 MiB Linears, then a 2 MiB one: its room takes two of the others."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(4)],
+                               torch.nn.Linear(WIDTH, 2 * WIDTH)).eval()  # fmt: skip
 
 
 def test_a_plan_the_tier_cannot_take_is_given_up_and_weights_read_in_place(streaming):
+    """The tier fills with the second module of an exchange: the first goes back to HBM,
+    the streamer is off, no error reaches the model's caller."""
     tier = FakeTier(room=0)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(6)]).eval()
+    model = _wide_last(tier)
     full = tier.to_tier
 
     def to_full_tier(t: object) -> object:
-        if len(tier.storages) >= 7:  # the last three spilled, then one parameter more
-            raise RuntimeError("the tier is full")
+        if len(tier.storages) >= 4:  # the wide one spilled, then one module more
+            raise torch.OutOfMemoryError("the tier is full")
         return full(t)
 
     tier.to_tier = to_full_tier
-    # the exchange's first move fails half-way: no error reaches the model's caller
-    streamer = _spilled_and_streamed(streaming, tier, model, list(model)[3:], torch.randn(3, WIDTH))
-    assert streamer.state == "off"
-    assert [tier.owns(layer.weight) for layer in model] == [False] * 3 + [True] * 3
-    assert not tier.owns(model[0].bias)  # its weight's move undone with it
+    streamer = _spilled_and_streamed(streaming, tier, model, [model[4]], torch.randn(3, WIDTH))
+    assert streamer.state == "off" and streamer.exchanged_bytes == 0
+    assert [tier.owns(layer.weight) for layer in model] == [False] * 4 + [True]
+
+
+def test_an_exchange_whose_module_cannot_come_back_returns_what_left(streaming):
+    """HBM refuses the wide module's bias, after its weight (the room was not there
+    after all): the weight goes back to the tier, the two that left for it come back,
+    and the wide one is streamed from where it was."""
+    tier = FakeTier(room=0)
+    model = _wide_last(tier)
+    takes = tier.to_hbm
+    tier.to_hbm = lambda t: None if t.numel() == 2 * WIDTH else takes(t)
+    streamer = _spilled_and_streamed(streaming, tier, model, [model[4]], torch.randn(3, WIDTH))
+    assert streamer.state == "streaming" and streamer.exchanged_bytes == 0
+    assert [tier.owns(layer.weight) for layer in model] == [False] * 4 + [True]
