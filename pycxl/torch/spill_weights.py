@@ -258,13 +258,15 @@ class WeightStreamer:
             if credit + available < needed:
                 continue
             out: list[Any] = []
-            while credit + sum(self._bytes(m) for m in out) < needed:
+            sending = 0
+            while credit + sending < needed:
                 out.append(leave.pop(0))
-            available -= sum(self._bytes(m) for m in out)
+                sending += self._bytes(out[-1])
+            available -= sending
             coming = self._tier_bytes(module)
             if not self._exchange(out, module, device):
                 return
-            credit += sum(self._bytes(m) for m in out) - needed
+            credit += sending - needed
             self.exchanged_bytes += coming
 
     def _exchange(self, out: list[Any], back: Any, device: Any) -> bool:
