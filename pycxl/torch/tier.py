@@ -14,9 +14,9 @@ Two mechanisms over the tier pools of tier_pool.py:
   memory statistics are answered from tier.c's counts (spill_stats.py), and an
   optimizer's state is made on the tier where the step would not fit with it in HBM
   (spill_placement.py). cuBLAS's handle for autograd's backward thread is made at the
-  first module call with gradients, while HBM has room (spill_handles.py). With
-  PYCXL_SPILL_STREAM_WEIGHTS=1, forward passes without gradients read spilled weights
-  through HBM by copy (spill_weights.py).
+  first module call with gradients, while HBM has room (spill_handles.py). Forward
+  passes without gradients read spilled weights through HBM by copy (spill_weights.py;
+  PYCXL_SPILL_STREAM_WEIGHTS=0 reads them in place).
 
 Spills are counted (``TierPool.stats``), and with ``log=True`` (or PYCXL_SPILL_LOG=1) each
 one made on the thread that asked is logged with its size, tier and Python call site.
@@ -40,7 +40,7 @@ from ._import import import_torch
 
 log = get_logger("pycxl.spill")
 SPILL_LOG_ENV = "PYCXL_SPILL_LOG"
-STREAM_WEIGHTS_ENV = "PYCXL_SPILL_STREAM_WEIGHTS"  # 1: spilled weights read by copy
+STREAM_WEIGHTS_ENV = "PYCXL_SPILL_STREAM_WEIGHTS"  # 0: spilled weights read in place
 
 _spilling: TierPool | None = None  # the tier spill_to installed, once per process
 _pools: dict[int, Any] = {}  # slot -> its torch MemPool
@@ -155,7 +155,7 @@ def spill_to(
     _spilling, _placement = pool, placement
     _handles = spill_handles.install(torch)  # the backward thread's cuBLAS handle, in time
     spill_stats.install(torch, pool.slot)
-    if _switched_on(STREAM_WEIGHTS_ENV):
+    if _switched_on(STREAM_WEIGHTS_ENV, default=True):
         _streamer = spill_weights.install(torch, _weight_seams(torch, pool, headroom))
     if log_spills is None:
         log_spills = _switched_on(SPILL_LOG_ENV)
@@ -164,8 +164,10 @@ def spill_to(
     return pool
 
 
-def _switched_on(variable: str) -> bool:
-    return os.environ.get(variable, "") not in ("", "0")
+def _switched_on(variable: str, *, default: bool = False) -> bool:
+    """``variable`` set to anything but 0; unset or empty: ``default``."""
+    value = os.environ.get(variable, "")
+    return default if value == "" else value != "0"
 
 
 def _weight_seams(torch: Any, pool: TierPool, headroom: int) -> spill_weights.Seams:
