@@ -23,7 +23,9 @@ def spill_command(module: str | None, log_spills: bool, tier: str,
     """Run the Python program PROGRAM (a script and its arguments, or -m MODULE and its
     arguments) in this interpreter, unchanged, with its CUDA allocations that the GPU's
     memory refuses placed on TIER (dram0, cxl0, a node id) instead of failing with CUDA
-    out of memory. The exit status is the program's.
+    out of memory. Weights that spilled are read through HBM by copy in forward passes
+    without gradients (PYCXL_SPILL_STREAM_WEIGHTS=0: in place). The exit status is the
+    program's.
 
     \b
     pycxl spill cxl0 train.py --epochs 3

@@ -643,7 +643,9 @@ def spill_to(
 ) -> TierPool:
     """From now on, CUDA allocations that the GPU's memory refuses land on ``target``
     instead of raising out-of-memory. Call it before the first CUDA allocation; ``log``
-    (default: PYCXL_SPILL_LOG=1) logs each spill with its size and call site."""
+    (default: PYCXL_SPILL_LOG=1) logs each spill with its size and call site. Weights
+    that spilled are read through HBM by copy in forward passes without gradients
+    (PYCXL_SPILL_STREAM_WEIGHTS=0: in place)."""
     from ..torch import tier as torch_tier
 
     return torch_tier.spill_to(tier_pool(target, system=system), log_spills=log)

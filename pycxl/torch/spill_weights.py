@@ -46,6 +46,7 @@ log = get_logger("pycxl.spill")
 
 SLOTS = 3  # the ring: a module's copies in use, and the next two modules' on their way
 SMALLEST = 1 << 20  # parameters under this stay where they are (their trips cost more)
+QUIET_PASSES = 3  # passes without gradients that read no weight on the tier: then off
 
 
 @dataclass
@@ -90,15 +91,23 @@ class WeightStreamer:
         self._calls: dict[int, int] = {}  # id(module) -> its calls in the pass being learnt
         self._moved: list[Any] = []  # those parameters
         self._next_read = 0  # the order place of the module expected next
+        self._quiet = 0  # passes learnt in a row that read no weight on the tier
 
     # -- the hooks ----------------------------------------------------------------
     def before(self, module: Any, args: Any) -> None:
         """A module's call begins: learn the order, or swap in its copies."""
         if self.state == "off":
+            if self.handles and not self._swapped:
+                # unhooked here, where PyTorch calls a copy of its hook lists: a process
+                # that trains or spilled no weight pays nothing a module call from now
+                self.remove()
             return
         if self.torch.is_grad_enabled():
-            if self.state == "streaming" and not self.torch.compiler.is_compiling():
-                self.stop("a forward pass with gradients")  # training reads them in place
+            if not self.torch.compiler.is_compiling():  # training reads them in place
+                if self.state == "streaming":
+                    self.stop("a forward pass with gradients")
+                else:
+                    self._off("a forward pass with gradients", expected=True)
             return
         if not self._runs_now():
             return
@@ -168,6 +177,10 @@ class WeightStreamer:
         repeated = {i for i, n in self._calls.items() if n > 1}
         self._seen, self._seen_ids, self._calls = [], set(), {}  # forgotten whatever comes
         if not any(self._big(m) and self._on_tier(m) for m in modules):
+            self._quiet += 1
+            if self._quiet >= QUIET_PASSES:
+                self._off(f"{QUIET_PASSES} passes without gradients read no weight on the "
+                          "tier", expected=True)  # fmt: skip
             return
         try:
             with self.torch.inference_mode(False):  # the ring, moves: plain tensors
@@ -185,7 +198,7 @@ class WeightStreamer:
                 "modules with children's parameters are read in place)"
             )
         if self.seams.trained is not None and self.seams.trained():  # an evaluation pass:
-            return self._off("an optimizer has stepped in this process")  # nothing moved
+            return self._off("an optimizer has stepped in this process", expected=True)
         devices = {self._params(m)[0].device for m in self._streamed(modules, None)}
         if len(devices) > 1:
             return self._off("the spilled weights are on several devices")
@@ -331,9 +344,11 @@ class WeightStreamer:
         own = {id(p) for p in self._params(module)}
         return any(id(p) in own for m in modules if m is not module for p in self._params(m))
 
-    def _off(self, why: str) -> None:
+    def _off(self, why: str, *, expected: bool = False) -> None:
+        """Off for good (its hooks leave at the next module call); a warning where
+        weights on the tier stay read in place, else (training, nothing spilled) info."""
         self.state = "off"
-        log.warning("spilled weights read in place: %s", why)  # asked for: say why not
+        (log.info if expected else log.warning)("spilled weights read in place: %s", why)
 
     # -- the ring -----------------------------------------------------------------
     def _issue_ahead(self, place: int) -> None:

@@ -229,7 +229,10 @@ def test_a_process_that_trained_streams_nothing_and_moves_nothing(streaming):
     assert seen[6:] == ["hbm"] * 3 + ["tier"] * 3
 
 
-def test_with_gradients_on_nothing_is_learnt_or_streamed(streaming):
+def test_a_forward_pass_with_gradients_turns_it_off_and_unhooks_it(streaming):
+    """Training reads its weights in place: the first forward pass with gradients ends
+    the streamer before it learnt anything, and its hooks leave at the next call, so a
+    training step pays nothing for it; later passes without gradients read in place."""
     tier = FakeTier(room=1 << 30)
     model = _model(tier)
     tier.room = 1 << 30
@@ -237,7 +240,58 @@ def test_with_gradients_on_nothing_is_learnt_or_streamed(streaming):
     seen = _reads(model, tier)
     for _ in range(3):
         model(torch.randn(1, WIDTH)).sum().backward()
-    assert streamer.state == "learning" and seen[-3:] == ["tier"] * 3
+    assert streamer.state == "off" and streamer.handles == []
+    assert seen[-3:] == ["tier"] * 3
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(1, WIDTH))
+    assert streamer.state == "off" and seen[-3:] == ["tier"] * 3 and tier.room == 1 << 30
+
+
+def test_passes_that_read_nothing_on_the_tier_turn_it_off(streaming):
+    """Inference that spilled no weight: after QUIET_PASSES passes that read none on the
+    tier the streamer is off and unhooked (a pass no longer costs it a scan)."""
+    tier = FakeTier(room=1 << 30)
+    model = _model(tier, on_tier_from=6)  # nothing on the tier
+    streamer = streaming(tier)
+    with torch.no_grad():
+        for _ in range(spill_weights.QUIET_PASSES - 1):
+            model(torch.randn(1, WIDTH))
+        assert streamer.state == "learning"  # a call outside the model may come first
+        model(torch.randn(1, WIDTH))
+        assert streamer.state == "off"
+        model(torch.randn(1, WIDTH))
+    assert streamer.handles == []
+
+
+def test_a_training_step_with_reentrant_checkpointing_streams_nothing(streaming):
+    """Reentrant activation checkpointing runs each segment without gradients inside a
+    forward pass with them: the outer call ends the streamer before a segment could
+    plan a ring."""
+    from torch.utils.checkpoint import checkpoint
+
+    tier = FakeTier(room=0)
+    model = _model(tier)
+    tier.room = 1 << 30
+    streamer = streaming(tier)
+    seen = _reads(model, tier)
+    rings = []
+    in_hbm = streamer.seams.in_hbm
+    streamer.seams.in_hbm = lambda device, n: rings.append(n) or in_hbm(device, n)
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=True)
+
+    outer = Outer()
+    for _ in range(3):
+        outer(torch.randn(1, WIDTH, requires_grad=True)).sum().backward()
+    assert streamer.state == "off" and rings == [] and streamer.moved_bytes == 0
+    assert "ring" not in seen
 
 
 def test_an_embedding_table_moves_first_and_is_read_in_place(streaming):
