@@ -90,7 +90,17 @@ def run(cmd: list[str], timeout: float) -> dict:
     if "error" in row or p.returncode:
         row["stderr_tail"] = p.stderr.splitlines()[-30:]
     row["link_bytes"] = link_bytes(p.stderr.splitlines()[-6:], inference="tokens" in row)
+    said = streamer_said(p.stderr)
+    if said:
+        row["streamer"] = said
     return row
+
+
+def streamer_said(stderr: str) -> str | None:
+    """The weight streamer's decision, as the spill logged it: streaming (with the bytes
+    it moved for its ring, which then live on the tier too) or reading in place, why."""
+    lines = [ln for ln in stderr.splitlines() if "spilled weights" in ln]
+    return lines[-1].split("spilled weights", 1)[1].strip() if lines else None
 
 
 def _last_error(stderr: str) -> str:
@@ -175,6 +185,8 @@ def main() -> None:
         peak = row["max_allocated"] / 2**30
         print(f"{name}: {step:.1f} ms a step ({step / base:.2f}x hbm), {outcome}, "
               f"max_allocated {peak:.1f} GiB{bound}")  # fmt: skip
+        if row.get("streamer"):
+            print(f"  spilled weights {row['streamer']}")
 
 
 if __name__ == "__main__":
