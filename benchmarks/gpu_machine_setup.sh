@@ -1,5 +1,6 @@
 # Install pycxl on the GPU machine the way a user does (pip install ., from the wheels
-# carried in .whl/: cffi, pycparser, pyudev, and setuptools and wheel to build), then
+# carried in .whl/, which gpu_machine_wheels.sh fetches: cffi, pycparser, pyudev, and
+# setuptools and wheel to build), then
 # copy the tests and docs outside the source tree, so they run against the installed
 # package: cd /tmp/pkg && python3 -m pytest tests/gpu tests/smoke/test_docs.py
 set -e
