@@ -14,9 +14,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     pydantic pydantic-core annotated-types typing-inspection hjson
 if ! ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1; then
     venv=$(mktemp -d)
+    trap 'rm -rf "$venv"' EXIT  # a failed or interrupted build leaves no venv behind
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q wheel setuptools
     DS_BUILD_OPS=0 "$venv/bin/pip" wheel -q --no-deps --no-build-isolation deepspeed==0.19.8 -w .whl
-    rm -rf "$venv"
 fi
 ls .whl

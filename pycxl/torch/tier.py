@@ -155,7 +155,7 @@ def spill_to(
     _spilling, _placement = pool, placement
     _handles = spill_handles.install(torch)  # the backward thread's cuBLAS handle, in time
     spill_stats.install(torch, pool.slot)
-    if _switched_on(STREAM_WEIGHTS_ENV, default=True):
+    if streams_weights():
         _streamer = spill_weights.install(torch, _weight_seams(torch, pool, headroom))
     if log_spills is None:
         log_spills = _switched_on(SPILL_LOG_ENV)
@@ -164,9 +164,15 @@ def spill_to(
     return pool
 
 
+def streams_weights() -> bool:
+    """Whether a spilling process reads its spilled weights through HBM by copy: yes,
+    unless PYCXL_SPILL_STREAM_WEIGHTS is 0."""
+    return _switched_on(STREAM_WEIGHTS_ENV, default=True)
+
+
 def _switched_on(variable: str, *, default: bool = False) -> bool:
-    """``variable`` set to anything but 0; unset or empty: ``default``."""
-    value = os.environ.get(variable, "")
+    """``variable`` set to anything but 0; unset, empty or blank: ``default``."""
+    value = os.environ.get(variable, "").strip()
     return default if value == "" else value != "0"
 
 

@@ -568,15 +568,16 @@ def test_an_exchange_whose_module_cannot_come_back_returns_what_left(streaming):
     assert [tier.owns(layer.weight) for layer in model] == [False] * 4 + [True]
 
 
-@pytest.mark.parametrize(("value", "on"), [(None, True), ("", True), ("0", False), ("1", True)])
+@pytest.mark.parametrize(("value", "on"), [(None, True), ("", True), (" ", True), ("0", False),
+                                           (" 0 ", False), ("1", True)])  # fmt: skip
 def test_the_streamer_is_on_unless_its_variable_says_0(monkeypatch, value, on) -> None:
-    """Spilled weights are streamed by default; PYCXL_SPILL_STREAM_WEIGHTS=0 reads them in
-    place; the spill log stays off unless asked for."""
+    """Spilled weights are streamed by default (what spill_to asks); PYCXL_SPILL_STREAM_
+    WEIGHTS=0 reads them in place; the spill log stays off unless asked for."""
     from pycxl.torch import tier
 
     monkeypatch.delenv(tier.STREAM_WEIGHTS_ENV, raising=False)
     monkeypatch.delenv(tier.SPILL_LOG_ENV, raising=False)
     if value is not None:
         monkeypatch.setenv(tier.STREAM_WEIGHTS_ENV, value)
-    assert tier._switched_on(tier.STREAM_WEIGHTS_ENV, default=True) is on
+    assert tier.streams_weights() is on
     assert tier._switched_on(tier.SPILL_LOG_ENV) is False
